@@ -1,0 +1,1 @@
+//! lockkit bench; filled by its own issue.

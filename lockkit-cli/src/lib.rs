@@ -1,0 +1,1 @@
+//! lockkit cli; filled by its own issue.

@@ -1,0 +1,195 @@
+//! The [`LockBackend`] trait: what a backend implements, and nothing more.
+//!
+//! Applications use [`LockClient`](crate::LockClient); the client validates
+//! names and options, owns the watchdog, builds guards and emits traces. A
+//! backend only talks to its server.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::LockError;
+
+/// One acquisition attempt: who wants which name for how long.
+#[derive(Clone, Copy, Debug)]
+pub struct AcquireRequest<'a> {
+    /// The lock name, already validated (1 to 255 bytes of UTF-8).
+    pub name: &'a str,
+    /// The owner id; equal owners share one hold (reentrancy).
+    pub owner: &'a str,
+    /// The lease length (TTL backends). At least 1 ms.
+    pub ttl: Duration,
+}
+
+/// One existing hold: a name held by an owner under a fencing token.
+///
+/// Release and extend act only when all three match on the server, so a stale
+/// guard can never touch a newer hold of the same name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Hold {
+    /// The lock name.
+    pub name: String,
+    /// The owner id.
+    pub owner: String,
+    /// The fencing token of the hold.
+    pub token: u64,
+}
+
+/// A granted hold, as the backend reports it.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    /// The fencing token: unchanged on re-entry, strictly greater than every
+    /// earlier token of the name on a first acquisition.
+    pub token: u64,
+    /// The hold count after this acquisition (1 on a first acquisition).
+    pub hold_count: u32,
+    /// Until when the holder may trust it holds the lock, by this process's
+    /// monotonic clock; `None` for session leases (ZooKeeper), which end with
+    /// the session instead.
+    pub valid_until: Option<Instant>,
+    /// A backend's own loss signal (e.g. a ZooKeeper session that expired);
+    /// the guard's lost signal fires when it is cancelled.
+    pub lost: Option<CancellationToken>,
+}
+
+/// The outcome of a single acquisition attempt.
+#[derive(Debug)]
+pub enum TryAcquire {
+    /// The hold was granted (or re-entered).
+    Acquired(Lease),
+    /// Another owner holds the name.
+    Busy {
+        /// How long the current holder's lease still runs, if known: a waiter
+        /// need not try again before then unless it is told of a release.
+        retry_in: Option<Duration>,
+    },
+}
+
+/// The outcome of a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The hold count was decremented; at zero the name is free.
+    Released {
+        /// Holds left for this owner (0: the name is free).
+        remaining: u32,
+    },
+    /// This owner does not hold the name under that token: nothing changed.
+    NotHeld,
+}
+
+/// The outcome of an extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtendOutcome {
+    /// The lease now runs until `valid_until` (`None`: session lease).
+    /// Extending never shortens a lease.
+    Extended {
+        /// The new validity deadline by this process's monotonic clock.
+        valid_until: Option<Instant>,
+    },
+    /// This owner does not hold the name under that token: nothing changed.
+    NotHeld,
+}
+
+/// What the server knows about one held name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The lock name.
+    pub name: String,
+    /// The current holder's owner id.
+    pub owner: String,
+    /// How many times the owner holds it.
+    pub hold_count: u32,
+    /// The fencing token of the hold.
+    pub token: u64,
+    /// How long the lease still runs (`None`: session lease).
+    pub remaining: Option<Duration>,
+}
+
+/// How a backend's leases end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseKind {
+    /// A lease lasts its ttl unless extended (Redis, SQL, memory).
+    Ttl,
+    /// A lease lasts as long as the client's session (ZooKeeper).
+    Session,
+}
+
+/// What a backend supports, declared honestly; the conformance kit picks its
+/// checks from this instead of silently skipping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// How leases end.
+    pub leases: LeaseKind,
+    /// `extend_many` costs O(1) round trips, not one per lock.
+    pub batch_extend: bool,
+    /// Fencing tokens keep growing across a server restart.
+    pub durable_tokens: bool,
+}
+
+impl Capabilities {
+    /// Capabilities of a TTL-lease backend.
+    pub const fn ttl(batch_extend: bool, durable_tokens: bool) -> Self {
+        Capabilities {
+            leases: LeaseKind::Ttl,
+            batch_extend,
+            durable_tokens,
+        }
+    }
+
+    /// Capabilities of a session-lease backend.
+    pub const fn session(durable_tokens: bool) -> Self {
+        Capabilities {
+            leases: LeaseKind::Session,
+            batch_extend: false,
+            durable_tokens,
+        }
+    }
+}
+
+/// A lock store. Implemented once per backend; used through
+/// [`LockClient`](crate::LockClient).
+///
+/// Names and owners arrive validated. Every method must be **cancel safe**:
+/// if its future is dropped at any await point, no hold and no queue entry
+/// may be left behind (or it must be cleaned up at once in the background,
+/// e.g. with [`detach`](crate::detach)).
+#[async_trait]
+pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
+    /// The backend's short name for messages, traces and metrics, e.g. `redis`.
+    fn kind(&self) -> &'static str;
+
+    /// What this backend supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// One attempt that never waits for another owner: acquire, re-enter, or
+    /// report `Busy`.
+    async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError>;
+
+    /// Acquire, waiting up to `wait` (`None`: forever) for other owners to
+    /// release. Returns `Ok(None)` when the wait ran out. The backend owns
+    /// waiting: it should be told of releases by its server, not poll.
+    async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError>;
+
+    /// Decrement the hold count of `hold`, freeing the name at zero; only if
+    /// owner and token match.
+    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError>;
+
+    /// Extend `hold` to at least `ttl` from now; only if owner and token match.
+    async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError>;
+
+    /// Extend many holds at once; one result per hold, in order. The default
+    /// sends the single extensions concurrently; backends that can do it in
+    /// O(1) round trips override it and say so in [`Capabilities`].
+    async fn extend_many(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
+        futures_util::future::join_all(holds.iter().map(|(h, ttl)| self.extend(h, *ttl))).await
+    }
+
+    /// Who holds `name`, if anybody.
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError>;
+}
+
+/// Compile-time check that the trait stays object safe.
+fn _object_safe(_: Box<dyn LockBackend>) {}

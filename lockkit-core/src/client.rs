@@ -1,0 +1,219 @@
+//! [`LockClient`]: what applications hold.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::backend::{AcquireRequest, Capabilities, Hold, Lease, LockBackend, LockInfo, TryAcquire};
+use crate::name::{random_owner, validate_name, validate_owner};
+use crate::watchdog::Watchdog;
+use crate::{LockError, LockGuard, LockOptions};
+
+/// A handle on one lock backend, with an owner id and default options.
+///
+/// Cheap to clone; clones share the backend's connections, the watchdog and
+/// the owner id. **Clones share the owner**, so two tasks locking the same
+/// name through clones re-enter one hold rather than exclude each other —
+/// give each independent worker its own owner with
+/// [`with_new_owner`](Self::with_new_owner) (same connections, new owner).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockkit_core::LockError> {
+/// use lockkit_core::{LockClient, LockOptions, memory::MemoryBackend};
+///
+/// let locks = LockClient::new(MemoryBackend::shared("doc"), LockOptions::new())?;
+/// let guard = locks.lock("order:42").await?;
+/// assert!(locks.with_new_owner().try_lock("order:42").await?.is_none());
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    shared: Arc<Shared>,
+    owner: Arc<str>,
+}
+
+struct Shared {
+    backend: Arc<dyn LockBackend>,
+    defaults: LockOptions,
+    watchdog: Watchdog,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.watchdog.stop();
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("backend", &self.shared.backend)
+            .field("owner", &self.owner)
+            .field("defaults", &self.shared.defaults)
+            .finish()
+    }
+}
+
+impl LockClient {
+    /// A client for `backend`. `defaults` apply to [`lock`](Self::lock) and
+    /// [`try_lock`](Self::try_lock); its owner, if set, becomes the client's
+    /// owner id, otherwise a random 128-bit id is made.
+    pub fn new(backend: impl LockBackend, defaults: LockOptions) -> Result<Self, LockError> {
+        Self::from_arc(Arc::new(backend), defaults)
+    }
+
+    /// Like [`new`](Self::new), for a backend already behind an `Arc`.
+    pub fn from_arc(backend: Arc<dyn LockBackend>, defaults: LockOptions) -> Result<Self, LockError> {
+        defaults.validate()?;
+        let owner: Arc<str> = defaults.owner_value().map_or_else(random_owner, str::to_owned).into();
+        Ok(LockClient {
+            shared: Arc::new(Shared {
+                watchdog: Watchdog::new(backend.clone()),
+                backend,
+                defaults,
+            }),
+            owner,
+        })
+    }
+
+    /// This client's owner id.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// A client sharing this one's backend and watchdog, with another owner id
+    /// (e.g. `"trade-center-1"`, shared by processes that should share holds).
+    pub fn with_owner(&self, owner: impl Into<String>) -> Result<Self, LockError> {
+        let owner = owner.into();
+        validate_owner(&owner)?;
+        Ok(LockClient {
+            shared: self.shared.clone(),
+            owner: owner.into(),
+        })
+    }
+
+    /// A client sharing this one's backend and watchdog, with a new random
+    /// owner id: an independent contender for every lock.
+    pub fn with_new_owner(&self) -> Self {
+        LockClient {
+            shared: self.shared.clone(),
+            owner: random_owner().into(),
+        }
+    }
+
+    /// The default options, to adjust for one call of
+    /// [`lock_with`](Self::lock_with).
+    pub fn options(&self) -> LockOptions {
+        self.shared.defaults.clone()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.shared.backend
+    }
+
+    /// What the backend supports.
+    pub fn capabilities(&self) -> Capabilities {
+        self.shared.backend.capabilities()
+    }
+
+    pub(crate) fn watchdog(&self) -> &Watchdog {
+        &self.shared.watchdog
+    }
+
+    /// Acquires `name` with the default options, waiting up to the default
+    /// wait bound ([`DEFAULT_WAIT`](crate::DEFAULT_WAIT) unless configured).
+    ///
+    /// Cancel safe: dropping the future at any point leaves no hold and no
+    /// queue entry behind.
+    pub async fn lock(&self, name: &str) -> Result<LockGuard, LockError> {
+        self.lock_with(name, &self.shared.defaults).await
+    }
+
+    /// Acquires `name` with `options` (start from [`options`](Self::options)).
+    /// Fails with [`LockError::WaitTimeout`] when the wait bound runs out.
+    pub async fn lock_with(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+        let backend = self.shared.backend.kind();
+        match self.acquire(name, options, false).await? {
+            Some(guard) => Ok(guard),
+            None => Err(LockError::WaitTimeout {
+                backend,
+                name: name.to_owned(),
+                waited: options.wait_value().unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Acquires `name` if no other owner holds it; never waits for one.
+    /// `Ok(None)` when the name is held by another owner.
+    pub async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>, LockError> {
+        self.acquire(name, &self.shared.defaults, true).await
+    }
+
+    /// [`try_lock`](Self::try_lock) with `options` (the wait is ignored).
+    pub async fn try_lock_with(&self, name: &str, options: &LockOptions) -> Result<Option<LockGuard>, LockError> {
+        self.acquire(name, options, true).await
+    }
+
+    /// Who holds `name`, if anybody.
+    pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        validate_name(name)?;
+        self.shared.backend.inspect(name).await
+    }
+
+    async fn acquire(&self, name: &str, options: &LockOptions, no_wait: bool) -> Result<Option<LockGuard>, LockError> {
+        validate_name(name)?;
+        options.validate()?;
+        let owner = options.owner_value().unwrap_or(&self.owner);
+        let backend = &self.shared.backend;
+        let req = AcquireRequest {
+            name,
+            owner,
+            ttl: options.ttl_value(),
+        };
+        let wait = if no_wait {
+            Some(Duration::ZERO)
+        } else {
+            options.wait_value()
+        };
+        let span = tracing::debug_span!("lockkit.acquire", backend = backend.kind(), lock = %name, %owner, ?wait);
+        async {
+            let started = Instant::now();
+            let lease = if wait == Some(Duration::ZERO) {
+                match backend.try_acquire(&req).await? {
+                    TryAcquire::Acquired(lease) => Some(lease),
+                    TryAcquire::Busy { .. } => None,
+                }
+            } else {
+                backend.acquire(&req, wait).await?
+            };
+            let Some(lease) = lease else {
+                tracing::debug!(waited = ?started.elapsed(), "not acquired");
+                return Ok(None);
+            };
+            tracing::debug!(token = lease.token, hold_count = lease.hold_count, waited = ?started.elapsed(), "acquired");
+            Ok(Some(self.guard(&req, lease, options.auto_extend_value(), started)))
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn guard(&self, req: &AcquireRequest<'_>, lease: Lease, auto_extend: bool, started: Instant) -> LockGuard {
+        let hold = Hold {
+            name: req.name.to_owned(),
+            owner: req.owner.to_owned(),
+            token: lease.token,
+        };
+        // The renewal schedule counts from the start of the call: an upper
+        // bound on when the lease began.
+        let held = self
+            .shared
+            .watchdog
+            .register(hold, &lease, req.ttl, auto_extend, started);
+        LockGuard::new(self.clone(), held, lease.hold_count)
+    }
+}

@@ -1,0 +1,212 @@
+//! [`LockGuard`]: proof of a held lock.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{ExtendOutcome, ReleaseOutcome};
+use crate::held::{HeldLock, LostReason, LostSignal, wait_lost};
+use crate::{LockClient, LockError};
+
+/// What [`LockGuard::unlock`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Unlocked {
+    /// Holds the owner still has on the name (re-entry); 0 when the name is
+    /// now free.
+    pub remaining_holds: u32,
+}
+
+impl Unlocked {
+    /// Whether the name is free now.
+    pub fn is_free(&self) -> bool {
+        self.remaining_holds == 0
+    }
+}
+
+/// A held lock.
+///
+/// Release it with [`unlock`](Self::unlock), which reports the outcome.
+/// Dropping a guard releases the lock in the background (on the current
+/// tokio runtime; with none left, the lease simply runs out after its ttl) —
+/// it never panics and never blocks.
+///
+/// While the guard lives the client's watchdog extends the lease (unless
+/// auto-extend was switched off). Guarded work should stop when
+/// [`lost`](Self::lost) fires.
+#[derive(Debug)]
+#[must_use = "dropping a guard releases the lock"]
+pub struct LockGuard {
+    client: LockClient,
+    held: Arc<HeldLock>,
+    hold_count: u32,
+    armed: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(client: LockClient, held: Arc<HeldLock>, hold_count: u32) -> Self {
+        LockGuard {
+            client,
+            held,
+            hold_count,
+            armed: true,
+        }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.held.hold.name
+    }
+
+    /// The owner holding the lock.
+    pub fn owner(&self) -> &str {
+        &self.held.hold.owner
+    }
+
+    /// The fencing token: pass it to the storage you write to, and have that
+    /// storage refuse writes with a token lower than the highest it has seen.
+    /// Unchanged on re-entry.
+    pub fn fencing_token(&self) -> u64 {
+        self.held.hold.token
+    }
+
+    /// The owner's hold count right after this acquisition (1 unless
+    /// re-entered).
+    pub fn hold_count(&self) -> u32 {
+        self.hold_count
+    }
+
+    /// Until when the lock is certainly held, by this process's monotonic
+    /// clock, as of the last extension; `None` for session leases.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.held.valid_until()
+    }
+
+    /// Whether the holder can no longer be sure it holds the lock.
+    pub fn is_lost(&self) -> bool {
+        self.held.is_lost()
+    }
+
+    /// Why the lock was lost, once it is.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.held.reason()
+    }
+
+    /// Resolves when the lock is lost: an extension failed, the validity
+    /// deadline passed, or the backend session was lost — no later than the
+    /// moment another owner could acquire the lock. Never resolves for a
+    /// lock that stays held.
+    ///
+    /// Cancel safe: dropping the future has no effect on the lock.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        wait_lost(&self.held)
+    }
+
+    /// A cloneable handle on the lost signal, for tasks doing guarded work.
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal {
+            held: self.held.clone(),
+        }
+    }
+
+    /// Extends the lease to at least `ttl` from now (never shortens it), and
+    /// makes `ttl` the lease the watchdog keeps renewing.
+    ///
+    /// Fails with [`LockError::Lost`] if the backend no longer has this
+    /// owner as the holder (the lost signal fires too).
+    pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        crate::options::LockOptions::new().ttl(ttl).validate()?;
+        let backend = self.client.backend();
+        let sent_at = Instant::now();
+        let outcome = backend.extend(&self.held.hold, ttl).await?;
+        match outcome {
+            ExtendOutcome::Extended { valid_until } => {
+                tracing::debug!(backend = backend.kind(), lock = %self.name(), ?ttl, "extended");
+                self.client.watchdog().extended(&self.held, valid_until, ttl, sent_at);
+                Ok(())
+            }
+            ExtendOutcome::NotHeld => {
+                self.held.fire_lost(LostReason::NotHeld);
+                Err(LockError::Lost {
+                    backend: backend.kind(),
+                    name: self.name().to_owned(),
+                    reason: LostReason::NotHeld,
+                })
+            }
+        }
+    }
+
+    /// Releases this hold (decrements the owner's hold count; frees the name
+    /// at zero) and reports what happened.
+    ///
+    /// Fails with [`LockError::NotHeld`] if the lock had already expired or
+    /// been taken over — nothing of the new holder's is touched.
+    ///
+    /// Cancel safe: once called, the release completes in the background
+    /// even if this future is dropped.
+    pub async fn unlock(mut self) -> Result<Unlocked, LockError> {
+        self.armed = false;
+        self.client.watchdog().unregister(&self.held);
+        let backend = self.client.backend().clone();
+        let held = self.held.clone();
+        let release = tokio::spawn(async move { backend.release(&held.hold).await });
+        let outcome = release
+            .await
+            .map_err(|e| LockError::backend(self.client.backend().kind(), "release", Some(self.name()), false, e))??;
+        let kind = self.client.backend().kind();
+        match outcome {
+            ReleaseOutcome::Released { remaining } => {
+                tracing::debug!(backend = kind, lock = %self.name(), token = self.fencing_token(), remaining, "released");
+                Ok(Unlocked {
+                    remaining_holds: remaining,
+                })
+            }
+            ReleaseOutcome::NotHeld => {
+                tracing::warn!(backend = kind, lock = %self.name(), token = self.fencing_token(), "release of a lock not held");
+                Err(LockError::NotHeld {
+                    backend: kind,
+                    name: self.name().to_owned(),
+                    owner: self.owner().to_owned(),
+                })
+            }
+        }
+    }
+
+    /// Gives the hold up without releasing it: the watchdog stops extending
+    /// it and the backend frees the name when the lease ends (the ttl, or the
+    /// session on ZooKeeper).
+    ///
+    /// This is what a crashed holder looks like to everybody else; it is also
+    /// a way to keep a name blocked for one ttl ("at most once per ttl").
+    pub fn abandon(mut self) {
+        self.armed = false;
+        self.client.watchdog().unregister(&self.held);
+        tracing::debug!(backend = self.client.backend().kind(), lock = %self.name(), "abandoned");
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.client.watchdog().unregister(&self.held);
+        let backend = self.client.backend().clone();
+        let held = self.held.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    match backend.release(&held.hold).await {
+                        Ok(outcome) => tracing::debug!(backend = backend.kind(), lock = %held.hold.name, ?outcome, "released on drop"),
+                        Err(error) => tracing::warn!(backend = backend.kind(), lock = %held.hold.name, %error, "release on drop failed; the lease will run out"),
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                backend = backend.kind(),
+                lock = %held.hold.name,
+                "guard dropped outside a tokio runtime; the lease will run out instead"
+            ),
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! The state one client keeps for one hold: its validity, its watchdog
+//! schedule and its lost signal. Shared by every guard of the hold (re-entry
+//! within a client) and by the watchdog.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Hold;
+
+/// Why a guard's lost signal fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The validity deadline passed without a successful extension.
+    Expired,
+    /// The backend reported that the owner no longer holds the lock (it
+    /// expired on the server, or an operator released it).
+    NotHeld,
+    /// The backend's session was suspended or expired (ZooKeeper), or its
+    /// own loss signal fired.
+    Session,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "the lease ran out before it could be extended",
+            LostReason::NotHeld => "the backend no longer has this owner as the holder",
+            LostReason::Session => "the backend session was lost",
+        })
+    }
+}
+
+/// Mutable part of a hold, guarded by a std mutex never held across an await.
+#[derive(Debug)]
+pub(crate) struct HeldState {
+    pub valid_until: Option<Instant>,
+    pub ttl: Duration,
+    pub auto_extend: bool,
+    /// Guards of this client alive for this hold.
+    pub local_guards: usize,
+    /// When the watchdog should extend next.
+    pub next_renew: Instant,
+    /// An extension of this hold is on its way.
+    pub in_flight: bool,
+}
+
+/// One hold as seen by one client.
+#[derive(Debug)]
+pub(crate) struct HeldLock {
+    pub backend: &'static str,
+    pub hold: Hold,
+    state: Mutex<HeldState>,
+    lost: CancellationToken,
+    reason: OnceLock<LostReason>,
+}
+
+impl HeldLock {
+    pub fn new(
+        backend: &'static str,
+        hold: Hold,
+        state: HeldState,
+        backend_lost: Option<&CancellationToken>,
+    ) -> Arc<Self> {
+        let lost = backend_lost.map_or_else(CancellationToken::new, CancellationToken::child_token);
+        Arc::new(HeldLock {
+            backend,
+            hold,
+            state: Mutex::new(state),
+            lost,
+            reason: OnceLock::new(),
+        })
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, HeldState> {
+        // A poisoned lock only means another thread panicked while holding
+        // it; the plain-data state is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.state().valid_until
+    }
+
+    /// Lost if signalled, or if the validity deadline has passed even when
+    /// the watchdog has not run yet.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled() || self.valid_until().is_some_and(|v| Instant::now() >= v)
+    }
+
+    pub fn reason(&self) -> Option<LostReason> {
+        if let Some(r) = self.reason.get() {
+            return Some(*r);
+        }
+        if self.lost.is_cancelled() {
+            return Some(LostReason::Session);
+        }
+        self.is_lost().then_some(LostReason::Expired)
+    }
+
+    pub fn fire_lost(&self, reason: LostReason) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        let _ = self.reason.set(reason);
+        tracing::warn!(
+            backend = self.backend,
+            lock = %self.hold.name,
+            owner = %self.hold.owner,
+            token = self.hold.token,
+            %reason,
+            "lock lost"
+        );
+        self.lost.cancel();
+    }
+
+    pub fn lost_token(&self) -> &CancellationToken {
+        &self.lost
+    }
+}
+
+/// A cloneable handle on a guard's lost signal, to hand to the tasks doing the
+/// guarded work.
+///
+/// ```
+/// # async fn demo(guard: lockkit_core::LockGuard) {
+/// let lost = guard.lost_signal();
+/// tokio::select! {
+///     _ = lost.wait() => { /* stop: another owner may hold the lock now */ }
+///     _ = async { /* the guarded work */ } => {}
+/// }
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LostSignal {
+    pub(crate) held: Arc<HeldLock>,
+}
+
+impl LostSignal {
+    /// Whether the lock is lost.
+    pub fn is_lost(&self) -> bool {
+        self.held.is_lost()
+    }
+
+    /// Why it was lost, once it is.
+    pub fn reason(&self) -> Option<LostReason> {
+        self.held.reason()
+    }
+
+    /// Resolves when the lock is lost; never, if it is released normally.
+    pub async fn wait(&self) {
+        wait_lost(&self.held).await
+    }
+}
+
+/// Resolves when `held` is lost: on the signal, or at the validity deadline,
+/// whichever comes first (so it never depends on the watchdog's timing).
+pub(crate) async fn wait_lost(held: &HeldLock) {
+    loop {
+        let deadline = held.valid_until();
+        match deadline {
+            Some(d) => {
+                tokio::select! {
+                    _ = held.lost.cancelled() => return,
+                    _ = tokio::time::sleep_until(d.into()) => {
+                        // The deadline may have moved on (extended) meanwhile.
+                        if held.valid_until().is_none_or(|v| Instant::now() >= v) {
+                            return;
+                        }
+                    }
+                }
+            }
+            None => return held.lost.cancelled().await,
+        }
+    }
+}

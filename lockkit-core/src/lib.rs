@@ -1,0 +1,71 @@
+//! The lockkit contract: one lock API over several backends.
+//!
+//! Applications use [`LockClient`] and [`LockGuard`]; backends implement
+//! [`LockBackend`]. This crate also holds the watchdog that keeps leases
+//! alive, the in-memory backend ([`memory`]), the URL parser ([`url`]), and —
+//! behind the `testkit` feature — the conformance kit every backend runs.
+//!
+//! Most applications depend on the `lockkit` facade crate instead, which adds
+//! `lockkit::connect(url)` and the network backends.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockkit_core::LockError> {
+//! use std::time::Duration;
+//! use lockkit_core::{LockClient, LockOptions, memory::MemoryBackend};
+//!
+//! let locks = LockClient::new(MemoryBackend::new(), LockOptions::new())?;
+//! let guard = locks
+//!     .lock_with("order:42", &locks.options().ttl(Duration::from_secs(10)))
+//!     .await?;
+//! let token = guard.fencing_token(); // hand this to the storage you write to
+//! assert!(token > 0);
+//! tokio::select! {
+//!     _ = guard.lost() => { /* stop working: another owner may hold it now */ }
+//!     _ = async { /* the guarded work */ } => {}
+//! }
+//! assert!(guard.unlock().await?.is_free());
+//! # Ok(()) }
+//! ```
+//!
+//! # The contract
+//!
+//! Every backend keeps it, and the conformance kit checks it against each:
+//! mutual exclusion while a lease is valid; reentrancy by owner id with a
+//! hold count kept on the server; `try_lock` never waits; `lock` waits up to
+//! its bound and is cancel safe; only the holder releases; leases are
+//! extended by one watchdog per client; a lost signal fires no later than the
+//! moment another owner could acquire; fencing tokens grow per name; a
+//! crashed holder's lock comes free after its ttl or session; names are 1 to
+//! 255 bytes of UTF-8; errors are typed [`LockError`]s.
+#![warn(missing_docs)]
+
+pub mod backend;
+mod client;
+mod detach;
+mod error;
+mod guard;
+mod held;
+pub mod lease;
+pub mod memory;
+pub mod name;
+mod options;
+pub mod url;
+mod watchdog;
+
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use backend::{
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, ReleaseOutcome,
+    TryAcquire,
+};
+pub use client::LockClient;
+pub use detach::detach;
+pub use error::{BoxError, LockError, Result};
+pub use guard::{LockGuard, Unlocked};
+pub use held::{LostReason, LostSignal};
+pub use options::{DEFAULT_TTL, DEFAULT_WAIT, LockOptions, MAX_TTL, MAX_WAIT, MIN_TTL, ttl_millis};
+
+/// Re-exported so backends and the testkit macro name the same versions.
+pub use async_trait::async_trait;

@@ -1,0 +1,287 @@
+//! The in-memory backend (`memory://`): the full contract inside one process.
+//!
+//! Stores are named: every [`MemoryBackend::shared`] of one name (and every
+//! `memory://NAME` URL) in a process sees the same locks; `memory://` is the
+//! store named `""`. Waiting is notification-based: a waiter sleeps until a
+//! release of its name or the holder's expiry, whichever comes first. Fencing
+//! tokens come from one counter per store, so they grow per name too; they
+//! are not durable (a store lives as long as a backend handle on it).
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use crate::backend::{
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+};
+use crate::options::ttl_millis;
+use crate::{LockError, lease};
+
+/// The in-memory lock store.
+#[derive(Debug, Clone)]
+pub struct MemoryBackend {
+    store: Arc<Store>,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    locks: HashMap<String, Entry>,
+    /// One slot per name somebody is waiting for.
+    waiters: HashMap<String, WaitSlot>,
+    last_token: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    owner: String,
+    count: u32,
+    token: u64,
+    expires_at: Instant,
+}
+
+#[derive(Debug)]
+struct WaitSlot {
+    notify: Arc<Notify>,
+    waiters: usize,
+}
+
+static STORES: LazyLock<Mutex<HashMap<String, Weak<Store>>>> = LazyLock::new(Default::default);
+
+impl State {
+    /// The live entry of `name`; an expired one is removed on the way.
+    fn live(&mut self, name: &str, now: Instant) -> Option<&mut Entry> {
+        if self.locks.get(name).is_some_and(|e| e.expires_at <= now) {
+            self.locks.remove(name);
+        }
+        self.locks.get_mut(name)
+    }
+
+    fn held_by(&mut self, hold: &Hold, now: Instant) -> Option<&mut Entry> {
+        self.live(&hold.name, now)
+            .filter(|e| e.owner == hold.owner && e.token == hold.token)
+    }
+
+    fn wake(&self, name: &str) {
+        if let Some(slot) = self.waiters.get(name) {
+            slot.notify.notify_waiters();
+        }
+    }
+}
+
+impl MemoryBackend {
+    /// A private store nobody else sees.
+    pub fn new() -> Self {
+        MemoryBackend { store: Arc::default() }
+    }
+
+    /// The process-wide store called `name` (created on first use, dropped
+    /// with its last handle).
+    pub fn shared(name: &str) -> Self {
+        let mut stores = STORES.lock().unwrap_or_else(|e| e.into_inner());
+        stores.retain(|_, s| s.strong_count() > 0);
+        let store = match stores.get(name).and_then(Weak::upgrade) {
+            Some(store) => store,
+            None => {
+                let store = Arc::<Store>::default();
+                stores.insert(name.to_owned(), Arc::downgrade(&store));
+                store
+            }
+        };
+        MemoryBackend { store }
+    }
+
+    /// The backend for a `memory://[NAME]` URL's store name.
+    pub fn from_url(url: &url::Url) -> Result<Self, LockError> {
+        if !url.path().is_empty() && url.path() != "/" {
+            return Err(LockError::config(
+                "url path",
+                "memory:// takes a store name as its host (memory://NAME), not a path",
+            ));
+        }
+        Ok(Self::shared(url.host_str().unwrap_or("")))
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.store.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn attempt(&self, req: &AcquireRequest<'_>) -> TryAcquire {
+        let now = Instant::now();
+        let ttl = Duration::from_millis(ttl_millis(req.ttl));
+        let mut state = self.state();
+        let (token, hold_count, expires_at) = match state.live(req.name, now) {
+            Some(e) if e.owner == req.owner => {
+                e.count = e.count.saturating_add(1);
+                e.expires_at = e.expires_at.max(now + ttl);
+                (e.token, e.count, e.expires_at)
+            }
+            Some(e) => {
+                return TryAcquire::Busy {
+                    retry_in: Some(e.expires_at - now),
+                };
+            }
+            None => {
+                state.last_token += 1;
+                let token = state.last_token;
+                let entry = Entry {
+                    owner: req.owner.to_owned(),
+                    count: 1,
+                    token,
+                    expires_at: now + ttl,
+                };
+                state.locks.insert(req.name.to_owned(), entry);
+                (token, 1, now + ttl)
+            }
+        };
+        TryAcquire::Acquired(Lease {
+            token,
+            hold_count,
+            valid_until: Some(lease::valid_until(now, expires_at - now)),
+            lost: None,
+        })
+    }
+
+    /// Registers interest in `name`; the slot goes when the last waiter does.
+    fn wait_slot(&self, name: &str) -> WaiterHandle<'_> {
+        let mut state = self.state();
+        let slot = state.waiters.entry(name.to_owned()).or_insert_with(|| WaitSlot {
+            notify: Arc::new(Notify::new()),
+            waiters: 0,
+        });
+        slot.waiters += 1;
+        WaiterHandle {
+            backend: self,
+            name: name.to_owned(),
+            notify: slot.notify.clone(),
+        }
+    }
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A waiter's registration; dropping it (also when the waiting future is
+/// cancelled) removes the registration.
+struct WaiterHandle<'a> {
+    backend: &'a MemoryBackend,
+    name: String,
+    notify: Arc<Notify>,
+}
+
+impl Drop for WaiterHandle<'_> {
+    fn drop(&mut self) {
+        let mut state = self.backend.state();
+        if let Some(slot) = state.waiters.get_mut(&self.name) {
+            slot.waiters -= 1;
+            if slot.waiters == 0 {
+                state.waiters.remove(&self.name);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for MemoryBackend {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ttl(true, false)
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
+        Ok(self.attempt(req))
+    }
+
+    async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
+        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        let waiter = self.wait_slot(req.name);
+        loop {
+            // Listen before trying, so a release between the attempt and the
+            // sleep is not missed.
+            let notified = waiter.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let retry_in = match self.attempt(req) {
+                TryAcquire::Acquired(lease) => return Ok(Some(lease)),
+                TryAcquire::Busy { retry_in } => retry_in.unwrap_or(Duration::from_secs(1)),
+            };
+            let expiry = tokio::time::Instant::now() + retry_in;
+            let wake_at = deadline.map_or(expiry, |d| d.min(expiry));
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(wake_at) => {
+                    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        // One last attempt: the name may have come free at the deadline.
+                        return Ok(match self.attempt(req) {
+                            TryAcquire::Acquired(lease) => Some(lease),
+                            TryAcquire::Busy { .. } => None,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let Some(entry) = state.held_by(hold, now) else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        entry.count -= 1;
+        let remaining = entry.count;
+        if remaining == 0 {
+            state.locks.remove(&hold.name);
+            state.wake(&hold.name);
+        }
+        Ok(ReleaseOutcome::Released { remaining })
+    }
+
+    async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
+        let now = Instant::now();
+        let ttl = Duration::from_millis(ttl_millis(ttl));
+        let mut state = self.state();
+        Ok(match state.held_by(hold, now) {
+            Some(entry) => {
+                entry.expires_at = entry.expires_at.max(now + ttl);
+                ExtendOutcome::Extended {
+                    valid_until: Some(lease::valid_until(now, entry.expires_at - now)),
+                }
+            }
+            None => ExtendOutcome::NotHeld,
+        })
+    }
+
+    async fn extend_many(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
+        let mut out = Vec::with_capacity(holds.len());
+        for (hold, ttl) in holds {
+            out.push(self.extend(hold, *ttl).await);
+        }
+        out
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        Ok(state.live(name, now).map(|e| LockInfo {
+            name: name.to_owned(),
+            owner: e.owner.clone(),
+            hold_count: e.count,
+            token: e.token,
+            remaining: Some(e.expires_at - now),
+        }))
+    }
+}

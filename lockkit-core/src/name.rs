@@ -1,0 +1,83 @@
+//! Lock name and owner id validation (contract point 10), in one place.
+
+use crate::LockError;
+
+/// The longest valid lock name, in bytes of UTF-8.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// The longest valid owner id, in bytes of UTF-8.
+pub const MAX_OWNER_BYTES: usize = 255;
+
+/// Checks a lock name: 1 to [`MAX_NAME_BYTES`] bytes of UTF-8, any characters.
+///
+/// Backends encode whatever their store cannot hold as-is; they never refuse a
+/// name that passes this check.
+pub fn validate_name(name: &str) -> Result<(), LockError> {
+    let reason = if name.is_empty() {
+        "a lock name must not be empty".to_owned()
+    } else if name.len() > MAX_NAME_BYTES {
+        format!(
+            "a lock name is at most {MAX_NAME_BYTES} bytes of UTF-8, this one has {}",
+            name.len()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(LockError::InvalidName {
+        name: name.chars().take(64).collect(),
+        reason,
+    })
+}
+
+/// Checks an owner id: 1 to [`MAX_OWNER_BYTES`] bytes, no control characters.
+pub fn validate_owner(owner: &str) -> Result<(), LockError> {
+    if owner.is_empty() || owner.len() > MAX_OWNER_BYTES {
+        return Err(LockError::config(
+            "owner",
+            format!("an owner id is 1 to {MAX_OWNER_BYTES} bytes, got {}", owner.len()),
+        ));
+    }
+    if owner.chars().any(char::is_control) {
+        return Err(LockError::config(
+            "owner",
+            "an owner id must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A new random owner id: 128 bits, as 32 lowercase hex digits.
+pub fn random_owner() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_name("a").is_ok());
+        assert!(validate_name(&"x".repeat(255)).is_ok());
+        assert!(validate_name(&"锁".repeat(85)).is_ok()); // 255 bytes
+        assert!(validate_name("nul\0 / {tag} 'quote'").is_ok());
+        assert!(matches!(validate_name(""), Err(LockError::InvalidName { .. })));
+        assert!(matches!(
+            validate_name(&"x".repeat(256)),
+            Err(LockError::InvalidName { .. })
+        ));
+        assert!(matches!(
+            validate_name(&"锁".repeat(86)),
+            Err(LockError::InvalidName { .. })
+        ));
+    }
+
+    #[test]
+    fn owners() {
+        assert_eq!(random_owner().len(), 32);
+        assert_ne!(random_owner(), random_owner());
+        assert!(validate_owner("trade-center-1").is_ok());
+        assert!(validate_owner("").is_err());
+        assert!(validate_owner("a\nb").is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! The conformance kit: one async case per contract point, run by every
+//! backend against a real server (feature `testkit`).
+//!
+//! A backend's test file runs the whole kit with one line; each case becomes
+//! its own `#[tokio::test]`, so a failure names the contract point:
+//!
+//! ```text
+//! lockkit_core::conformance_tests!(lockkit_core::testkit::Kit::from_env("LOCKKIT_REDIS_URL", |url| async move {
+//!     lockkit::connect(&url).await
+//! }));
+//! ```
+//!
+//! The caller's crate needs `tokio` with the `macros` and `rt-multi-thread`
+//! features. Cases use unique names, so they run concurrently against one
+//! server and can be re-run without cleanup.
+
+pub mod cases;
+mod history;
+mod kit;
+
+pub use history::{Grant, check_history};
+pub use kit::{Kit, REQUIRE_SERVICES_VAR, services_required};
+
+/// The names of all conformance cases, in contract order.
+pub const CASES: &[&str] = &[
+    "mutual_exclusion",
+    "reentrancy",
+    "try_lock_never_waits",
+    "bounded_wait",
+    "cancellation_safety",
+    "release_by_non_owner",
+    "extend_and_auto_extend",
+    "lost_signal",
+    "fencing_monotonic",
+    "crash_release",
+    "names",
+    "invalid_input",
+    "stress",
+];
+
+/// Expands to one `#[tokio::test]` per conformance case. The argument is an
+/// expression of type `Option<Kit>`, evaluated in every test (`None`: the
+/// server is not configured and the case prints that it skipped).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($kit:expr) => {
+        $crate::conformance_tests!(@cases ($kit)
+            mutual_exclusion reentrancy try_lock_never_waits bounded_wait cancellation_safety
+            release_by_non_owner extend_and_auto_extend lost_signal fencing_monotonic crash_release
+            names invalid_input stress);
+    };
+    (@cases ($kit:expr) $($case:ident)*) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let kit: ::std::option::Option<$crate::testkit::Kit> = $kit;
+                if let ::std::option::Option::Some(kit) = kit {
+                    $crate::testkit::cases::$case(&kit).await;
+                }
+            }
+        )*
+    };
+}

@@ -1,0 +1,243 @@
+//! Connection URLs: the scheme table and the query parameters every backend
+//! shares (`ttl`, `wait`, `auto_extend`, `owner`).
+
+use std::time::Duration;
+
+use url::Url;
+
+use crate::{LockError, LockOptions};
+
+/// The backends a URL can name. Dispatch is one `match` over this enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scheme {
+    /// `memory://[NAME]`
+    Memory,
+    /// `sqlite://PATH`, `sqlite::memory:`
+    Sqlite,
+    /// `redis://`, `rediss://`
+    Redis,
+    /// `redis+sentinel://`
+    RedisSentinel,
+    /// `redis+cluster://`
+    RedisCluster,
+    /// `redlock://h1,h2,h3`
+    Redlock,
+    /// `mysql://`, `mariadb://`
+    Mysql,
+    /// `postgres://`, `postgresql://`
+    Postgres,
+    /// `zk://`, `zookeeper://`
+    Zookeeper,
+}
+
+impl Scheme {
+    /// The scheme of a URL string, by its text before `:`.
+    pub fn of(scheme: &str) -> Option<Scheme> {
+        Some(match scheme.to_ascii_lowercase().as_str() {
+            "memory" => Scheme::Memory,
+            "sqlite" => Scheme::Sqlite,
+            "redis" | "rediss" => Scheme::Redis,
+            "redis+sentinel" | "rediss+sentinel" => Scheme::RedisSentinel,
+            "redis+cluster" | "rediss+cluster" => Scheme::RedisCluster,
+            "redlock" => Scheme::Redlock,
+            "mysql" | "mariadb" => Scheme::Mysql,
+            "postgres" | "postgresql" => Scheme::Postgres,
+            "zk" | "zookeeper" => Scheme::Zookeeper,
+            _ => return None,
+        })
+    }
+
+    /// The cargo feature of the `lockkit` crate that provides this backend.
+    pub fn feature(self) -> &'static str {
+        match self {
+            Scheme::Memory => "(always on)",
+            Scheme::Sqlite => "sqlite",
+            Scheme::Redis | Scheme::RedisSentinel | Scheme::RedisCluster | Scheme::Redlock => "redis",
+            Scheme::Mysql => "mysql",
+            Scheme::Postgres => "postgres",
+            Scheme::Zookeeper => "zookeeper",
+        }
+    }
+}
+
+/// A parsed connection URL: its scheme, the URL, and the options every
+/// backend shares, with backend-specific query parameters left to take.
+#[derive(Debug, Clone)]
+pub struct ConnectUrl {
+    /// The backend named by the scheme.
+    pub scheme: Scheme,
+    /// The URL with the common parameters still in it.
+    pub url: Url,
+    /// Default lock options from `ttl`, `wait`, `auto_extend`, `owner`.
+    pub options: LockOptions,
+    params: Vec<(String, String)>,
+}
+
+/// The schemes lockkit knows, for messages.
+pub const KNOWN_SCHEMES: &str =
+    "memory, sqlite, redis, rediss, redis+sentinel, redis+cluster, redlock, mysql, mariadb, postgres, zk";
+
+impl ConnectUrl {
+    /// Parses `url`, its scheme and the common query parameters.
+    pub fn parse(url: &str) -> Result<Self, LockError> {
+        let url = url.trim();
+        let Some((scheme_text, _)) = url.split_once(':') else {
+            return Err(LockError::config(
+                "url",
+                format!("{url:?} is not a URL: expected SCHEME://…, one of {KNOWN_SCHEMES}"),
+            ));
+        };
+        let scheme = Scheme::of(scheme_text).ok_or_else(|| {
+            LockError::config(
+                "url scheme",
+                format!("unknown scheme {scheme_text:?}; lockkit knows {KNOWN_SCHEMES}"),
+            )
+        })?;
+        let parsed = Url::parse(url).map_err(|e| LockError::config("url", format!("{url:?}: {e}")))?;
+        let mut this = ConnectUrl {
+            scheme,
+            params: parsed
+                .query_pairs()
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+            url: parsed,
+            options: LockOptions::new(),
+        };
+        let mut options = LockOptions::new();
+        if let Some(ttl) = this.take_duration("ttl")? {
+            options = options.ttl(ttl);
+        }
+        if let Some(wait) = this.take("wait") {
+            options = match wait.as_str() {
+                "forever" | "none" => options.wait_forever(),
+                _ => options.wait(parse_duration("wait", &wait)?),
+            };
+        }
+        if let Some(on) = this.take_bool("auto_extend")? {
+            options = options.auto_extend(on);
+        }
+        if let Some(owner) = this.take("owner") {
+            options = options.owner(owner);
+        }
+        options.validate().map_err(|e| match e {
+            LockError::InvalidConfig { part, reason } => LockError::config(format!("query parameter {part}"), reason),
+            other => other,
+        })?;
+        this.options = options;
+        Ok(this)
+    }
+
+    /// Takes a query parameter (the last one, if repeated).
+    pub fn take(&mut self, key: &str) -> Option<String> {
+        let mut found = None;
+        self.params.retain(|(k, v)| {
+            if k == key {
+                found = Some(v.clone());
+                false
+            } else {
+                true
+            }
+        });
+        found
+    }
+
+    /// Takes a humantime duration parameter such as `30s` or `1m 30s`.
+    pub fn take_duration(&mut self, key: &str) -> Result<Option<Duration>, LockError> {
+        self.take(key).map(|v| parse_duration(key, &v)).transpose()
+    }
+
+    /// Takes a boolean parameter: `true/false`, `1/0`, `yes/no`, `on/off`.
+    pub fn take_bool(&mut self, key: &str) -> Result<Option<bool>, LockError> {
+        self.take(key)
+            .map(|v| match v.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => Ok(true),
+                "false" | "0" | "no" | "off" => Ok(false),
+                _ => Err(LockError::config(
+                    format!("query parameter {key}"),
+                    format!("expected true or false, got {v:?}"),
+                )),
+            })
+            .transpose()
+    }
+
+    /// Takes an unsigned integer parameter.
+    pub fn take_u64(&mut self, key: &str) -> Result<Option<u64>, LockError> {
+        self.take(key)
+            .map(|v| {
+                v.parse().map_err(|_| {
+                    LockError::config(
+                        format!("query parameter {key}"),
+                        format!("expected a whole number, got {v:?}"),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    /// Fails on any query parameter nobody took: a typo must not be ignored.
+    pub fn finish(&self) -> Result<(), LockError> {
+        match self.params.first() {
+            None => Ok(()),
+            Some((k, _)) => Err(LockError::config(
+                format!("query parameter {k}"),
+                format!("not a parameter of {:?} URLs", self.url.scheme()),
+            )),
+        }
+    }
+}
+
+fn parse_duration(key: &str, value: &str) -> Result<Duration, LockError> {
+    humantime::parse_duration(value).map_err(|e| {
+        LockError::config(
+            format!("query parameter {key}"),
+            format!("{value:?} is not a duration like 30s or 1m: {e}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(e: LockError) -> String {
+        match e {
+            LockError::InvalidConfig { part, .. } => part,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn common_options() {
+        let mut u = ConnectUrl::parse("memory://?ttl=5s&wait=forever&auto_extend=off&owner=me&x=1").unwrap();
+        assert_eq!(u.scheme, Scheme::Memory);
+        assert_eq!(u.options.ttl_value(), Duration::from_secs(5));
+        assert_eq!(u.options.wait_value(), None);
+        assert!(!u.options.auto_extend_value());
+        assert_eq!(u.options.owner_value(), Some("me"));
+        assert_eq!(part(u.finish().unwrap_err()), "query parameter x");
+        assert_eq!(u.take_u64("x").unwrap(), Some(1));
+        assert!(u.finish().is_ok());
+    }
+
+    #[test]
+    fn bad_urls() {
+        assert_eq!(part(ConnectUrl::parse("nonsense").unwrap_err()), "url");
+        assert_eq!(part(ConnectUrl::parse("ftp://x").unwrap_err()), "url scheme");
+        assert_eq!(part(ConnectUrl::parse("redis://[::1").unwrap_err()), "url");
+        assert_eq!(
+            part(ConnectUrl::parse("memory://?ttl=abc").unwrap_err()),
+            "query parameter ttl"
+        );
+        assert_eq!(
+            part(ConnectUrl::parse("memory://?ttl=0s").unwrap_err()),
+            "query parameter ttl"
+        );
+        assert_eq!(
+            part(ConnectUrl::parse("memory://?auto_extend=maybe").unwrap_err()),
+            "query parameter auto_extend"
+        );
+        assert_eq!(Scheme::of("REDIS"), Some(Scheme::Redis));
+        assert_eq!(Scheme::Redlock.feature(), "redis");
+    }
+}

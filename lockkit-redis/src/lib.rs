@@ -1,0 +1,1 @@
+//! lockkit backend crate; filled by its own issue.

@@ -1,0 +1,43 @@
+//! # lockkit
+//!
+//! Distributed locks with one contract and several backends. Write
+//! `locks.lock("order:42")` once; pick the backend with a URL.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockkit::LockError> {
+//! let locks = lockkit::connect("memory://").await?; // or redis://, mysql://, zk://, sqlite://
+//! let guard = locks.lock("order:42").await?;         // waits up to the default bound (30 s)
+//! let token = guard.fencing_token();                 // storage should refuse stale tokens
+//! assert!(token > 0);
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! | scheme | backend | cargo feature |
+//! |---|---|---|
+//! | `memory://[NAME]` | in-process | always |
+//! | `sqlite://PATH` | SQLite table | `sqlite` |
+//! | `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://` | Redis | `redis` |
+//! | `redlock://h1,h2,h3` | Redlock over N masters | `redis` |
+//! | `mysql://`, `mariadb://` | MySQL/MariaDB table | `mysql` |
+//! | `postgres://` | PostgreSQL table | `postgres` |
+//! | `zk://h1,h2/chroot` | ZooKeeper | `zookeeper` |
+//!
+//! Common query parameters: `ttl` (lease, default 30s), `wait` (bound of
+//! `lock`, default 30s, or `forever`), `auto_extend` (default true), `owner`.
+//! See [`LockClient`] for the API and the contract every backend keeps.
+#![warn(missing_docs)]
+
+mod connect;
+
+pub use connect::{Connect, URL_VAR, connect, connect_from_env};
+#[doc(inline)]
+pub use lockkit_core::{
+    Capabilities, DEFAULT_TTL, DEFAULT_WAIT, LeaseKind, LockBackend, LockClient, LockError, LockGuard, LockInfo,
+    LockOptions, LostReason, LostSignal, Unlocked, backend, memory, url,
+};
+
+/// The conformance kit (feature `testkit`), for testing a backend.
+#[cfg(feature = "testkit")]
+pub use lockkit_core::testkit;

@@ -56,7 +56,7 @@ async fn is_busy(client: &LockClient, name: &str) -> bool {
     }
 }
 
-/// 1. While a lease is valid no other owner holds the name; of many
+/// Contract point 1: While a lease is valid no other owner holds the name; of many
 /// concurrent contenders exactly one wins.
 pub async fn mutual_exclusion(kit: &Kit) {
     let name = kit.name("mutual_exclusion");
@@ -99,7 +99,7 @@ pub async fn mutual_exclusion(kit: &Kit) {
     }
 }
 
-/// 2. The same owner re-enters: the count grows, the token stays; a second
+/// Contract point 2: The same owner re-enters: the count grows, the token stays; a second
 /// client configured with the same owner id shares the hold; the name is
 /// free only when the count is back at zero.
 pub async fn reentrancy(kit: &Kit) {
@@ -148,7 +148,7 @@ pub async fn reentrancy(kit: &Kit) {
     must_unlock(gb).await;
 }
 
-/// 3. `try_lock` answers at once, without waiting for the holder.
+/// Contract point 3: `try_lock` answers at once, without waiting for the holder.
 pub async fn try_lock_never_waits(kit: &Kit) {
     let name = kit.name("try_lock_never_waits");
     let (a, b) = (kit.client().await, kit.client().await);
@@ -169,7 +169,7 @@ pub async fn try_lock_never_waits(kit: &Kit) {
     must_unlock(ga).await;
 }
 
-/// 4. `lock` waits up to its bound and fails with `WaitTimeout`, not
+/// Contract point 4: `lock` waits up to its bound and fails with `WaitTimeout`, not
 /// earlier; a release during the wait hands the lock over, also to a waiter
 /// without a bound.
 pub async fn bounded_wait(kit: &Kit) {
@@ -223,7 +223,7 @@ async fn await_waiter(kit: &Kit, waiter: tokio::task::JoinHandle<Result<LockGuar
         .unwrap_or_else(|e| panic!("waiter: {}", error_chain(&e)))
 }
 
-/// 5. Dropping a `lock` future at any point — while waiting, or while an
+/// Contract point 5: Dropping a `lock` future at any point — while waiting, or while an
 /// attempt is on the wire — leaves no hold and no queue entry: the next
 /// waiter is not delayed.
 pub async fn cancellation_safety(kit: &Kit) {
@@ -273,7 +273,7 @@ pub async fn cancellation_safety(kit: &Kit) {
     assert_eq!(holder(&c, &free).await, None);
 }
 
-/// 6. Only the holder releases or extends: a wrong owner or a wrong token
+/// Contract point 6: Only the holder releases or extends: a wrong owner or a wrong token
 /// changes nothing and gets `NotHeld`; a guard whose lease ran out cannot
 /// release the next owner's hold.
 pub async fn release_by_non_owner(kit: &Kit) {
@@ -340,7 +340,7 @@ pub async fn release_by_non_owner(kit: &Kit) {
     must_unlock(gb).await;
 }
 
-/// 7. The watchdog keeps a lease alive for many ttls; an explicit extend
+/// Contract point 7: The watchdog keeps a lease alive for many ttls; an explicit extend
 /// pushes the deadline out.
 pub async fn extend_and_auto_extend(kit: &Kit) {
     let name = kit.name("auto_extend");
@@ -367,7 +367,7 @@ pub async fn extend_and_auto_extend(kit: &Kit) {
     assert_eq!(must_unlock(manual).await, 0);
 }
 
-/// 8. Without extension the lost signal fires, and it has fired by the time
+/// Contract point 8: Without extension the lost signal fires, and it has fired by the time
 /// another owner acquires.
 pub async fn lost_signal(kit: &Kit) {
     let (a, b) = (kit.client().await, kit.client().await);
@@ -399,7 +399,7 @@ pub async fn lost_signal(kit: &Kit) {
     must_unlock(gb).await;
 }
 
-/// 9. Tokens strictly grow over many first acquisitions, stay put on
+/// Contract point 9: Tokens strictly grow over many first acquisitions, stay put on
 /// re-entry, and grow on a takeover after expiry.
 pub async fn fencing_monotonic(kit: &Kit) {
     let name = kit.name("fencing");
@@ -431,7 +431,7 @@ pub async fn fencing_monotonic(kit: &Kit) {
     }
 }
 
-/// 10. A holder that crashes (stops extending and releasing, its client
+/// Contract point 10: A holder that crashes (stops extending and releasing, its client
 /// gone) blocks the name until its lease ends — and not longer.
 pub async fn crash_release(kit: &Kit) {
     let name = kit.name("crash_release");
@@ -460,7 +460,7 @@ pub async fn crash_release(kit: &Kit) {
     must_unlock(gb).await;
 }
 
-/// 11. Every valid name works as-is (the backend encodes what its store
+/// Contract point 11: Every valid name works as-is (the backend encodes what its store
 /// cannot hold); invalid names get `InvalidName`.
 pub async fn names(kit: &Kit) {
     let (a, b) = (kit.client().await, kit.client().await);
@@ -518,7 +518,7 @@ fn unique(tag: &str, base: &str) -> String {
     name
 }
 
-/// 11b. Bad input gets a typed error and leaves nothing behind.
+/// Contract point 11b: Bad input gets a typed error and leaves nothing behind.
 pub async fn invalid_input(kit: &Kit) {
     let a = kit.client().await;
     for bad in [String::new(), "x".repeat(256), "锁".repeat(86)] {
@@ -543,7 +543,7 @@ pub async fn invalid_input(kit: &Kit) {
     assert_eq!(holder(&a, &name).await, None, "a refused call must leave nothing held");
 }
 
-/// 12. K tasks × M cycles of acquire → read counter → yield → write
+/// Contract point 12: K tasks × M cycles of acquire → read counter → yield → write
 /// counter + 1 → release on one name: the total is exact, and the recorded
 /// history has no overlapping holds and strictly increasing tokens.
 pub async fn stress(kit: &Kit) {

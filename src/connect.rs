@@ -1,7 +1,9 @@
 //! `connect(url)`: one `match` over the URL scheme.
 
 use lockkit_core::url::{ConnectUrl, Scheme};
-use lockkit_core::{LockClient, LockError, memory::MemoryBackend};
+use std::sync::Arc;
+
+use lockkit_core::{LockBackend, LockClient, LockError, memory::MemoryBackend};
 
 /// Connects to the backend a URL names and returns a client with the URL's
 /// default options (`ttl`, `wait`, `auto_extend`, `owner` query parameters).
@@ -20,18 +22,31 @@ use lockkit_core::{LockClient, LockError, memory::MemoryBackend};
 /// a backend not compiled in, [`LockError::Backend`] if the server cannot be
 /// reached.
 pub async fn connect(url: &str) -> Result<LockClient, LockError> {
-    let url = ConnectUrl::parse(url)?;
-    match url.scheme {
-        Scheme::Memory => {
-            url.finish()?;
-            let backend = MemoryBackend::from_url(&url.url)?;
-            LockClient::new(backend, url.options)
+    #[allow(unused_mut)] // only the network backends take parameters of their own
+    let mut url = ConnectUrl::parse(url)?;
+    let backend: Arc<dyn LockBackend> = match url.scheme {
+        Scheme::Memory => Arc::new(MemoryBackend::from_url(&url.url)?),
+        #[cfg(feature = "redis")]
+        Scheme::Redis | Scheme::RedisSentinel | Scheme::RedisCluster | Scheme::Redlock => {
+            lockkit_redis::connect(&mut url).await?
         }
-        other => Err(LockError::FeatureDisabled {
-            scheme: url.url.scheme().to_owned(),
-            feature: other.feature(),
-        }),
-    }
+        #[cfg(feature = "sqlite")]
+        Scheme::Sqlite => lockkit_sql::connect(&mut url).await?,
+        #[cfg(feature = "mysql")]
+        Scheme::Mysql => lockkit_sql::connect(&mut url).await?,
+        #[cfg(feature = "postgres")]
+        Scheme::Postgres => lockkit_sql::connect(&mut url).await?,
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(LockError::FeatureDisabled {
+                scheme: url.url.scheme().to_owned(),
+                feature: other.feature(),
+            });
+        }
+    };
+    // A parameter no backend took is a typo, not something to ignore.
+    url.finish()?;
+    LockClient::from_arc(backend, url.options)
 }
 
 /// Connects to the URL in `LOCKKIT_URL`.

@@ -10,7 +10,6 @@ use crate::{LockClient, LockError};
 
 /// What [`LockGuard::unlock`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
 pub struct Unlocked {
     /// Holds the owner still has on the name (re-entry); 0 when the name is
     /// now free.

@@ -7,7 +7,7 @@
 //! tokens come from one counter per store, so they grow per name too; they
 //! are not durable (a store lives as long as a backend handle on it).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,7 @@ struct State {
     /// One slot per name somebody is waiting for.
     waiters: HashMap<String, WaitSlot>,
     last_token: u64,
+    last_ticket: u64,
 }
 
 #[derive(Debug)]
@@ -47,10 +48,11 @@ struct Entry {
     expires_at: Instant,
 }
 
+/// The waiters of one name, first come first served.
 #[derive(Debug)]
 struct WaitSlot {
     notify: Arc<Notify>,
-    waiters: usize,
+    queue: VecDeque<u64>,
 }
 
 static STORES: LazyLock<Mutex<HashMap<String, Weak<Store>>>> = LazyLock::new(Default::default);
@@ -67,6 +69,12 @@ impl State {
     fn held_by(&mut self, hold: &Hold, now: Instant) -> Option<&mut Entry> {
         self.live(&hold.name, now)
             .filter(|e| e.owner == hold.owner && e.token == hold.token)
+    }
+
+    fn first_in_line(&self, name: &str, ticket: Option<u64>) -> bool {
+        self.waiters
+            .get(name)
+            .is_none_or(|slot| slot.queue.front().is_none_or(|t| Some(*t) == ticket))
     }
 
     fn wake(&self, name: &str) {
@@ -113,10 +121,15 @@ impl MemoryBackend {
         self.store.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn attempt(&self, req: &AcquireRequest<'_>) -> TryAcquire {
+    /// One attempt. A waiter (`ticket`) may take a free name only when it is
+    /// first in line, so a releaser that locks again at once queues behind
+    /// the waiters instead of starving them; `try_lock` (no ticket) may take
+    /// any free name.
+    fn attempt(&self, req: &AcquireRequest<'_>, ticket: Option<u64>) -> TryAcquire {
         let now = Instant::now();
         let ttl = Duration::from_millis(ttl_millis(req.ttl));
         let mut state = self.state();
+        let my_turn = ticket.is_none() || state.first_in_line(req.name, ticket);
         let (token, hold_count, expires_at) = match state.live(req.name, now) {
             Some(e) if e.owner == req.owner => {
                 e.count = e.count.saturating_add(1);
@@ -128,7 +141,15 @@ impl MemoryBackend {
                     retry_in: Some(e.expires_at - now),
                 };
             }
+            None if !my_turn => {
+                return TryAcquire::Busy { retry_in: None };
+            }
             None => {
+                if let Some(slot) = state.waiters.get_mut(req.name)
+                    && ticket.is_some()
+                {
+                    slot.queue.retain(|t| Some(*t) != ticket);
+                }
                 state.last_token += 1;
                 let token = state.last_token;
                 let entry = Entry {
@@ -149,18 +170,21 @@ impl MemoryBackend {
         })
     }
 
-    /// Registers interest in `name`; the slot goes when the last waiter does.
-    fn wait_slot(&self, name: &str) -> WaiterHandle<'_> {
+    /// Queues a waiter for `name`; the slot goes when the last waiter does.
+    fn enqueue(&self, name: &str) -> WaiterHandle<'_> {
         let mut state = self.state();
+        state.last_ticket += 1;
+        let ticket = state.last_ticket;
         let slot = state.waiters.entry(name.to_owned()).or_insert_with(|| WaitSlot {
             notify: Arc::new(Notify::new()),
-            waiters: 0,
+            queue: VecDeque::new(),
         });
-        slot.waiters += 1;
+        slot.queue.push_back(ticket);
         WaiterHandle {
             backend: self,
             name: name.to_owned(),
             notify: slot.notify.clone(),
+            ticket,
         }
     }
 }
@@ -171,22 +195,27 @@ impl Default for MemoryBackend {
     }
 }
 
-/// A waiter's registration; dropping it (also when the waiting future is
-/// cancelled) removes the registration.
+/// A waiter's place in line; dropping it (also when the waiting future is
+/// cancelled) leaves the line, and wakes the others if it was first.
 struct WaiterHandle<'a> {
     backend: &'a MemoryBackend,
     name: String,
     notify: Arc<Notify>,
+    ticket: u64,
 }
 
 impl Drop for WaiterHandle<'_> {
     fn drop(&mut self) {
         let mut state = self.backend.state();
-        if let Some(slot) = state.waiters.get_mut(&self.name) {
-            slot.waiters -= 1;
-            if slot.waiters == 0 {
-                state.waiters.remove(&self.name);
-            }
+        let Some(slot) = state.waiters.get_mut(&self.name) else {
+            return;
+        };
+        let was_first = slot.queue.front() == Some(&self.ticket);
+        slot.queue.retain(|t| *t != self.ticket);
+        if slot.queue.is_empty() {
+            state.waiters.remove(&self.name);
+        } else if was_first {
+            slot.notify.notify_waiters();
         }
     }
 }
@@ -202,19 +231,19 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-        Ok(self.attempt(req))
+        Ok(self.attempt(req, None))
     }
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-        let waiter = self.wait_slot(req.name);
+        let waiter = self.enqueue(req.name);
         loop {
             // Listen before trying, so a release between the attempt and the
             // sleep is not missed.
             let notified = waiter.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let retry_in = match self.attempt(req) {
+            let retry_in = match self.attempt(req, Some(waiter.ticket)) {
                 TryAcquire::Acquired(lease) => return Ok(Some(lease)),
                 TryAcquire::Busy { retry_in } => retry_in.unwrap_or(Duration::from_secs(1)),
             };
@@ -225,7 +254,7 @@ impl LockBackend for MemoryBackend {
                 _ = tokio::time::sleep_until(wake_at) => {
                     if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                         // One last attempt: the name may have come free at the deadline.
-                        return Ok(match self.attempt(req) {
+                        return Ok(match self.attempt(req, Some(waiter.ticket)) {
                             TryAcquire::Acquired(lease) => Some(lease),
                             TryAcquire::Busy { .. } => None,
                         });
@@ -283,5 +312,49 @@ impl LockBackend for MemoryBackend {
             token: e.token,
             remaining: Some(e.expires_at - now),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LockClient, LockOptions};
+
+    fn queued(backend: &MemoryBackend, name: &str) -> usize {
+        backend.state().waiters.get(name).map_or(0, |s| s.queue.len())
+    }
+
+    /// A releaser that locks again at once queues behind the waiters.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiters_are_served_in_order() {
+        let backend = MemoryBackend::new();
+        let opts = LockOptions::new().wait(Duration::from_secs(30));
+        let client = |b: &MemoryBackend| LockClient::new(b.clone(), opts.clone()).unwrap();
+        let (a, b, c) = (client(&backend), client(&backend), client(&backend));
+        let ga = a.lock("n").await.unwrap();
+        let wb = tokio::spawn(async move { b.lock("n").await.map(|g| (g.owner().to_owned(), g)) });
+        while queued(&backend, "n") < 1 {
+            tokio::task::yield_now().await;
+        }
+        let wc = tokio::spawn(async move { c.lock("n").await.map(|g| (g.owner().to_owned(), g)) });
+        while queued(&backend, "n") < 2 {
+            tokio::task::yield_now().await;
+        }
+        let a_owner = a.owner().to_owned();
+        ga.unlock().await.unwrap();
+        let again = tokio::spawn(async move { a.lock("n").await.map(|g| (g.owner().to_owned(), g)) });
+        let (b_owner, gb) = wb.await.unwrap().unwrap();
+        assert_ne!(b_owner, a_owner);
+        gb.unlock().await.unwrap();
+        let (c_owner, gc) = wc.await.unwrap().unwrap();
+        assert_ne!(
+            c_owner, a_owner,
+            "the second waiter goes before the re-locking releaser"
+        );
+        gc.unlock().await.unwrap();
+        let (owner, ga) = again.await.unwrap().unwrap();
+        assert_eq!(owner, a_owner);
+        ga.unlock().await.unwrap();
+        assert_eq!(queued(&backend, "n"), 0, "no queue entry left behind");
     }
 }

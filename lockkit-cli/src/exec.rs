@@ -1,0 +1,119 @@
+//! `lockkit exec NAME -- CMD…`: a distributed flock(1).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use lockkit::LockError;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{CliError, EXIT_BUSY, EXIT_LOST, parse_duration, target};
+
+/// Arguments of `lockkit exec`.
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    /// The lock name.
+    name: String,
+    /// How long to wait for the lock (default: the URL's `wait`, else 30s).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+    /// Fail at once (exit 75) if another owner holds the lock.
+    #[arg(long)]
+    no_wait: bool,
+    /// Lease length; the lease is extended while the command runs (default 30s).
+    #[arg(long, value_parser = parse_duration)]
+    ttl: Option<Duration>,
+    /// Owner id (equal owners share a hold, e.g. to re-enter from a child).
+    #[arg(long)]
+    owner: Option<String>,
+    /// How long the command gets between SIGTERM and SIGKILL when the lock is lost.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    grace: Duration,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// Runs the command under the lock; see the exit codes in `--help`.
+pub async fn run(url: Option<String>, args: ExecArgs) -> Result<ExitCode, CliError> {
+    let url = target::resolve(url)?;
+    let client = target::connect(&url).await?;
+    let mut opts = client.options();
+    if let Some(ttl) = args.ttl {
+        opts = opts.ttl(ttl);
+    }
+    if let Some(wait) = args.wait {
+        opts = opts.wait(wait);
+    }
+    if let Some(owner) = &args.owner {
+        opts = opts.owner(owner.clone());
+    }
+    let guard = if args.no_wait {
+        match client.try_lock_with(&args.name, &opts).await? {
+            Some(g) => g,
+            None => {
+                eprintln!("lockkit: lock {:?} is held by another owner", args.name);
+                return Ok(ExitCode::from(EXIT_BUSY));
+            }
+        }
+    } else {
+        match client.lock_with(&args.name, &opts).await {
+            Ok(g) => g,
+            Err(e @ LockError::WaitTimeout { .. }) => {
+                eprintln!("lockkit: {e}");
+                return Ok(ExitCode::from(EXIT_BUSY));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut child = Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .env("LOCKKIT_FENCING_TOKEN", guard.fencing_token().to_string())
+        .env("LOCKKIT_LOCK_NAME", &args.name)
+        .spawn()
+        .map_err(|e| format!("cannot run {:?}: {e}", args.command[0]))?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status?,
+            _ = guard.lost() => {
+                eprintln!("lockkit: lock {:?} was lost; stopping the command", args.name);
+                terminate(&mut child, args.grace).await?;
+                return Ok(ExitCode::from(EXIT_LOST));
+            }
+            _ = sigterm.recv() => forward(&child, libc::SIGTERM),
+            _ = sigint.recv() => forward(&child, libc::SIGINT),
+        }
+    };
+    if let Err(e) = guard.unlock().await {
+        eprintln!("lockkit: releasing {:?}: {e}", args.name);
+    }
+    Ok(ExitCode::from(exit_code(status)))
+}
+
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => crate::EXIT_ERROR,
+    }
+}
+
+fn forward(child: &Child, sig: libc::c_int) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) with a pid we spawned and a valid signal number.
+        unsafe { libc::kill(pid as libc::pid_t, sig) };
+    }
+}
+
+/// SIGTERM, then SIGKILL if the child is still running after `grace`.
+async fn terminate(child: &mut Child, grace: Duration) -> std::io::Result<()> {
+    forward(child, libc::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        child.kill().await?;
+    }
+    Ok(())
+}

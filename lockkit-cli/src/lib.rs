@@ -1,1 +1,0 @@
-//! lockkit cli; filled by its own issue.

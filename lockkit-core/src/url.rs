@@ -67,8 +67,13 @@ impl Scheme {
 pub struct ConnectUrl {
     /// The backend named by the scheme.
     pub scheme: Scheme,
-    /// The URL with the common parameters still in it.
+    /// The URL. For a multi-host URL (`redlock://h1:1,h2:2/…`) its host is
+    /// the first of [`hosts`](Self::hosts); everything else is as written.
     pub url: Url,
+    /// Every host of the authority, in order: one for most URLs, several for
+    /// `redlock://h1,h2,h3`, `redis+cluster://…` and `zk://…`. Empty when the
+    /// URL has no host (`memory://`, `sqlite:…`).
+    pub hosts: Vec<HostPort>,
     /// Default lock options from `ttl`, `wait`, `auto_extend`, `owner`.
     pub options: LockOptions,
     params: Vec<(String, String)>,
@@ -94,9 +99,23 @@ impl ConnectUrl {
                 format!("unknown scheme {scheme_text:?}; lockkit knows {KNOWN_SCHEMES}"),
             )
         })?;
-        let parsed = Url::parse(url).map_err(|e| LockError::config("url", format!("{url:?}: {e}")))?;
+        let (single, hosts) = split_hosts(url)?;
+        let parsed = Url::parse(&single).map_err(|e| LockError::config("url", format!("{url:?}: {e}")))?;
+        let hosts = match hosts {
+            Some(hosts) => hosts,
+            None => parsed
+                .host_str()
+                .filter(|h| !h.is_empty())
+                .map(|h| HostPort {
+                    host: h.trim_start_matches('[').trim_end_matches(']').to_owned(),
+                    port: parsed.port(),
+                })
+                .into_iter()
+                .collect(),
+        };
         let mut this = ConnectUrl {
             scheme,
+            hosts,
             params: parsed
                 .query_pairs()
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
@@ -187,6 +206,85 @@ impl ConnectUrl {
     }
 }
 
+/// One `host[:port]` of a URL's authority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    /// The host name or address (IPv6 without brackets).
+    pub host: String,
+    /// The port, if given.
+    pub port: Option<u16>,
+}
+
+impl std::fmt::Display for HostPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        match self.port {
+            Some(p) => write!(f, "{host}:{p}"),
+            None => f.write_str(&host),
+        }
+    }
+}
+
+/// For an authority listing several hosts (`user@h1:1,h2:2`), the URL with
+/// only the first host (so the `url` crate can parse the rest) and the list.
+fn split_hosts(url: &str) -> Result<(String, Option<Vec<HostPort>>), LockError> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok((url.to_owned(), None));
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, host_list) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    if !host_list.contains(',') {
+        return Ok((url.to_owned(), None));
+    }
+    let hosts = host_list
+        .split(',')
+        .map(parse_host_port)
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = hosts[0].to_string();
+    let userinfo = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+    Ok((format!("{scheme}://{userinfo}{first}{tail}"), Some(hosts)))
+}
+
+fn parse_host_port(item: &str) -> Result<HostPort, LockError> {
+    let bad = |why: &str| LockError::config("url host list", format!("{item:?}: {why}"));
+    let (host, port) = if let Some(v6) = item.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
+        match after.strip_prefix(':') {
+            Some(p) => (host, Some(p)),
+            None if after.is_empty() => (host, None),
+            None => return Err(bad("expected :PORT after ]")),
+        }
+    } else {
+        match item.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (item, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("empty host"));
+    }
+    let port = port
+        .map(|p| {
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| bad("invalid port number"))
+        })
+        .transpose()?;
+    Ok(HostPort {
+        host: host.to_owned(),
+        port,
+    })
+}
+
 fn parse_duration(key: &str, value: &str) -> Result<Duration, LockError> {
     humantime::parse_duration(value).map_err(|e| {
         LockError::config(
@@ -218,6 +316,33 @@ mod tests {
         assert_eq!(part(u.finish().unwrap_err()), "query parameter x");
         assert_eq!(u.take_u64("x").unwrap(), Some(1));
         assert!(u.finish().is_ok());
+    }
+
+    #[test]
+    fn host_lists() {
+        let u = ConnectUrl::parse("redlock://user:pw@h1:1,[::1]:2,h3/0?ttl=5s").unwrap();
+        let hosts: Vec<String> = u.hosts.iter().map(|h| h.to_string()).collect();
+        assert_eq!(hosts, ["h1:1", "[::1]:2", "h3"]);
+        assert_eq!(u.url.host_str(), Some("h1"));
+        assert_eq!((u.url.username(), u.url.password()), ("user", Some("pw")));
+        assert_eq!(u.url.path(), "/0");
+        let single = ConnectUrl::parse("redis://127.0.0.1:6379").unwrap();
+        assert_eq!(
+            single.hosts,
+            [HostPort {
+                host: "127.0.0.1".into(),
+                port: Some(6379)
+            }]
+        );
+        assert!(ConnectUrl::parse("memory://").unwrap().hosts.is_empty());
+        assert_eq!(
+            part(ConnectUrl::parse("redlock://h1:1,h2:99999").unwrap_err()),
+            "url host list"
+        );
+        assert_eq!(
+            part(ConnectUrl::parse("redlock://h1:1,,h3").unwrap_err()),
+            "url host list"
+        );
     }
 
     #[test]

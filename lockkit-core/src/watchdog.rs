@@ -68,6 +68,8 @@ impl Watchdog {
         sent_at: Instant,
     ) -> Arc<HeldLock> {
         let renew_at = sent_at + ttl / 3;
+        // A session lease (no deadline) lives as long as the session: nothing to renew.
+        let auto_extend = auto_extend && lease.valid_until.is_some();
         let held = {
             let mut holds = self.shared.holds();
             match holds.get(&hold) {

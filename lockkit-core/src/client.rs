@@ -9,7 +9,7 @@ use tracing::Instrument;
 use crate::backend::{AcquireRequest, Capabilities, Hold, Lease, LockBackend, LockInfo, TryAcquire};
 use crate::name::{random_owner, validate_name, validate_owner};
 use crate::watchdog::Watchdog;
-use crate::{LockError, LockGuard, LockOptions};
+use crate::{LockError, LockGuard, LockOptions, telemetry};
 
 /// A handle on one lock backend, with an owner id and default options.
 ///
@@ -181,21 +181,28 @@ impl LockClient {
             options.wait_value()
         };
         let span = tracing::debug_span!("lockkit.acquire", backend = backend.kind(), lock = %name, %owner, ?wait);
+        let kind = backend.kind();
         async {
             let started = Instant::now();
             let lease = if wait == Some(Duration::ZERO) {
-                match backend.try_acquire(&req).await? {
+                backend.try_acquire(&req).await.map(|r| match r {
                     TryAcquire::Acquired(lease) => Some(lease),
                     TryAcquire::Busy { .. } => None,
-                }
+                })
             } else {
-                backend.acquire(&req, wait).await?
+                backend.acquire(&req, wait).await
             };
+            let lease = lease.inspect_err(|error| {
+                tracing::debug!(%error, "acquire failed");
+                telemetry::acquire_failed(kind);
+            })?;
             let Some(lease) = lease else {
                 tracing::debug!(waited = ?started.elapsed(), "not acquired");
+                telemetry::refused(kind, !no_wait);
                 return Ok(None);
             };
             tracing::debug!(token = lease.token, hold_count = lease.hold_count, waited = ?started.elapsed(), "acquired");
+            telemetry::acquired(kind, started.elapsed());
             Ok(Some(self.guard(&req, lease, options.auto_extend_value(), started)))
         }
         .instrument(span)

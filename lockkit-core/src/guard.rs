@@ -40,6 +40,7 @@ pub struct LockGuard {
     held: Arc<HeldLock>,
     hold_count: u32,
     armed: bool,
+    acquired_at: Instant,
 }
 
 impl LockGuard {
@@ -49,7 +50,15 @@ impl LockGuard {
             held,
             hold_count,
             armed: true,
+            acquired_at: Instant::now(),
         }
+    }
+
+    /// Stops extending this guard's hold and records its hold time.
+    fn disarm(&mut self) {
+        self.armed = false;
+        self.client.watchdog().unregister(&self.held);
+        crate::telemetry::held(self.held.backend, self.acquired_at.elapsed());
     }
 
     /// The lock name.
@@ -120,6 +129,7 @@ impl LockGuard {
         let outcome = backend.extend(&self.held.hold, ttl).await?;
         match outcome {
             ExtendOutcome::Extended { valid_until } => {
+                crate::telemetry::extended(backend.kind(), 1);
                 tracing::debug!(backend = backend.kind(), lock = %self.name(), ?ttl, "extended");
                 self.client.watchdog().extended(&self.held, valid_until, ttl, sent_at);
                 Ok(())
@@ -144,8 +154,7 @@ impl LockGuard {
     /// Cancel safe: once called, the release completes in the background
     /// even if this future is dropped.
     pub async fn unlock(mut self) -> Result<Unlocked, LockError> {
-        self.armed = false;
-        self.client.watchdog().unregister(&self.held);
+        self.disarm();
         let backend = self.client.backend().clone();
         let held = self.held.clone();
         let release = tokio::spawn(async move { backend.release(&held.hold).await });
@@ -178,8 +187,7 @@ impl LockGuard {
     /// This is what a crashed holder looks like to everybody else; it is also
     /// a way to keep a name blocked for one ttl ("at most once per ttl").
     pub fn abandon(mut self) {
-        self.armed = false;
-        self.client.watchdog().unregister(&self.held);
+        self.disarm();
         tracing::debug!(backend = self.client.backend().kind(), lock = %self.name(), "abandoned");
     }
 }
@@ -189,7 +197,7 @@ impl Drop for LockGuard {
         if !self.armed {
             return;
         }
-        self.client.watchdog().unregister(&self.held);
+        self.disarm();
         let backend = self.client.backend().clone();
         let held = self.held.clone();
         match tokio::runtime::Handle::try_current() {

@@ -106,6 +106,7 @@ impl HeldLock {
             return;
         }
         let _ = self.reason.set(reason);
+        crate::telemetry::lost(self.backend, reason);
         tracing::warn!(
             backend = self.backend,
             lock = %self.hold.name,

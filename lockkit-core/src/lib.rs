@@ -50,6 +50,7 @@ pub mod lease;
 pub mod memory;
 pub mod name;
 mod options;
+pub mod telemetry;
 pub mod url;
 mod watchdog;
 

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{ExtendOutcome, Hold, Lease, LockBackend};
 use crate::held::{HeldLock, HeldState, LostReason};
+use crate::telemetry;
 
 /// How long before the next extension is due a hold may join a batch that
 /// is going out anyway: half the renewal interval. Holds taken at scattered
@@ -218,6 +219,7 @@ async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>) {
         "watchdog extended"
     );
     let now = Instant::now();
+    let kind = shared.backend.kind();
     let mut holds = shared.holds();
     let mut results = results.into_iter();
     for (hold, ttl) in &batch {
@@ -229,6 +231,7 @@ async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>) {
         st.in_flight = false;
         match result {
             Some(Ok(ExtendOutcome::Extended { valid_until })) => {
+                telemetry::extended(kind, 1);
                 st.valid_until = valid_until;
                 st.next_renew = sent_at + *ttl / 3;
             }
@@ -238,6 +241,7 @@ async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>) {
                 holds.remove(hold);
             }
             Some(Err(error)) => {
+                telemetry::extension_failed(kind);
                 tracing::warn!(backend = shared.backend.kind(), lock = %hold.name, %error, "extension failed; retrying");
                 st.next_renew = now + retry_delay(*ttl);
             }

@@ -1,5 +1,6 @@
 //! `lockkit`: distributed locks from the shell.
 
+mod admin;
 mod demo;
 mod exec;
 mod fenced_store;
@@ -44,6 +45,14 @@ enum Command {
     ///
     /// Example: lockkit status order:42 --json
     Status(status::StatusArgs),
+    /// List held locks (where the backend can enumerate them).
+    ///
+    /// Example: lockkit list --prefix order: --json
+    List(admin::ListArgs),
+    /// Remove a lock's hold whoever holds it: the operator's override.
+    ///
+    /// Example: lockkit release order:42 --force
+    Release(admin::ReleaseArgs),
     /// Split a budget among worker processes under a lock (the red-packet demo).
     ///
     /// Example: lockkit demo --workers 4 --budget 10000
@@ -81,6 +90,8 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Exec(args) => exec::run(url, args).await,
         Command::Status(args) => status::run(url, args).await,
+        Command::List(args) => admin::list(url, args).await,
+        Command::Release(args) => admin::release(url, args).await,
         Command::Demo(args) => demo::run(url, args).await,
         Command::DemoWorker(args) => demo::worker_process(url, args).await,
     };

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::admin::{info_json, info_text};
 use crate::{CliError, target};
 
 /// Arguments of `lockkit status`.
@@ -18,37 +19,13 @@ pub struct StatusArgs {
 
 /// Prints the holder of a lock; exit 0 either way.
 pub async fn run(url: Option<String>, args: StatusArgs) -> Result<ExitCode, CliError> {
-    let url = target::resolve(url)?;
-    let client = target::connect(&url).await?;
+    let client = target::connect(&target::resolve(url)?).await?;
     let info = client.inspect(&args.name).await?;
-    if args.json {
-        let value = match &info {
-            Some(i) => serde_json::json!({
-                "name": i.name,
-                "held": true,
-                "owner": i.owner,
-                "hold_count": i.hold_count,
-                "token": i.token,
-                "remaining_ms": i.remaining.map(|d| d.as_millis() as u64),
-            }),
-            None => serde_json::json!({ "name": args.name, "held": false }),
-        };
-        println!("{value}");
-    } else {
-        match info {
-            Some(i) => println!(
-                "{}: held by {} (hold count {}, fencing token {}, lease {})",
-                i.name,
-                i.owner,
-                i.hold_count,
-                i.token,
-                i.remaining.map_or("until the session ends".to_owned(), |d| format!(
-                    "{} left",
-                    humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
-                ))
-            ),
-            None => println!("{}: free", args.name),
-        }
+    match (&info, args.json) {
+        (Some(i), true) => println!("{}", info_json(i)),
+        (Some(i), false) => println!("{}", info_text(i)),
+        (None, true) => println!("{}", serde_json::json!({ "name": args.name, "held": false })),
+        (None, false) => println!("{}: free", args.name),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -78,6 +78,19 @@ fn errors_are_one_clear_line() {
 }
 
 #[test]
+fn release_needs_force() {
+    let o = lockkit(&["--url", "memory://", "release", "stuck"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("without --force"), "{}", stderr(&o));
+    let o = lockkit(&["--url", "memory://", "release", "stuck", "--force"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("was not held"));
+    let o = lockkit(&["--url", "memory://", "list", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout.is_empty(), "a fresh in-process store holds nothing");
+}
+
+#[test]
 fn status_reports_free_locks() {
     let o = lockkit(&["--url", "memory://", "status", "order:42", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -127,6 +127,9 @@ pub struct Capabilities {
     pub batch_extend: bool,
     /// Fencing tokens keep growing across a server restart.
     pub durable_tokens: bool,
+    /// [`LockBackend::list`] and [`LockBackend::force_release`] are
+    /// implemented.
+    pub admin: bool,
 }
 
 impl Capabilities {
@@ -136,6 +139,7 @@ impl Capabilities {
             leases: LeaseKind::Ttl,
             batch_extend,
             durable_tokens,
+            admin: false,
         }
     }
 
@@ -145,7 +149,15 @@ impl Capabilities {
             leases: LeaseKind::Session,
             batch_extend: false,
             durable_tokens,
+            admin: false,
         }
+    }
+
+    /// The same, declaring [`LockBackend::list`] and
+    /// [`LockBackend::force_release`] implemented.
+    pub const fn with_admin(mut self) -> Self {
+        self.admin = true;
+        self
     }
 }
 
@@ -189,6 +201,27 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Who holds `name`, if anybody.
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError>;
+
+    /// Held names starting with `prefix`, in name order, at most `limit`.
+    /// Operator tooling; backends that cannot enumerate keep the default.
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        let _ = (prefix, limit);
+        Err(LockError::Unsupported {
+            backend: self.kind(),
+            operation: "list",
+        })
+    }
+
+    /// Deletes the hold on `name` whoever holds it — the operator's override
+    /// for a stuck lock. Returns the hold that was removed. The holder's
+    /// guard notices at its next extension (its lost signal fires).
+    async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.kind(),
+            operation: "force_release",
+        })
+    }
 }
 
 /// Compile-time check that the trait stays object safe.

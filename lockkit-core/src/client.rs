@@ -165,6 +165,27 @@ impl LockClient {
         self.shared.backend.inspect(name).await
     }
 
+    /// Held names starting with `prefix`, in name order, at most `limit`
+    /// (operator tooling). [`LockError::Unsupported`] where the backend cannot
+    /// enumerate ([`Capabilities::admin`]).
+    pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        self.shared.backend.list(prefix, limit).await
+    }
+
+    /// Removes the hold on `name` whoever holds it: the operator's override
+    /// for a stuck lock. Returns what was removed (`None`: it was free). The
+    /// holder's lost signal fires at its next extension — its work is no
+    /// longer protected from that moment, so use this only on a holder known
+    /// to be dead or stuck.
+    pub async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        validate_name(name)?;
+        let removed = self.shared.backend.force_release(name).await?;
+        if let Some(info) = &removed {
+            tracing::warn!(backend = self.shared.backend.kind(), lock = %name, owner = %info.owner, token = info.token, "force-released");
+        }
+        Ok(removed)
+    }
+
     async fn acquire(&self, name: &str, options: &LockOptions, no_wait: bool) -> Result<Option<LockGuard>, LockError> {
         validate_name(name)?;
         options.validate()?;

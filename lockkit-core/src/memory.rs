@@ -48,6 +48,18 @@ struct Entry {
     expires_at: Instant,
 }
 
+impl Entry {
+    fn info(&self, name: &str, now: Instant) -> LockInfo {
+        LockInfo {
+            name: name.to_owned(),
+            owner: self.owner.clone(),
+            hold_count: self.count,
+            token: self.token,
+            remaining: Some(self.expires_at - now),
+        }
+    }
+}
+
 /// The waiters of one name, first come first served.
 #[derive(Debug)]
 struct WaitSlot {
@@ -227,7 +239,7 @@ impl LockBackend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, false)
+        Capabilities::ttl(true, false).with_admin()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -305,13 +317,32 @@ impl LockBackend for MemoryBackend {
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let now = Instant::now();
         let mut state = self.state();
-        Ok(state.live(name, now).map(|e| LockInfo {
-            name: name.to_owned(),
-            owner: e.owner.clone(),
-            hold_count: e.count,
-            token: e.token,
-            remaining: Some(e.expires_at - now),
-        }))
+        Ok(state.live(name, now).map(|e| e.info(name, now)))
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        let now = Instant::now();
+        let state = self.state();
+        let mut held: Vec<LockInfo> = state
+            .locks
+            .iter()
+            .filter(|(name, e)| name.starts_with(prefix) && e.expires_at > now)
+            .map(|(name, e)| e.info(name, now))
+            .collect();
+        held.sort_by(|a, b| a.name.cmp(&b.name));
+        held.truncate(limit);
+        Ok(held)
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let info = state.live(name, now).map(|e| e.info(name, now));
+        if info.is_some() {
+            state.locks.remove(name);
+            state.wake(name);
+        }
+        Ok(info)
     }
 }
 

@@ -36,6 +36,7 @@ pub const CASES: &[&str] = &[
     "names",
     "invalid_input",
     "stress",
+    "admin",
 ];
 
 /// Expands to one `#[tokio::test]` per conformance case. The argument is an
@@ -47,7 +48,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases ($kit)
             mutual_exclusion reentrancy try_lock_never_waits bounded_wait cancellation_safety
             release_by_non_owner extend_and_auto_extend lost_signal fencing_monotonic crash_release
-            names invalid_input stress);
+            names invalid_input stress admin);
     };
     (@cases ($kit:expr) $($case:ident)*) => {
         $(

@@ -29,8 +29,12 @@
 //! See [`LockClient`] for the API and the contract every backend keeps.
 #![warn(missing_docs)]
 
+#[cfg(feature = "serde")]
+mod config;
 mod connect;
 
+#[cfg(feature = "serde")]
+pub use config::LockConfig;
 pub use connect::{Connect, URL_VAR, connect, connect_from_env};
 #[doc(inline)]
 pub use lockkit_core::{

@@ -206,6 +206,28 @@ impl ConnectUrl {
     }
 }
 
+/// `url` with the password of its authority replaced by `***`, for logs and
+/// `Debug` output. Works for multi-host URLs too.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{scheme}://{masked}@{hosts}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// One `host[:port]` of a URL's authority.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPort {
@@ -316,6 +338,15 @@ mod tests {
         assert_eq!(part(u.finish().unwrap_err()), "query parameter x");
         assert_eq!(u.take_u64("x").unwrap(), Some(1));
         assert!(u.finish().is_ok());
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("mysql://u:secret@h:3306/db?x=1"), "mysql://u:***@h:3306/db?x=1");
+        assert_eq!(redact("redis://:pw@h1,h2/0"), "redis://:***@h1,h2/0");
+        assert_eq!(redact("redis://user@h"), "redis://user@h");
+        assert_eq!(redact("memory://"), "memory://");
+        assert_eq!(redact("sqlite::memory:"), "sqlite::memory:");
     }
 
     #[test]

@@ -59,8 +59,8 @@ pub fn info_text(i: &LockInfo) -> String {
 }
 
 /// Lists held locks.
-pub async fn list(url: Option<String>, args: ListArgs) -> Result<ExitCode, CliError> {
-    let client = target::connect(&target::resolve(url)?).await?;
+pub async fn list(url: String, args: ListArgs) -> Result<ExitCode, CliError> {
+    let client = target::connect(&url).await?;
     let held = client.list(&args.prefix, args.limit).await?;
     for i in &held {
         if args.json {
@@ -76,7 +76,7 @@ pub async fn list(url: Option<String>, args: ListArgs) -> Result<ExitCode, CliEr
 }
 
 /// Removes a hold, whoever holds it; refused without `--force`.
-pub async fn release(url: Option<String>, args: ReleaseArgs) -> Result<ExitCode, CliError> {
+pub async fn release(url: String, args: ReleaseArgs) -> Result<ExitCode, CliError> {
     if !args.force {
         return Err(format!(
             "refusing to release {:?} without --force: it removes another owner's hold, and that owner's work is no longer protected",
@@ -84,7 +84,7 @@ pub async fn release(url: Option<String>, args: ReleaseArgs) -> Result<ExitCode,
         )
         .into());
     }
-    let client = target::connect(&target::resolve(url)?).await?;
+    let client = target::connect(&url).await?;
     match client.force_release(&args.name).await? {
         Some(i) => println!("released {}", info_text(&i)),
         None => println!("{}: was not held", args.name),

@@ -98,8 +98,7 @@ async fn work(
 }
 
 /// The hidden worker subcommand: work, then print one result line.
-pub async fn worker_process(url: Option<String>, args: WorkerArgs) -> Result<ExitCode, CliError> {
-    let url = target::resolve(url)?;
+pub async fn worker_process(url: String, args: WorkerArgs) -> Result<ExitCode, CliError> {
     let client = if args.no_lock {
         None
     } else {
@@ -132,8 +131,7 @@ fn parse_result(stdout: &str) -> Option<Stats> {
 
 /// Runs the demo and prints the summary. Exit 0 when the locked split adds
 /// up (and always for `--no-lock`, which is expected to go wrong).
-pub async fn run(url: Option<String>, args: DemoArgs) -> Result<ExitCode, CliError> {
-    let url = target::resolve(url)?;
+pub async fn run(url: String, args: DemoArgs) -> Result<ExitCode, CliError> {
     let client = target::connect(&url).await?; // fail fast on a bad URL
     let backend = client.backend().kind();
     let in_process = backend == "memory";

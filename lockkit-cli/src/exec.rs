@@ -36,8 +36,7 @@ pub struct ExecArgs {
 }
 
 /// Runs the command under the lock; see the exit codes in `--help`.
-pub async fn run(url: Option<String>, args: ExecArgs) -> Result<ExitCode, CliError> {
-    let url = target::resolve(url)?;
+pub async fn run(url: String, args: ExecArgs) -> Result<ExitCode, CliError> {
     let client = target::connect(&url).await?;
     let mut opts = client.options();
     if let Some(ttl) = args.ttl {

@@ -26,6 +26,11 @@ struct Cli {
     #[arg(long, global = true, value_name = "URL")]
     url: Option<String>,
 
+    /// Config file with `lock = "URL"` or a `[lock]` table (default:
+    /// $XDG_CONFIG_HOME/lockkit/config.toml when it exists).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -86,7 +91,13 @@ fn report(e: &(dyn std::error::Error + 'static)) {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let url = cli.url;
+    let url = match target::resolve(cli.url, cli.config.as_deref()) {
+        Ok(url) => url,
+        Err(e) => {
+            report(e.as_ref());
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
     let result = match cli.command {
         Command::Exec(args) => exec::run(url, args).await,
         Command::Status(args) => status::run(url, args).await,

@@ -18,8 +18,8 @@ pub struct StatusArgs {
 }
 
 /// Prints the holder of a lock; exit 0 either way.
-pub async fn run(url: Option<String>, args: StatusArgs) -> Result<ExitCode, CliError> {
-    let client = target::connect(&target::resolve(url)?).await?;
+pub async fn run(url: String, args: StatusArgs) -> Result<ExitCode, CliError> {
+    let client = target::connect(&url).await?;
     let info = client.inspect(&args.name).await?;
     match (&info, args.json) {
         (Some(i), true) => println!("{}", info_json(i)),

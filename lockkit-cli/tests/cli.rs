@@ -121,3 +121,32 @@ fn demo_adds_up_with_the_lock_and_overspends_without() {
     // overwrite each other: the takes exceed the budget.
     assert!(out.contains("OVERSPENT"), "{out}");
 }
+
+#[test]
+fn the_config_file_names_the_backend() {
+    let dir = std::env::temp_dir().join(format!("lockkit-cli-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("lockkit")).unwrap();
+    let file = dir.join("lockkit").join("config.toml");
+    std::fs::write(&file, "[lock]\nurl = \"memory://\"\nttl = \"5s\"\n").unwrap();
+    let run = |args: &[&str], xdg: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockkit"));
+        cmd.args(args).env_remove("LOCKKIT_URL");
+        if xdg {
+            cmd.env("XDG_CONFIG_HOME", &dir);
+        }
+        cmd.output().unwrap()
+    };
+    let f = file.to_str().unwrap();
+    let o = run(&["--config", f, "exec", "cfg", "--", "true"], false);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Found in $XDG_CONFIG_HOME without --config.
+    let o = run(&["status", "cfg", "--json"], true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&file, "[lock]\nurl = \"memory://\"\nttl = \"soon\"\n").unwrap();
+    let o = run(&["--config", f, "status", "cfg"], false);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("config.toml") && err.contains("not a duration"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

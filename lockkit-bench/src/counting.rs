@@ -1,0 +1,71 @@
+//! A [`LockBackend`] wrapper counting the round trips a client makes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lockkit::backend::{AcquireRequest, ExtendOutcome, Hold, Lease, ReleaseOutcome, TryAcquire};
+use lockkit::{Capabilities, LockBackend, LockError, LockInfo};
+
+/// Counts calls into the wrapped backend. A batched `extend_many` counts as
+/// one round trip when the backend declares `batch_extend`, else one per hold.
+#[derive(Debug)]
+pub struct Counting {
+    inner: Arc<dyn LockBackend>,
+    round_trips: AtomicU64,
+}
+
+impl Counting {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn LockBackend>) -> Self {
+        Counting {
+            inner,
+            round_trips: AtomicU64::new(0),
+        }
+    }
+
+    /// Round trips so far.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, n: u64) {
+        self.round_trips.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl LockBackend for Counting {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
+        self.count(1);
+        self.inner.try_acquire(req).await
+    }
+    async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
+        self.count(1);
+        self.inner.acquire(req, wait).await
+    }
+    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+        self.count(1);
+        self.inner.release(hold).await
+    }
+    async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
+        self.count(1);
+        self.inner.extend(hold, ttl).await
+    }
+    async fn extend_many(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
+        let batched = self.inner.capabilities().batch_extend;
+        self.count(if batched { 1 } else { holds.len() as u64 });
+        self.inner.extend_many(holds).await
+    }
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        self.count(1);
+        self.inner.inspect(name).await
+    }
+}

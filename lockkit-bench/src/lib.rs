@@ -1,1 +1,0 @@
-//! lockkit bench; filled by its own issue.

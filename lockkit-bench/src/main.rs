@@ -1,0 +1,148 @@
+//! `lockkit-bench`: the same workloads against every configured backend, and
+//! in the same run against each backend's raw floor.
+//!
+//! ```sh
+//! lockkit-bench --backend memory:// --backend redis://127.0.0.1:6379 --workload w1,w2 --seconds 10s --json out.jsonl --out charts/
+//! ```
+
+mod charts;
+mod counting;
+mod floor;
+mod report;
+mod workloads;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::report::Row;
+use crate::workloads::BenchError;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lockkit-bench",
+    version,
+    about = "Compare lockkit backends, each beside its raw floor."
+)]
+struct Args {
+    /// A backend URL; repeat for several (default: memory://).
+    #[arg(long = "backend", value_name = "URL")]
+    backends: Vec<String>,
+    /// Workloads: w1 uncontended, w2 contended, w3 many names, w4 many held.
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4")]
+    workload: Vec<String>,
+    /// Seconds per measurement.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    seconds: Duration,
+    /// Clients in w2.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Also write one JSON object per result row here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Also write SVG charts into this directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// A short smoke run: 1 s measurements, small w3/w4.
+    #[arg(long)]
+    quick: bool,
+}
+
+struct Plan {
+    seconds: Duration,
+    w3_clients: Vec<usize>,
+    w4_held: usize,
+    w4_ttl: Duration,
+}
+
+async fn bench_backend(url: &str, args: &Args, plan: &Plan, bar: &ProgressBar) -> Result<Vec<Row>, BenchError> {
+    let mut rows = Vec::new();
+    let shown = lockkit::url::redact(url);
+    let floor = floor::floor_for(url).await?;
+    for w in &args.workload {
+        bar.set_message(format!("{shown} {w}"));
+        match w.as_str() {
+            "w1" => {
+                if let Some(f) = &floor {
+                    rows.push(floor::w1(f.as_ref(), plan.seconds).await?);
+                }
+                rows.push(workloads::w1(url, plan.seconds).await?);
+            }
+            "w2" => rows.push(workloads::w2(url, args.clients, plan.seconds).await?),
+            "w3" => {
+                for &c in &plan.w3_clients {
+                    rows.push(workloads::w3(url, c, plan.seconds).await?);
+                }
+            }
+            "w4" => rows.push(workloads::w4(url, plan.w4_held, plan.w4_ttl, 3).await?),
+            other => return Err(format!("unknown workload {other:?} (w1, w2, w3, w4)").into()),
+        }
+        bar.inc(1);
+    }
+    Ok(rows)
+}
+
+async fn run(args: Args) -> Result<(), BenchError> {
+    let backends = if args.backends.is_empty() {
+        vec!["memory://".to_owned()]
+    } else {
+        args.backends.clone()
+    };
+    let plan = if args.quick {
+        Plan {
+            seconds: args.seconds.min(Duration::from_secs(1)),
+            w3_clients: vec![1, 4],
+            w4_held: 1_000,
+            w4_ttl: Duration::from_millis(900),
+        }
+    } else {
+        Plan {
+            seconds: args.seconds,
+            w3_clients: vec![1, 4, 16, 64],
+            w4_held: 10_000,
+            w4_ttl: Duration::from_secs(3),
+        }
+    };
+    let bar = ProgressBar::new((backends.len() * args.workload.len()) as u64).with_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut rows = Vec::new();
+    for url in &backends {
+        let mut r = bench_backend(url, &args, &plan, &bar)
+            .await
+            .map_err(|e| format!("{}: {e}", lockkit::url::redact(url)))?;
+        rows.append(&mut r);
+    }
+    bar.finish_and_clear();
+    report::print_table(&rows, &mut std::io::stdout())?;
+    if let Some(path) = &args.json {
+        let mut f = std::fs::File::create(path)?;
+        report::write_json(&rows, &mut f)?;
+    }
+    if let Some(dir) = &args.out {
+        charts::write(&rows, dir)?;
+    }
+    if let Some(bad) = rows.iter().find(|r| r.counter_exact == Some(false)) {
+        return Err(format!(
+            "{}: the shared counter is wrong — the lock did not exclude",
+            bad.backend
+        )
+        .into());
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockkit-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

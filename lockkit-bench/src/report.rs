@@ -1,0 +1,152 @@
+//! Result rows: the stdout table and the JSON lines.
+
+use std::io::Write;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// One measured row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// `lockkit` or `floor`.
+    #[serde(rename = "impl")]
+    pub imp: &'static str,
+    /// The backend kind (`redis`, `mysql`, …).
+    pub backend: String,
+    /// `w1` … `w4`.
+    pub workload: &'static str,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// Operations (cycles, acquisitions) per second.
+    pub ops_per_s: f64,
+    /// Latency (w1, w3) or acquire wait (w2) percentiles, microseconds.
+    pub p50_us: f64,
+    /// 99th percentile, microseconds.
+    pub p99_us: f64,
+    /// Worst, microseconds.
+    pub max_us: f64,
+    /// w2: acquisitions by a different client than the previous holder, per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub switches_per_s: Option<f64>,
+    /// w2: fewest acquisitions of one client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairness_min: Option<u64>,
+    /// w2: most acquisitions of one client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairness_max: Option<u64>,
+    /// w2: the shared counter equalled the acquisitions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counter_exact: Option<bool>,
+    /// w4: backend round trips per renewal period (ttl/3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_trips_per_period: Option<f64>,
+    /// w4: resident memory of the process holding the locks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
+    /// w4: locks held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<usize>,
+    /// The latency distribution (for charts), microseconds → count.
+    #[serde(skip)]
+    pub distribution: Vec<(u64, u64)>,
+}
+
+impl Row {
+    /// A row with the latency fields taken from `hist` (microseconds).
+    pub fn new(
+        imp: &'static str,
+        backend: &str,
+        workload: &'static str,
+        clients: usize,
+        seconds: f64,
+        ops: u64,
+        hist: &Histogram<u64>,
+    ) -> Self {
+        Row {
+            imp,
+            backend: backend.to_owned(),
+            workload,
+            clients,
+            seconds,
+            ops_per_s: ops as f64 / seconds.max(1e-9),
+            p50_us: hist.value_at_quantile(0.5) as f64,
+            p99_us: hist.value_at_quantile(0.99) as f64,
+            max_us: hist.max() as f64,
+            switches_per_s: None,
+            fairness_min: None,
+            fairness_max: None,
+            counter_exact: None,
+            round_trips_per_period: None,
+            rss_bytes: None,
+            held: None,
+            distribution: hist
+                .iter_log(1, 1.25)
+                .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
+                .collect(),
+        }
+    }
+}
+
+/// A histogram for microsecond latencies up to 10 minutes.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Prints the rows as a table.
+pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<8} {:<9} {:<3} {:>4} {:>11} {:>9} {:>9} {:>10}  extra",
+        "impl", "backend", "wl", "C", "ops/s", "p50 µs", "p99 µs", "max µs"
+    )?;
+    for r in rows {
+        let mut extra = Vec::new();
+        if let Some(s) = r.switches_per_s {
+            extra.push(format!("switches/s {s:.0}"));
+        }
+        if let (Some(lo), Some(hi)) = (r.fairness_min, r.fairness_max) {
+            extra.push(format!("per-client {lo}..{hi}"));
+        }
+        if let Some(ok) = r.counter_exact {
+            extra.push(if ok {
+                "counter exact".into()
+            } else {
+                "COUNTER WRONG".into()
+            });
+        }
+        if let Some(rt) = r.round_trips_per_period {
+            extra.push(format!("{rt:.1} round trips/period"));
+        }
+        if let Some(h) = r.held {
+            extra.push(format!("{h} held"));
+        }
+        if let Some(rss) = r.rss_bytes {
+            extra.push(format!("rss {:.1} MiB", rss as f64 / 1048576.0));
+        }
+        writeln!(
+            out,
+            "{:<8} {:<9} {:<3} {:>4} {:>11.0} {:>9.0} {:>9.0} {:>10.0}  {}",
+            r.imp,
+            r.backend,
+            r.workload,
+            r.clients,
+            r.ops_per_s,
+            r.p50_us,
+            r.p99_us,
+            r.max_us,
+            extra.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes one JSON object per row.
+pub fn write_json(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
+    for r in rows {
+        serde_json::to_writer(&mut *out, r)?;
+        writeln!(out)?;
+    }
+    Ok(())
+}

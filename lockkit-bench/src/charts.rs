@@ -33,27 +33,40 @@ fn label(r: &Row) -> String {
 
 fn throughput(rows: &[Row], path: &Path) -> Result<(), BenchError> {
     let bars: Vec<&Row> = rows.iter().filter(|r| r.workload != "w4").collect();
-    let height = 120 + 28 * bars.len() as u32;
+    let n = bars.len().max(1);
+    let height = 120 + 32 * n as u32;
     let root = SVGBackend::new(path, (900, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let max = bars.iter().map(|r| r.ops_per_s).fold(1.0, f64::max) * 1.1;
     let mut chart = ChartBuilder::on(&root)
-        .caption("operations per second (lockkit beside its floor)", ("sans-serif", 20))
+        .caption(
+            "operations per second (blue: lockkit, orange: floor)",
+            ("sans-serif", 20),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(260)
-        .build_cartesian_2d(0.0..max, 0..bars.len().max(1))?;
+        .build_cartesian_2d(0.0..max, (0..n).into_segmented())?;
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(bars.len().max(1))
-        .y_label_formatter(&|i| bars.get(*i).map(|r| label(r)).unwrap_or_default())
+        .y_labels(n)
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => bars.get(*i).map(|r| label(r)).unwrap_or_default(),
+            _ => String::new(),
+        })
         .x_desc("ops/s")
         .draw()?;
-    chart.draw_series(bars.iter().enumerate().map(|(i, r)| {
-        let color = if r.imp == "floor" { PALETTE[1] } else { PALETTE[0] };
-        Rectangle::new([(0.0, i), (r.ops_per_s, i + 1)], color.filled())
-    }))?;
+    for (imp, color) in [("lockkit", PALETTE[0]), ("floor", PALETTE[1])] {
+        chart.draw_series(
+            Histogram::horizontal(&chart).style(color.filled()).margin(4).data(
+                bars.iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.imp == imp)
+                    .map(|(i, r)| (i, r.ops_per_s)),
+            ),
+        )?;
+    }
     root.present()?;
     Ok(())
 }

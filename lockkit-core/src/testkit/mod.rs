@@ -17,9 +17,11 @@
 pub mod cases;
 mod history;
 mod kit;
+pub mod proxy;
 
 pub use history::{Grant, check_history};
 pub use kit::{Kit, REQUIRE_SERVICES_VAR, services_required};
+pub use proxy::{Fault, FaultProxy};
 
 /// The names of all conformance cases, in contract order.
 pub const CASES: &[&str] = &[

@@ -36,6 +36,8 @@ pub async fn connect(url: &str) -> Result<LockClient, LockError> {
         Scheme::Mysql => lockkit_sql::connect(&mut url).await?,
         #[cfg(feature = "postgres")]
         Scheme::Postgres => lockkit_sql::connect(&mut url).await?,
+        #[cfg(feature = "zookeeper")]
+        Scheme::Zookeeper => lockkit_zk::connect(&mut url).await?,
         #[allow(unreachable_patterns)]
         other => {
             return Err(LockError::FeatureDisabled {

@@ -1,1 +1,48 @@
-//! lockkit backend crate; filled by its own issue.
+//! The ZooKeeper backend of lockkit (`zk://h1:2181,h2:2181/chroot`).
+//!
+//! Each lock name is a container node under the chroot; each contender an
+//! ephemeral-sequential child of it. The lowest sequence holds the lock,
+//! every other contender watches only its direct predecessor (no herd
+//! effect: one release wakes one waiter, in queue order). The owner id and
+//! hold count live in the holder node's data and change only with versioned
+//! writes, so processes configured with the same owner id share one hold.
+//! The fencing token is the holder node's creation zxid, which keeps growing
+//! across server restarts and leader changes.
+//!
+//! Leases are the session's: a crashed holder's locks come free when its
+//! session expires (`session_timeout`, default 10 s), and a holder's lost
+//! signal fires as soon as its connection is suspended, before the server
+//! could expire the session and let another owner in. After an expiry the
+//! backend opens a new session for later acquisitions by itself.
+//!
+//! Most applications use it through the `lockkit` facade (feature
+//! `zookeeper`):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lockkit_core::LockError> {
+//! use lockkit_core::{LockClient, LockOptions};
+//! use lockkit_zk::ZkBackend;
+//!
+//! let backend = ZkBackend::from_url("zk://127.0.0.1:2181,127.0.0.1:2182/lockkit?session_timeout=10s").await?;
+//! let locks = LockClient::new(backend, LockOptions::new())?;
+//! let guard = locks.lock("order:42").await?;
+//! let token = guard.fencing_token(); // the holder node's czxid
+//! tokio::select! {
+//!     _ = guard.lost() => { /* connection suspended or session expired: stop */ }
+//!     _ = async { /* the guarded work, writing with `token` */ } => {}
+//! }
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod backend;
+mod config;
+mod error;
+mod nodes;
+mod session;
+
+pub use backend::{ZkBackend, ZkStats, connect};
+pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, ZkConfig};
+pub use error::{BACKEND, ConnectTimeout, ForeignNode};
+pub use nodes::{decode_name, encode_name};

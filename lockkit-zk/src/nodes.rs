@@ -1,0 +1,246 @@
+//! How locks map onto znodes: the per-name parent, the contenders' child
+//! nodes, and the data a child carries.
+//!
+//! ```text
+//! <chroot>/lock-<encoded name>                      container node, one per name
+//! <chroot>/lock-<encoded name>/<owner tag>-<attempt>-<sequence>
+//!                                                   ephemeral-sequential child, one per contender
+//! ```
+//!
+//! A name is percent-encoded into a single path segment: ASCII letters and
+//! digits and `-_:@+=,~` stay as they are, every other byte becomes `%XX`, so
+//! `/`, `.`, `..`, NUL and characters ZooKeeper refuses never reach a path,
+//! and [`decode_name`] gives the exact name back. The `lock-` prefix keeps a
+//! lock called `zookeeper` away from the reserved `/zookeeper` node when the
+//! chroot is `/`.
+//!
+//! A child's name starts with a tag of its owner id (a stable 64-bit hash),
+//! so a contender sees from one listing whether the holder may be its own
+//! owner (re-entry) without reading every node; the data decides. Then comes
+//! a random per-attempt id, so a create whose answer was lost with the
+//! connection can be found again by listing the parent.
+
+use std::fmt::Write as _;
+
+/// The prefix of every lock's parent node.
+const PARENT_PREFIX: &str = "lock-";
+
+/// The version tag of the node data format.
+const DATA_VERSION: &str = "lockkit/1";
+
+/// Bytes that stay as they are in an encoded name.
+fn is_plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-_:@+=,~".contains(&b)
+}
+
+/// The parent node's path segment for a lock name: `lock-` and the name,
+/// percent-encoded.
+pub fn encode_name(name: &str) -> String {
+    let mut out = String::with_capacity(PARENT_PREFIX.len() + name.len());
+    out.push_str(PARENT_PREFIX);
+    for &b in name.as_bytes() {
+        if is_plain(b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// The lock name of a parent node's path segment, if it is one of ours.
+pub fn decode_name(segment: &str) -> Option<String> {
+    let rest = segment.strip_prefix(PARENT_PREFIX)?;
+    let mut bytes = Vec::with_capacity(rest.len());
+    let mut it = rest.bytes();
+    while let Some(b) = it.next() {
+        if b == b'%' {
+            let hi = hex_digit(it.next()?)?;
+            let lo = hex_digit(it.next()?)?;
+            bytes.push(hi << 4 | lo);
+        } else if is_plain(b) {
+            bytes.push(b);
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+fn hex_digit(b: u8) -> Option<u8> {
+    char::from(b).to_digit(16).map(|d| d as u8)
+}
+
+/// The path of the parent node of `name`, relative to the chroot.
+pub fn parent_path(name: &str) -> String {
+    format!("/{}", encode_name(name))
+}
+
+/// A stable tag of an owner id for child names: FNV-1a, 64 bits. Stable
+/// across processes and Rust versions (unlike `DefaultHasher`), since
+/// processes sharing an owner id must compute the same tag.
+pub fn owner_tag(owner: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in owner.as_bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// The path to create (ZooKeeper appends the sequence number) for one
+/// contender's attempt.
+pub fn child_prefix(parent: &str, owner_tag: u64, attempt: u64) -> String {
+    format!("{parent}/{}", child_stem(owner_tag, attempt))
+}
+
+/// The part of a child's name before its sequence number.
+pub fn child_stem(owner_tag: u64, attempt: u64) -> String {
+    format!("{owner_tag:016x}-{attempt:016x}-")
+}
+
+/// One contender, parsed from its child node's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Child {
+    /// The child's name (last path segment).
+    pub name: String,
+    /// Its owner's tag.
+    pub owner_tag: u64,
+    /// Its sequence number: the queue order.
+    pub seq: i64,
+}
+
+impl Child {
+    /// Parses a child name; `None` for nodes that are not lockkit contenders.
+    pub fn parse(name: &str) -> Option<Child> {
+        let mut parts = name.splitn(3, '-');
+        let (tag, attempt, seq) = (parts.next()?, parts.next()?, parts.next()?);
+        if tag.len() != 16 || attempt.len() != 16 || seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        u64::from_str_radix(attempt, 16).ok()?;
+        Some(Child {
+            name: name.to_owned(),
+            owner_tag: u64::from_str_radix(tag, 16).ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+
+    /// The child's path under `parent`.
+    pub fn path(&self, parent: &str) -> String {
+        format!("{parent}/{}", self.name)
+    }
+}
+
+/// The contenders among a parent's children, in queue order.
+pub fn queue(children: &[String]) -> Vec<Child> {
+    let mut queue: Vec<Child> = children.iter().filter_map(|c| Child::parse(c)).collect();
+    queue.sort_by_key(|c| c.seq);
+    queue
+}
+
+/// What a contender node holds: its owner and the owner's hold count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeData {
+    /// The owner id.
+    pub owner: String,
+    /// How many times the owner holds the lock (1 while queued).
+    pub count: u32,
+}
+
+impl NodeData {
+    /// The data of a node that `owner` holds `count` times.
+    pub fn encode(owner: &str, count: u32) -> Vec<u8> {
+        format!("{DATA_VERSION}\n{count}\n{owner}").into_bytes()
+    }
+
+    /// Parses node data; `None` if it is not lockkit's.
+    pub fn decode(data: &[u8]) -> Option<NodeData> {
+        let text = std::str::from_utf8(data).ok()?;
+        let mut lines = text.splitn(3, '\n');
+        if lines.next()? != DATA_VERSION {
+            return None;
+        }
+        let count = lines.next()?.parse().ok().filter(|c| *c > 0)?;
+        let owner = lines.next()?.to_owned();
+        (!owner.is_empty()).then_some(NodeData { owner, count })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_into_one_valid_segment() {
+        let names = [
+            "a",
+            "order:42",
+            "a/b/c",
+            "/leading",
+            ".",
+            "..",
+            "nul\0byte",
+            "ünïcødé 锁 🔒",
+            "%2F",
+            "zookeeper",
+            "space and\ttab\nnewline",
+            &"锁".repeat(85),
+            &"\u{ffff}\u{d7ff}\u{e000}".repeat(20),
+        ];
+        for name in names {
+            let seg = encode_name(name);
+            assert!(seg.starts_with("lock-"), "{seg}");
+            assert!(seg.bytes().all(|b| b.is_ascii_graphic() && b != b'/'), "{seg}");
+            assert!(seg != "." && seg != "..");
+            assert_eq!(decode_name(&seg).as_deref(), Some(name));
+        }
+        assert_eq!(encode_name("order:42"), "lock-order:42");
+        assert_eq!(encode_name("a/b"), "lock-a%2Fb");
+        assert_eq!(encode_name(".."), "lock-%2E%2E");
+        assert_ne!(encode_name("a"), encode_name("A"));
+        assert_eq!(decode_name("other"), None);
+        assert_eq!(decode_name("lock-%2"), None);
+        assert_eq!(decode_name("lock-%FF"), None, "not UTF-8");
+        assert_eq!(decode_name("lock-a.b"), None, "not an encoding we produce");
+    }
+
+    #[test]
+    fn children_sort_by_sequence_and_skip_strangers() {
+        let tag = owner_tag("me");
+        let a = format!("{}0000000010", child_stem(tag, 1));
+        let b = format!("{}0000000002", child_stem(7, 2));
+        let c = format!("{}2147483648", child_stem(7, 3));
+        let children = vec![a.clone(), "garbage".into(), c.clone(), b.clone(), "x-y-1".into()];
+        let q = queue(&children);
+        let names: Vec<&str> = q.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, [b.as_str(), a.as_str(), c.as_str()]);
+        assert_eq!(q[1].owner_tag, tag);
+        assert_eq!(q[2].seq, 2_147_483_648);
+        assert_eq!(q[0].path("/lock-x"), format!("/lock-x/{b}"));
+    }
+
+    #[test]
+    fn owner_tags_are_stable() {
+        // FNV-1a test vectors: processes built by any compiler agree.
+        assert_eq!(owner_tag(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(owner_tag("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(owner_tag("trade-center-1"), owner_tag("trade-center-2"));
+    }
+
+    #[test]
+    fn node_data() {
+        let data = NodeData::encode("trade center\t1", 3);
+        assert_eq!(
+            NodeData::decode(&data),
+            Some(NodeData {
+                owner: "trade center\t1".into(),
+                count: 3
+            })
+        );
+        assert_eq!(NodeData::decode(b""), None);
+        assert_eq!(NodeData::decode(b"lockkit/1\n0\nme"), None);
+        assert_eq!(NodeData::decode(b"lockkit/1\n1\n"), None);
+        assert_eq!(NodeData::decode(b"lockkit/9\n1\nme"), None);
+    }
+}

@@ -1,0 +1,323 @@
+//! Sessions: one live ZooKeeper session per backend, its state turned into
+//! loss signals, and a new session after expiry.
+//!
+//! Every lease hangs off the *connection epoch* it was proven in: a token
+//! cancelled as soon as the connection is suspended (`Disconnected`) and
+//! replaced by a fresh one when it is back (`SyncConnected`, same session).
+//! A holder cannot know whether its session survives a disconnection, so it
+//! must stop at once: another owner may acquire as soon as the session
+//! expires on the server, and the client hears of that only later.
+//!
+//! Each held node is also watched (a get-data watch, re-armed on data
+//! changes), so a node that disappears — deleted by an operator, or by a
+//! peer process sharing the owner id — fires the loss too.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use lockkit_core::LockError;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, EventType, SessionState};
+
+use crate::config::ZkConfig;
+use crate::error::{BACKEND, ConnectTimeout, zk};
+
+/// Counters of one backend, for monitoring (and the herd-effect test).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub sessions: AtomicU64,
+    pub watches: AtomicU64,
+    pub wakeups: AtomicU64,
+    pub suspensions: AtomicU64,
+}
+
+impl Counters {
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The backend's current session, and a new one once it has ended.
+pub(crate) struct Sessions {
+    config: ZkConfig,
+    counters: Arc<Counters>,
+    current: Mutex<Option<Arc<Session>>>,
+    /// Held while connecting, so concurrent callers share one new session.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sessions")
+            .field("session", &self.peek().map(|s| s.id_hex()))
+            .finish()
+    }
+}
+
+impl Sessions {
+    pub fn new(config: ZkConfig, counters: Arc<Counters>) -> Self {
+        Sessions {
+            config,
+            counters,
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn config(&self) -> &ZkConfig {
+        &self.config
+    }
+
+    /// The current session if it has not ended (it may be suspended: its
+    /// requests then wait for the reconnection).
+    pub fn peek(&self) -> Option<Arc<Session>> {
+        lock(&self.current).as_ref().filter(|s| !s.is_dead()).cloned()
+    }
+
+    /// The live session, connecting a new one if there is none or it ended.
+    pub async fn get(&self) -> Result<Arc<Session>, LockError> {
+        if let Some(s) = self.peek() {
+            return Ok(s);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(s) = self.peek() {
+            return Ok(s);
+        }
+        let session = Session::connect(&self.config, &self.counters).await?;
+        *lock(&self.current) = Some(session.clone());
+        Ok(session)
+    }
+}
+
+/// One ZooKeeper session.
+pub(crate) struct Session {
+    pub client: Client,
+    pub id: i64,
+    /// The current connection epoch; cancelled while suspended.
+    epoch: Mutex<CancellationToken>,
+    /// Cancelled when the session has ended (expired, closed, auth failed).
+    dead: CancellationToken,
+    /// Loss tokens of the held nodes being watched, by path.
+    nodes: Mutex<HashMap<String, (u64, CancellationToken)>>,
+    next_watch: AtomicU64,
+    counters: Arc<Counters>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id_hex())
+            .field("state", &self.client.state())
+            .finish()
+    }
+}
+
+impl Session {
+    async fn connect(config: &ZkConfig, counters: &Arc<Counters>) -> Result<Arc<Session>, LockError> {
+        let connector = Client::connector()
+            .with_session_timeout(config.session_timeout)
+            .with_fail_eagerly();
+        let hosts = config.connect_string();
+        let client = tokio::time::timeout(config.connect_timeout, connector.connect(&hosts))
+            .await
+            .map_err(|_| {
+                LockError::backend(
+                    BACKEND,
+                    "connect",
+                    None,
+                    true,
+                    ConnectTimeout {
+                        hosts: hosts.clone(),
+                        after: config.connect_timeout,
+                    },
+                )
+            })?
+            .map_err(|e| zk("connect", None, e))?;
+        let client = if config.chroot == "/" {
+            client
+        } else {
+            if client
+                .check_stat(&config.chroot)
+                .await
+                .map_err(|e| zk("connect", None, e))?
+                .is_none()
+            {
+                let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                client
+                    .mkdir(&config.chroot, &persistent)
+                    .await
+                    .map_err(|e| zk("create the chroot node", None, e))?;
+            }
+            client
+                .chroot(config.chroot.clone())
+                .map_err(|_| LockError::config("url path", format!("{:?} is not a valid chroot", config.chroot)))?
+        };
+        let session = Arc::new(Session {
+            id: client.session_id().0,
+            client,
+            epoch: Mutex::new(CancellationToken::new()),
+            dead: CancellationToken::new(),
+            nodes: Mutex::new(HashMap::new()),
+            next_watch: AtomicU64::new(0),
+            counters: counters.clone(),
+        });
+        Counters::bump(&counters.sessions);
+        tracing::debug!(
+            backend = BACKEND,
+            session = %session.id_hex(),
+            timeout = ?session.client.session_timeout(),
+            "session established"
+        );
+        let mut watcher = session.client.state_watcher();
+        let weak = Arc::downgrade(&session);
+        if session.client.state() != SessionState::SyncConnected {
+            session.on_state(session.client.state());
+        }
+        tokio::spawn(async move {
+            loop {
+                let state = watcher.changed().await;
+                let Some(session) = weak.upgrade() else { return };
+                if !session.on_state(state) {
+                    return;
+                }
+            }
+        });
+        Ok(session)
+    }
+
+    /// Applies a state change; false once the session has ended.
+    fn on_state(&self, state: SessionState) -> bool {
+        match state {
+            SessionState::Disconnected => {
+                let epoch = lock(&self.epoch);
+                if !epoch.is_cancelled() {
+                    Counters::bump(&self.counters.suspensions);
+                    tracing::warn!(backend = BACKEND, session = %self.id_hex(), "session suspended: locks held by it are lost");
+                    epoch.cancel();
+                }
+                true
+            }
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                let mut epoch = lock(&self.epoch);
+                if epoch.is_cancelled() {
+                    tracing::info!(backend = BACKEND, session = %self.id_hex(), "session reconnected");
+                    *epoch = CancellationToken::new();
+                }
+                true
+            }
+            SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
+                self.end(state);
+                false
+            }
+        }
+    }
+
+    /// Marks the session ended: every lease of it is lost, and the next
+    /// operation connects a new session.
+    pub fn end(&self, why: impl fmt::Display) {
+        if !self.dead.is_cancelled() {
+            tracing::warn!(backend = BACKEND, session = %self.id_hex(), %why, "session ended");
+        }
+        self.dead.cancel();
+        lock(&self.epoch).cancel();
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead.is_cancelled()
+    }
+
+    /// Resolves when the session has ended.
+    pub async fn ended(&self) {
+        self.dead.cancelled().await
+    }
+
+    pub fn id_hex(&self) -> String {
+        format!("{:#x}", self.id)
+    }
+
+    /// The current connection epoch. Take it *before* sending the request
+    /// whose answer proves a hold: if it is cancelled by the time the answer
+    /// arrives, the proof may be stale.
+    pub fn epoch(&self) -> CancellationToken {
+        lock(&self.epoch).clone()
+    }
+
+    /// A loss token for a lease on the node at `path` (created at `czxid`),
+    /// proven in `epoch`: cancelled when the epoch ends or the node goes.
+    /// One watch per node, however many leases share it.
+    pub fn lease_token(self: &Arc<Self>, path: &str, czxid: i64, epoch: &CancellationToken) -> CancellationToken {
+        let mut nodes = lock(&self.nodes);
+        if let Some((_, token)) = nodes.get(path)
+            && !token.is_cancelled()
+        {
+            return token.child_token();
+        }
+        let token = epoch.child_token();
+        let id = self.next_watch.fetch_add(1, Ordering::Relaxed);
+        nodes.insert(path.to_owned(), (id, token.clone()));
+        drop(nodes);
+        tokio::spawn(watch_node(
+            Arc::downgrade(self),
+            path.to_owned(),
+            czxid,
+            id,
+            token.clone(),
+        ));
+        token.child_token()
+    }
+}
+
+/// Watches one held node until it goes (or the session does), then cancels
+/// its loss token.
+async fn watch_node(session: Weak<Session>, path: String, czxid: i64, id: u64, token: CancellationToken) {
+    let why = loop {
+        let Some(s) = session.upgrade() else {
+            break "the backend was dropped".to_owned();
+        };
+        let armed = tokio::select! {
+            r = s.client.get_and_watch_data(&path) => r,
+            _ = token.cancelled() => break String::new(),
+        };
+        drop(s);
+        match armed {
+            Ok((_, stat, watcher)) if stat.czxid == czxid => {
+                let event = tokio::select! {
+                    e = watcher.changed() => e,
+                    _ = token.cancelled() => break String::new(),
+                };
+                match event.event_type {
+                    // Re-entry or release by the owner: still held.
+                    EventType::NodeDataChanged => continue,
+                    EventType::NodeDeleted => break "the lock node was deleted".to_owned(),
+                    EventType::Session => break format!("the session is {}", event.session_state),
+                    other => break format!("unexpected watch event {other}"),
+                }
+            }
+            Ok(_) => break "the lock node was replaced".to_owned(),
+            Err(zookeeper_client::Error::NoNode) => break "the lock node was deleted".to_owned(),
+            Err(e) => break format!("watching the lock node failed: {e}"),
+        }
+    };
+    if !why.is_empty() && !token.is_cancelled() {
+        tracing::debug!(backend = BACKEND, node = %path, %why, "lease signal");
+        token.cancel();
+    }
+    if let Some(s) = session.upgrade() {
+        let mut nodes = lock(&s.nodes);
+        if nodes.get(&path).is_some_and(|(i, _)| *i == id) {
+            nodes.remove(&path);
+        }
+    }
+}
+
+/// Options of the lock nodes.
+pub(crate) const CONTENDER: CreateOptions<'static> = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+/// Options of the per-name parents: containers, removed by the server once
+/// their last child is gone.
+pub(crate) const PARENT: CreateOptions<'static> = CreateMode::Container.with_acls(Acls::anyone_all());

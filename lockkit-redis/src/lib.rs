@@ -1,1 +1,108 @@
-//! lockkit backend crate; filled by its own issue.
+//! The Redis backend of lockkit: locks on one Redis (a single server, the
+//! master of a sentinel group, or a Redis Cluster) and Redlock over N
+//! independent masters.
+//!
+//! Applications reach it through the `lockkit` facade (feature `redis`):
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockkit_core::LockError> {
+//! use lockkit_core::url::ConnectUrl;
+//! use lockkit_core::LockClient;
+//!
+//! // What `lockkit::connect("redis://…")` does:
+//! let mut url = ConnectUrl::parse("redis://:secret@127.0.0.1:6379/0?prefix=app:&ttl=10s")?;
+//! let backend = lockkit_redis::connect(&mut url).await?;
+//! url.finish()?;
+//! let locks = LockClient::from_arc(backend, url.options)?;
+//!
+//! let guard = locks.lock("order:42").await?;
+//! let token = guard.fencing_token(); // hand it to the storage you write to
+//! # let _ = token;
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # How a lock is kept
+//!
+//! One hash per lock (`lockkit:{tag}:NAME`: owner, hold count, fencing
+//! token) with the lease as its expiry, changed only by Lua scripts, so
+//! acquire, re-enter, extend and release are each one atomic round trip
+//! (`EVALSHA`; a script body is sent only when a server answers
+//! `NOSCRIPT`). The token comes from a counter in the same cluster slot,
+//! raised only by a first acquisition. `tag` is three hex digits of the
+//! FNV-1a hash of the name, so the lock key, its counter (`lockkit:{tag}fence`,
+//! shared by the names of one of 4096 buckets, which keeps their number
+//! bounded) and its channel share a cluster slot, and a name may contain any
+//! bytes (`{`, `}`, NUL, newlines, UTF-8) as it is. [`config`] documents the
+//! URL and its parameters.
+//!
+//! * **Waiting** does not poll: a release publishes on the lock's channel;
+//!   waiters subscribe (one pub/sub connection per backend, shared) before
+//!   they retry, and sleep until a message or the holder's expiry. A message
+//!   wakes one waiter per process, so a hand-off costs the same number of
+//!   Redis commands with 2 waiters or 200.
+//! * **Watchdog batching**: [`extend_many`](lockkit_core::LockBackend::extend_many)
+//!   extends every hold of a client in one script call (per slot in a
+//!   cluster, per node for Redlock) — one round trip per renewal period.
+//! * **Recovery**: connections reconnect by themselves after a restart
+//!   (commands in between fail with retryable errors); pub/sub connections
+//!   resubscribe and wake their waiters once they are back.
+//! * **Cancel safety**: each acquisition attempt runs on its own task; if the
+//!   caller is gone when it succeeds, the hold is released at once. A waiter
+//!   dropped at any point leaves no subscription behind.
+//!
+//! # Fencing tokens
+//!
+//! Tokens grow strictly per name. A token is `max(counter + 1, the server's
+//! clock in µs)`, so they keep growing across a restart that lost the
+//! counter (no persistence) or a failover to a lagging replica, unless the
+//! new server's clock is behind the old one's. `Capabilities::durable_tokens`
+//! is `true` only when the server writes an append-only file, which keeps
+//! the counter without relying on clocks. For Redlock see [`RedlockBackend`]:
+//! its tokens are the maximum over a quorum, with the limits stated there.
+//!
+//! # Modes
+//!
+//! | URL | backend |
+//! |---|---|
+//! | `redis://h:6379/0`, `rediss://…` | [`RedisBackend`], one server |
+//! | `redis+sentinel://s1:26379,s2/NAME` | [`RedisBackend`] on the group's master, following failovers |
+//! | `redis+cluster://h1,h2,h3` | [`RedisBackend`] on a cluster, sharded pub/sub |
+//! | `redlock://h1,h2,h3,h4,h5` | [`RedlockBackend`] |
+//!
+//! Servers must speak RESP3 (Redis 6 or later).
+#![warn(missing_docs)]
+
+mod backend;
+pub mod config;
+mod error;
+mod redlock;
+mod scripts;
+mod waiters;
+
+use std::sync::Arc;
+
+pub use backend::RedisBackend;
+pub use config::{Mode, RedisConfig};
+pub use error::{NodeTimeout, QuorumError, UnexpectedReply};
+pub use redlock::RedlockBackend;
+
+use lockkit_core::url::ConnectUrl;
+use lockkit_core::{LockBackend, LockError};
+
+/// Connects to the Redis (or the Redlock nodes) a `redis://`, `rediss://`,
+/// `redis+sentinel://`, `redis+cluster://` or `redlock://` URL names, taking
+/// this backend's query parameters from `url` (see [`config`]); the caller
+/// checks the rest with [`ConnectUrl::finish`].
+///
+/// Errors: [`LockError::InvalidConfig`] naming the URL part at fault, or a
+/// retryable [`LockError::Backend`] when the server (a quorum of Redlock
+/// nodes) cannot be reached.
+pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
+    let config = RedisConfig::from_url(url)?;
+    Ok(match config.mode {
+        Mode::Redlock => Arc::new(RedlockBackend::connect(config).await?),
+        _ => Arc::new(RedisBackend::connect(config).await?),
+    })
+}

@@ -1,0 +1,141 @@
+//! Mapping Redis failures into [`LockError`], and the few errors of our own
+//! that are chained as a [`LockError::Backend`] source.
+
+use std::time::Duration;
+
+use lockkit_core::LockError;
+use redis::{ErrorKind, RedisError, RetryMethod, ServerErrorKind};
+
+/// Whether a Redis error is worth trying again: lost connections, timeouts,
+/// a server loading its data set, a failover in progress, a busy script.
+/// Configuration and permission faults (wrong password, `NOPERM`, a script
+/// error) are not.
+pub(crate) fn is_retryable(e: &RedisError) -> bool {
+    match e.kind() {
+        ErrorKind::AuthenticationFailed
+        | ErrorKind::InvalidClientConfig
+        | ErrorKind::RESP3NotSupported
+        | ErrorKind::UnexpectedReturnType
+        | ErrorKind::Client => false,
+        ErrorKind::Server(ServerErrorKind::NoPerm) => false,
+        ErrorKind::Server(ServerErrorKind::ResponseError) | ErrorKind::Extension => {
+            // `BUSY` (a long script), `OOM`, `LOADING` and friends pass; an
+            // `ERR` from our own scripts does not.
+            matches!(e.code(), Some("BUSY" | "OOM" | "LOADING" | "MASTERDOWN" | "TRYAGAIN"))
+        }
+        _ => !matches!(e.retry_method(), RetryMethod::NoRetry),
+    }
+}
+
+/// A [`LockError::Backend`] for a failed Redis call.
+pub(crate) fn redis_error(
+    backend: &'static str,
+    operation: &'static str,
+    name: Option<&str>,
+    e: RedisError,
+) -> LockError {
+    let retryable = is_retryable(&e);
+    LockError::backend(backend, operation, name, retryable, e)
+}
+
+/// A reply none of lockkit's scripts gives: the key holds something else
+/// (another program uses the prefix), or the server is not Redis-compatible.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unexpected reply from the server: {0}")]
+pub struct UnexpectedReply(pub(crate) String);
+
+/// A node did not answer within its timeout.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("no answer from {node} within {}", humantime_ms(*.timeout))]
+pub struct NodeTimeout {
+    /// The node, as `host:port`.
+    pub node: String,
+    /// The timeout that ran out.
+    pub timeout: Duration,
+}
+
+/// A Redlock operation that could not reach a quorum of nodes because too
+/// many of them failed (as opposed to being held by another owner).
+#[derive(Debug, thiserror::Error)]
+#[error("{succeeded} of {nodes} redlock nodes answered, {quorum} needed; first failure: {first}")]
+pub struct QuorumError {
+    /// Nodes that answered.
+    pub succeeded: usize,
+    /// Nodes needed (N/2 + 1).
+    pub quorum: usize,
+    /// Nodes configured.
+    pub nodes: usize,
+    /// The first node failure, as text.
+    pub first: String,
+    /// Whether every failure was retryable.
+    pub retryable: bool,
+}
+
+/// Why one request to one server failed.
+#[derive(Debug, Clone)]
+pub(crate) enum Fault {
+    Redis(RedisError),
+    Reply(UnexpectedReply),
+    Timeout(NodeTimeout),
+}
+
+impl Fault {
+    pub fn retryable(&self) -> bool {
+        match self {
+            Fault::Redis(e) => is_retryable(e),
+            Fault::Reply(_) => false,
+            Fault::Timeout(_) => true,
+        }
+    }
+
+    pub fn into_error(self, backend: &'static str, operation: &'static str, name: Option<&str>) -> LockError {
+        let retryable = self.retryable();
+        match self {
+            Fault::Redis(e) => LockError::backend(backend, operation, name, retryable, e),
+            Fault::Reply(e) => LockError::backend(backend, operation, name, retryable, e),
+            Fault::Timeout(e) => LockError::backend(backend, operation, name, retryable, e),
+        }
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Redis(e) => e.fmt(f),
+            Fault::Reply(e) => e.fmt(f),
+            Fault::Timeout(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<RedisError> for Fault {
+    fn from(e: RedisError) -> Self {
+        Fault::Redis(e)
+    }
+}
+
+impl From<UnexpectedReply> for Fault {
+    fn from(e: UnexpectedReply) -> Self {
+        Fault::Reply(e)
+    }
+}
+
+fn humantime_ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_kinds() {
+        let io: RedisError = std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+        assert!(is_retryable(&io));
+        let auth: RedisError = (ErrorKind::AuthenticationFailed, "wrong password").into();
+        assert!(!is_retryable(&auth));
+        let e = redis_error("redis", "acquire", Some("x"), auth);
+        assert!(matches!(e, LockError::Backend { retryable: false, .. }));
+        assert!(std::error::Error::source(&e).is_some());
+    }
+}

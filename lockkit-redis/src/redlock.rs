@@ -1,0 +1,611 @@
+//! Redlock over N independent Redis masters: see [`RedlockBackend`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use lockkit_core::backend::{
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+};
+use lockkit_core::{LockError, detach, lease, ttl_millis};
+use rand::RngExt;
+use redis::Client;
+use redis::aio::ConnectionManager;
+
+use crate::backend::{UNKNOWN_LEASE_RECHECK, connection_info, manager_config, millis, pubsub_config};
+use crate::config::RedisConfig;
+use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
+use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Stored};
+use crate::waiters::{Attempt, PubSubConn, Waiters, wait_loop};
+
+const KIND: &str = "redlock";
+
+/// Locks over N independent Redis masters (`redlock://h1,h2,h3,…`). Cheap to
+/// clone.
+///
+/// Every operation goes to all nodes at once, each request bounded by the
+/// short `node_timeout`; it succeeds when a quorum (N/2 + 1) of nodes agree.
+/// Each node runs the same Lua scripts as the single-server backend, so
+/// re-entry, hold counts and compare-and-delete work per node.
+///
+/// * **Acquire**: the acquire script on every node. With a quorum held, the
+///   lease is valid for `min over the quorum of the remaining ttl − elapsed −
+///   drift` (the time since the requests were *sent*; drift = 1 % + 2 ms +
+///   the configured `drift`). Without a quorum, or if that validity is
+///   already gone, the attempt is undone on every node (including nodes that
+///   did not answer: a nonce stored with the hold identifies what this
+///   attempt did) and retried after a random delay (split vote) or when the
+///   holder releases or expires.
+/// * **Release / extend**: on all nodes; an extension counts only with a
+///   quorum, and the new validity is computed the same way.
+/// * **Waiting**: like the single-server backend, with one pub/sub
+///   connection per node; a waiter relies on messages once a quorum of them
+///   confirmed its subscription (any quorum of holders then includes a node
+///   it listens to).
+///
+/// # Fencing tokens: what they promise, and what not
+///
+/// A first acquisition takes a token from every node's counter (the
+/// single-server rule: `max(counter + 1, the node's clock in µs)`), uses the
+/// **maximum over the quorum** as the hold's token, writes it into the hold
+/// on those nodes and raises their counters to it (one extra round trip,
+/// first acquisitions only). Re-entries return that token.
+///
+/// * **Promised**: a token is strictly greater than every token issued
+///   before for the name, as long as every quorum that ever held it shares a
+///   node with the next one that kept its counter (always true while nodes
+///   keep their data: two quorums of N always intersect).
+/// * **Also holds** when nodes lose their data (restart without
+///   persistence), because counters never fall behind their node's clock in
+///   µs: tokens still grow unless the nodes' clocks are behind the clock of
+///   the node that issued the previous maximum (by more than the time
+///   between the two acquisitions).
+/// * **Not promised**: with nodes that lose data *and* clocks that jump
+///   back, a token can repeat or go down; and mutual exclusion itself
+///   (not only the token) breaks when a majority of nodes lose their keys
+///   while a lease is live — restart a crashed node only after the longest
+///   ttl in use, or run the nodes with `appendfsync always`. Hence
+///   [`Capabilities::durable_tokens`] is `false`.
+///
+/// As the Kleppmann/antirez debate makes clear, the token protects a resource
+/// only if the resource checks it (rejects writes whose token is lower than
+/// one it has seen); a lost signal and a validity deadline are the holder's
+/// side of the bargain.
+#[derive(Clone)]
+pub struct RedlockBackend {
+    inner: Arc<Inner>,
+}
+
+struct Node {
+    addr: String,
+    conn: ConnectionManager,
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    quorum: usize,
+    keys: Keys,
+    waiters: Waiters,
+    config: RedisConfig,
+}
+
+impl fmt::Debug for RedlockBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockBackend")
+            .field("quorum", &self.inner.quorum)
+            .field("config", &self.inner.config)
+            .field("waiters", &self.inner.waiters)
+            .finish()
+    }
+}
+
+/// One node's share of a successful acquisition.
+#[derive(Debug, Clone, Copy)]
+struct NodeHold {
+    node: usize,
+    token: u64,
+    count: u32,
+    pttl: i64,
+}
+
+/// What one Redlock attempt came to.
+enum Outcome {
+    Acquired(Lease),
+    /// Not acquired: held elsewhere (`retry_in` until a quorum may be free)
+    /// or a split vote (`split`: retry after a random delay).
+    Busy {
+        retry_in: Option<Duration>,
+        split: bool,
+    },
+    /// Too many nodes failed to answer.
+    Failed(QuorumError),
+}
+
+impl Inner {
+    fn n(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Runs `f` on every node at once, each bounded by the node timeout.
+    async fn all<T, F, Fut>(&self, f: F) -> Vec<Result<T, Fault>>
+    where
+        F: Fn(usize, ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T, Fault>>,
+    {
+        let timeout = self.config.node_timeout;
+        join_all(self.nodes.iter().enumerate().map(|(i, node)| {
+            let call = f(i, node.conn.clone());
+            async move {
+                match tokio::time::timeout(timeout, call).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Fault::Timeout(NodeTimeout {
+                        node: node.addr.clone(),
+                        timeout,
+                    })),
+                }
+            }
+        }))
+        .await
+    }
+
+    /// The deadline a quorum of these remaining leases (ms) guarantees,
+    /// counted from `sent_at`.
+    fn validity(&self, sent_at: Instant, mut pttls: Vec<i64>) -> Option<Instant> {
+        pttls.sort_unstable_by(|a, b| b.cmp(a));
+        let rem = *pttls.get(self.quorum - 1)?;
+        if rem < 0 {
+            return None;
+        }
+        let until = lease::valid_until(sent_at, millis(rem)).checked_sub(self.config.drift)?;
+        (until > Instant::now()).then_some(until)
+    }
+
+    fn quorum_error(&self, failures: &[&Fault]) -> QuorumError {
+        QuorumError {
+            succeeded: self.n() - failures.len(),
+            quorum: self.quorum,
+            nodes: self.n(),
+            first: failures.first().map(|f| f.to_string()).unwrap_or_default(),
+            retryable: failures.iter().all(|f| f.retryable()),
+        }
+    }
+
+    /// One attempt: acquire on every node; seal or undo.
+    async fn attempt(self: &Arc<Self>, name: &str, owner: &str, ttl_ms: u64) -> Outcome {
+        let nonce = format!("{:016x}", rand::random::<u64>());
+        let keys = &self.keys;
+        let sent_at = Instant::now();
+        let replies = self
+            .all(|_, mut c| {
+                let nonce = &nonce;
+                async move { scripts::acquire(&mut c, keys, name, owner, ttl_ms, nonce).await }
+            })
+            .await;
+        let mut held = Vec::new();
+        let mut busy = Vec::new();
+        let mut failed = Vec::new();
+        for (node, r) in replies.iter().enumerate() {
+            match r {
+                Ok(AcquireReply::Acquired { token, count, pttl }) => held.push(NodeHold {
+                    node,
+                    token: *token,
+                    count: *count,
+                    pttl: *pttl,
+                }),
+                Ok(AcquireReply::Busy { pttl }) => busy.push(*pttl),
+                Err(_) => failed.push(node),
+            }
+        }
+        if held.len() >= self.quorum
+            && let Some(outcome) = self.settle(name, owner, sent_at, &mut held).await
+        {
+            // Holds this attempt may have left on nodes that did not answer
+            // in time: take them back in the background.
+            if !failed.is_empty() {
+                self.spawn_undo(name, owner, &nonce, failed.iter().map(|&n| (n, None)).collect());
+            }
+            return outcome;
+        }
+        // No quorum: undo wherever this attempt may have counted.
+        let targets: HashMap<usize, Option<u64>> = held
+            .iter()
+            .map(|h| (h.node, Some(h.token)))
+            .chain(failed.iter().map(|&n| (n, None)))
+            .collect();
+        self.undo(name, owner, &nonce, &targets).await;
+        let failures: Vec<&Fault> = replies.iter().filter_map(|r| r.as_ref().err()).collect();
+        if failures.len() > self.n() - self.quorum {
+            return Outcome::Failed(self.quorum_error(&failures));
+        }
+        // A quorum frees up when enough of the busy nodes' leases run out.
+        busy.sort_unstable();
+        let need = self.quorum.saturating_sub(self.n() - busy.len());
+        let retry_in = match need {
+            0 => None,
+            k => busy.get(k - 1).filter(|p| **p >= 0).map(|p| millis(*p)),
+        };
+        Outcome::Busy {
+            retry_in,
+            split: !held.is_empty() || need == 0,
+        }
+    }
+
+    /// With a quorum acquired: fixes the token (sealing fresh node holds
+    /// with it) and the validity. `None` when either falls short.
+    async fn settle(&self, name: &str, owner: &str, sent_at: Instant, held: &mut [NodeHold]) -> Option<Outcome> {
+        let first = held.iter().all(|h| h.count == 1);
+        let token = if first {
+            held.iter().map(|h| h.token).max()?
+        } else {
+            // Re-entry: the token most re-entered nodes carry (ties: the
+            // greatest), the quorum token of the first acquisition.
+            let mut votes: HashMap<u64, usize> = HashMap::new();
+            for h in held.iter().filter(|h| h.count > 1) {
+                *votes.entry(h.token).or_default() += 1;
+            }
+            votes.into_iter().max_by_key(|(t, v)| (*v, *t)).map(|(t, _)| t)?
+        };
+        let to_seal: Vec<(usize, u64)> = held
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.token != token)
+            .map(|(i, h)| (i, h.token))
+            .collect();
+        if !to_seal.is_empty() {
+            let keys = &self.keys;
+            let by_node: HashMap<usize, u64> = to_seal.iter().map(|(i, t)| (held[*i].node, *t)).collect();
+            let sealed = self
+                .all(|node, mut c| {
+                    let node_token = by_node.get(&node).copied();
+                    async move {
+                        match node_token {
+                            Some(t) => scripts::seal(&mut c, keys, name, owner, t, token).await,
+                            None => Ok(false),
+                        }
+                    }
+                })
+                .await;
+            for (i, _) in &to_seal {
+                if matches!(sealed[held[*i].node], Ok(true)) {
+                    held[*i].token = token;
+                }
+            }
+        }
+        let good: Vec<&NodeHold> = held.iter().filter(|h| h.token == token).collect();
+        if good.len() < self.quorum {
+            return None;
+        }
+        let valid_until = self.validity(sent_at, good.iter().map(|h| h.pttl).collect())?;
+        Some(Outcome::Acquired(Lease {
+            token,
+            hold_count: good.iter().map(|h| h.count).max().unwrap_or(1),
+            valid_until: Some(valid_until),
+            lost: None,
+        }))
+    }
+
+    async fn undo(&self, name: &str, owner: &str, nonce: &str, targets: &HashMap<usize, Option<u64>>) {
+        if targets.is_empty() {
+            return;
+        }
+        let keys = &self.keys;
+        self.all(|node, mut c| async move {
+            match targets.get(&node) {
+                Some(token) => scripts::undo(&mut c, keys, name, owner, nonce, *token).await,
+                None => Ok(false),
+            }
+        })
+        .await;
+    }
+
+    fn spawn_undo(self: &Arc<Self>, name: &str, owner: &str, nonce: &str, targets: HashMap<usize, Option<u64>>) {
+        let this = self.clone();
+        let (name, owner, nonce) = (name.to_owned(), owner.to_owned(), nonce.to_owned());
+        tokio::spawn(async move { this.undo(&name, &owner, &nonce, &targets).await });
+    }
+}
+
+/// How a per-node result counts towards a quorum decision.
+fn tally<T>(results: &[Result<Option<T>, Fault>]) -> (usize, usize, Vec<&Fault>) {
+    let yes = results.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+    let no = results.iter().filter(|r| matches!(r, Ok(None))).count();
+    let failures = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    (yes, no, failures)
+}
+
+impl RedlockBackend {
+    /// Connects to every node of a `redlock://` configuration. Nodes connect
+    /// lazily and may be down; connecting fails only when fewer than a
+    /// quorum answer `PING` within `connect_timeout`.
+    pub async fn connect(config: RedisConfig) -> Result<Self, LockError> {
+        let n = config.nodes.len();
+        let quorum = config.quorum();
+        let waiters = Waiters::new(n, quorum, config.node_timeout.max(Duration::from_millis(500)));
+        let (ct, rt) = (config.connect_timeout, config.response_timeout);
+        let mut nodes = Vec::with_capacity(n);
+        let mut pubsubs = Vec::with_capacity(n);
+        for (i, node) in config.nodes.iter().enumerate() {
+            let client =
+                Client::open(connection_info(&config, node)?).map_err(|e| redis_error(KIND, "connect", None, e))?;
+            let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config(ct, rt))
+                .map_err(|e| redis_error(KIND, "connect", None, e))?;
+            let pubsub = ConnectionManager::new_lazy_with_config(client, pubsub_config(ct, rt, &waiters, i))
+                .map_err(|e| redis_error(KIND, "connect", None, e))?;
+            nodes.push(Node {
+                addr: node.to_string(),
+                conn,
+            });
+            pubsubs.push(PubSubConn::Manager(pubsub));
+        }
+        waiters.set_connections(pubsubs);
+        let inner = Inner {
+            nodes,
+            quorum,
+            keys: Keys::new(&config.prefix),
+            waiters,
+            config,
+        };
+        let pings = join_all(inner.nodes.iter().map(|node| async {
+            match tokio::time::timeout(ct, redis::cmd("PING").query_async::<()>(&mut node.conn.clone())).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Fault::Redis(e)),
+                Err(_) => Err(Fault::Timeout(NodeTimeout {
+                    node: node.addr.clone(),
+                    timeout: ct,
+                })),
+            }
+        }))
+        .await;
+        let failures: Vec<&Fault> = pings.iter().filter_map(|r| r.as_ref().err()).collect();
+        if failures.len() > n - quorum {
+            let e = inner.quorum_error(&failures);
+            let retryable = e.retryable;
+            return Err(LockError::backend(KIND, "connect", None, retryable, e));
+        }
+        for (node, r) in inner.nodes.iter().zip(&pings) {
+            if let Err(f) = r {
+                tracing::warn!(node = %node.addr, error = %f, "redlock node does not answer; continuing with a quorum");
+            }
+        }
+        Ok(RedlockBackend { inner: Arc::new(inner) })
+    }
+
+    fn failed(&self, operation: &'static str, name: &str, e: QuorumError) -> LockError {
+        let retryable = e.retryable;
+        LockError::backend(KIND, operation, Some(name), retryable, e)
+    }
+
+    /// One attempt on its own task; a hold whose caller is gone is released.
+    async fn attempt(&self, req: &AcquireRequest<'_>) -> Result<Outcome, LockError> {
+        let ttl_ms = ttl_millis(req.ttl);
+        let (name, owner) = (req.name.to_owned(), req.owner.to_owned());
+        let inner = self.inner.clone();
+        let work = async move {
+            let outcome = inner.attempt(&name, &owner, ttl_ms).await;
+            (outcome, inner, name, owner)
+        };
+        let (outcome, ..) = detach(KIND, work, |(outcome, inner, name, owner)| async move {
+            if let Outcome::Acquired(lease) = outcome {
+                let hold = Hold {
+                    name,
+                    owner,
+                    token: lease.token,
+                };
+                if let Err(e) = (RedlockBackend { inner }).release(&hold).await {
+                    tracing::warn!(lock = %hold.name, error = %e, "releasing the hold of a cancelled acquisition failed; it expires with its ttl");
+                }
+            }
+        })
+        .await?;
+        Ok(outcome)
+    }
+
+    fn backoff(&self, failures: u32) -> Duration {
+        let max = self
+            .inner
+            .config
+            .retry_delay
+            .saturating_mul(1 << failures.min(5))
+            .min(Duration::from_secs(1))
+            .max(Duration::from_millis(2));
+        let ms = max.as_millis().max(2) as u64;
+        Duration::from_millis(rand::rng().random_range(ms / 2..=ms))
+    }
+}
+
+#[async_trait]
+impl LockBackend for RedlockBackend {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ttl(true, false)
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
+        match self.attempt(req).await? {
+            Outcome::Acquired(lease) => Ok(TryAcquire::Acquired(lease)),
+            Outcome::Busy { retry_in, .. } => Ok(TryAcquire::Busy { retry_in }),
+            Outcome::Failed(e) => Err(self.failed("acquire", req.name, e)),
+        }
+    }
+
+    async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
+        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        let last_failure: Mutex<Option<QuorumError>> = Mutex::new(None);
+        let failures = Mutex::new(0u32);
+        let step = |outcome: Outcome| -> Attempt<Lease> {
+            let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
+            let mut last = last_failure.lock().unwrap_or_else(|e| e.into_inner());
+            match outcome {
+                Outcome::Acquired(lease) => Attempt::Done(lease),
+                Outcome::Busy { retry_in, split } => {
+                    *failures = 0;
+                    *last = None;
+                    match (split, retry_in) {
+                        (false, Some(r)) => Attempt::Busy {
+                            retry_in: r + self.backoff(0) / 4,
+                        },
+                        (false, None) => Attempt::Busy {
+                            retry_in: UNKNOWN_LEASE_RECHECK,
+                        },
+                        (true, _) => Attempt::Backoff { after: self.backoff(0) },
+                    }
+                }
+                Outcome::Failed(e) => {
+                    *failures += 1;
+                    *last = Some(e);
+                    Attempt::Backoff {
+                        after: self.backoff(*failures),
+                    }
+                }
+            }
+        };
+        let first = step(self.attempt(req).await?);
+        if let Attempt::Done(lease) = first {
+            return Ok(Some(lease));
+        }
+        let expired = || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        let result = if expired() {
+            None
+        } else {
+            let channel = self.inner.keys.lock(req.name);
+            let sub = match self.inner.waiters.subscribe(channel).await {
+                Ok(sub) => Some(sub),
+                Err(f) => {
+                    tracing::debug!(lock = %req.name, error = %f, "redlock: no quorum of subscriptions; waiting on timers");
+                    None
+                }
+            };
+            wait_loop(sub.as_ref(), deadline, || async {
+                Ok::<_, LockError>(step(self.attempt(req).await?))
+            })
+            .await?
+        };
+        match (result, last_failure.into_inner().unwrap_or_else(|e| e.into_inner())) {
+            (Some(lease), _) => Ok(Some(lease)),
+            (None, Some(e)) => Err(self.failed("acquire", req.name, e)),
+            (None, None) => Ok(None),
+        }
+    }
+
+    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+        let inner = &self.inner;
+        let results = inner
+            .all(|_, mut c| async move {
+                scripts::release(
+                    &mut c,
+                    &inner.keys,
+                    &hold.name,
+                    &hold.owner,
+                    hold.token,
+                    Publish::Classic,
+                )
+                .await
+            })
+            .await;
+        let (yes, no, failures) = tally(&results);
+        if yes > 0 {
+            let remaining = results
+                .iter()
+                .filter_map(|r| r.as_ref().ok().copied().flatten())
+                .max()
+                .unwrap_or(0);
+            return Ok(ReleaseOutcome::Released { remaining });
+        }
+        if no > inner.n() - inner.quorum || failures.is_empty() {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        Err(self.failed("release", &hold.name, inner.quorum_error(&failures)))
+    }
+
+    async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
+        let mut results = self.extend_many(&[(hold.clone(), ttl)]).await;
+        results.pop().unwrap_or(Ok(ExtendOutcome::NotHeld))
+    }
+
+    async fn extend_many(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
+        let inner = &self.inner;
+        let items: Vec<ExtendItem<'_>> = holds
+            .iter()
+            .map(|(h, ttl)| ExtendItem {
+                key: inner.keys.lock(&h.name),
+                owner: &h.owner,
+                token: h.token,
+                ttl_ms: ttl_millis(*ttl),
+            })
+            .collect();
+        let sent_at = Instant::now();
+        let items = &items;
+        let per_node = inner
+            .all(|_, mut c| async move { scripts::extend(&mut c, items).await })
+            .await;
+        holds
+            .iter()
+            .enumerate()
+            .map(|(i, (hold, _))| {
+                let results: Vec<Result<Option<i64>, Fault>> = per_node
+                    .iter()
+                    .map(|r| match r {
+                        Ok(v) => Ok(v.get(i).copied().flatten()),
+                        Err(f) => Err(f.clone()),
+                    })
+                    .collect();
+                let (yes, no, failures) = tally(&results);
+                if yes >= inner.quorum {
+                    let pttls = results
+                        .iter()
+                        .filter_map(|r| r.as_ref().ok().copied().flatten())
+                        .collect();
+                    return match inner.validity(sent_at, pttls) {
+                        Some(valid_until) => Ok(ExtendOutcome::Extended {
+                            valid_until: Some(valid_until),
+                        }),
+                        None => Ok(ExtendOutcome::NotHeld),
+                    };
+                }
+                if no > inner.n() - inner.quorum || failures.is_empty() {
+                    return Ok(ExtendOutcome::NotHeld);
+                }
+                Err(self.failed("extend", &hold.name, inner.quorum_error(&failures)))
+            })
+            .collect()
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let inner = &self.inner;
+        let results = inner
+            .all(|_, mut c| async move { scripts::inspect(&mut c, &inner.keys, name).await })
+            .await;
+        let mut groups: HashMap<(String, u64), Vec<&Stored>> = HashMap::new();
+        let mut failures = Vec::new();
+        for r in &results {
+            match r {
+                Ok(Some(s)) => groups.entry((s.owner.clone(), s.token)).or_default().push(s),
+                Ok(None) => {}
+                Err(f) => failures.push(f),
+            }
+        }
+        if let Some(((owner, token), nodes)) = groups.into_iter().find(|(_, nodes)| nodes.len() >= inner.quorum) {
+            let mut pttls: Vec<i64> = nodes.iter().map(|s| s.pttl).collect();
+            pttls.sort_unstable_by(|a, b| b.cmp(a));
+            let rem = pttls[inner.quorum - 1];
+            return Ok(Some(LockInfo {
+                name: name.to_owned(),
+                owner,
+                hold_count: nodes.iter().map(|s| s.count).max().unwrap_or(1),
+                token,
+                remaining: (rem >= 0).then(|| millis(rem)),
+            }));
+        }
+        if failures.len() > inner.n() - inner.quorum {
+            return Err(self.failed("inspect", name, inner.quorum_error(&failures)));
+        }
+        Ok(None)
+    }
+}

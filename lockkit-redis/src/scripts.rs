@@ -1,0 +1,579 @@
+//! The key layout and the Lua scripts: every change to a lock is one script
+//! call, so one round trip and atomic.
+//!
+//! # Keys
+//!
+//! For a prefix `P` (default `lockkit:`) and a lock name `N`:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token |
+//! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
+//!
+//! and releases are published on the channel named like the lock key.
+//! `TAG` is three hex digits of the FNV-1a hash of `N` (4096 buckets), so the
+//! lock key, its counter and its channel hash to one cluster slot whatever
+//! `N` contains — braces, NUL, newlines, any UTF-8 are stored as they are,
+//! after the tag. A fixed number of counters (instead of one per name) keeps
+//! memory bounded when names are ever-new (`order:<id>`); tokens still grow
+//! per name, since each name always draws from the same counter.
+//!
+//! # Tokens
+//!
+//! A first acquisition takes `max(counter + 1, server time in µs)` from the
+//! name's counter. Tokens therefore grow strictly per name, and even a server
+//! that lost its counter (restart without persistence, failover to a lagging
+//! replica) keeps issuing greater tokens — unless its clock is behind the
+//! clock that issued the old ones. Tokens stay below 2^53 (until the year
+//! 2255), so Lua's doubles hold them exactly.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionLike;
+use redis::{Script, ServerErrorKind, Value};
+
+use crate::error::{Fault, UnexpectedReply};
+
+/// Number of hash-tag buckets, and so of fencing counters per prefix.
+const TAG_BUCKETS: u32 = 4096;
+
+/// Builds the keys of lock names under one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: Vec<u8>,
+}
+
+/// FNV-1a, 32 bits. Part of the key format: changing it would let two
+/// versions of lockkit hold the same name at once.
+fn fnv1a32(bytes: &[u8]) -> u32 {
+    bytes
+        .iter()
+        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Self {
+        Keys {
+            prefix: prefix.as_bytes().to_vec(),
+        }
+    }
+
+    /// The hash tag of a name, braces included: `{a3f}`.
+    pub fn tag(name: &str) -> [u8; 5] {
+        let bucket = fnv1a32(name.as_bytes()) % TAG_BUCKETS;
+        let hex = |n: u32| b"0123456789abcdef"[(n & 0xf) as usize];
+        [b'{', hex(bucket >> 8), hex(bucket >> 4), hex(bucket), b'}']
+    }
+
+    /// `P{TAG}:NAME`, also the name of the release channel.
+    pub fn lock(&self, name: &str) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.prefix.len() + 6 + name.len());
+        k.extend_from_slice(&self.prefix);
+        k.extend_from_slice(&Self::tag(name));
+        k.push(b':');
+        k.extend_from_slice(name.as_bytes());
+        k
+    }
+
+    /// `P{TAG}fence`.
+    pub fn counter(&self, name: &str) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.prefix.len() + 10);
+        k.extend_from_slice(&self.prefix);
+        k.extend_from_slice(&Self::tag(name));
+        k.extend_from_slice(b"fence");
+        k
+    }
+}
+
+/// Acquire, re-enter, or report the holder's remaining lease.
+///
+/// KEYS: lock, counter. ARGV: owner, ttl ms, nonce (`''`: none; Redlock
+/// records it so a timed-out attempt can be undone).
+/// Returns `{1, token, count, pttl}` when held by the caller now, or
+/// `{0, '', 0, pttl}` when another owner holds it.
+const ACQUIRE: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'o', 't')
+local ttl = tonumber(ARGV[2])
+if not h[1] then
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local t = redis.call('INCR', KEYS[2])
+  if t < floor then
+    t = floor
+    redis.call('SET', KEYS[2], string.format('%.0f', t))
+  end
+  local ts = string.format('%.0f', t)
+  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts)
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'n', ARGV[3]) end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, ts, 1, ttl}
+end
+if h[1] == ARGV[1] then
+  local c = redis.call('HINCRBY', KEYS[1], 'c', 1)
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'n', ARGV[3]) end
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < ttl then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    pttl = ttl
+  end
+  return {1, h[2], c, pttl}
+end
+return {0, '', 0, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// Release one hold: decrement, delete at zero and publish.
+///
+/// KEYS: lock. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`.
+/// Returns the holds left, or -1 when owner and token do not match.
+const RELEASE: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c')
+if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return -1 end
+local c = tonumber(h[3]) - 1
+if c > 0 then
+  redis.call('HSET', KEYS[1], 'c', c)
+  return c
+end
+redis.call('DEL', KEYS[1])
+redis.call(ARGV[4], ARGV[3], ARGV[2])
+return 0
+"#;
+
+/// Extend holds to at least their ttl from now (never shorter).
+///
+/// KEYS: lock keys. ARGV: owner, token, ttl ms — three per key.
+/// Returns one entry per key: the remaining lease in ms, or -3 when owner
+/// and token do not match.
+const EXTEND: &str = r#"
+local out = {}
+for i = 1, #KEYS do
+  local h = redis.call('HMGET', KEYS[i], 'o', 't')
+  if h[1] == ARGV[3 * i - 2] and h[2] == ARGV[3 * i - 1] then
+    local ttl = tonumber(ARGV[3 * i])
+    local pttl = redis.call('PTTL', KEYS[i])
+    if pttl < ttl then
+      redis.call('PEXPIRE', KEYS[i], ARGV[3 * i])
+      pttl = ttl
+    end
+    out[i] = pttl
+  else
+    out[i] = -3
+  end
+end
+return out
+"#;
+
+/// Who holds a lock. KEYS: lock. Returns `{owner, count, token, pttl}` or `{}`.
+const INSPECT: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't')
+if not h[1] then return {} end
+return {h[1], h[2], h[3], redis.call('PTTL', KEYS[1])}
+"#;
+
+/// Redlock: give a fresh node hold the quorum's token and raise the node's
+/// counter to it, so the next quorum's token is greater.
+///
+/// KEYS: lock, counter. ARGV: owner, the node's own token, the quorum token.
+/// Returns 1 when sealed, 0 when the hold is not there (any more).
+const SEAL: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'o', 't')
+if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 't', ARGV[3])
+local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+if c < tonumber(ARGV[3]) then redis.call('SET', KEYS[2], ARGV[3]) end
+return 1
+"#;
+
+/// Redlock: take back what one failed attempt did on a node — the hold it
+/// created or the re-entry it counted.
+///
+/// KEYS: lock. ARGV: owner, attempt nonce, the node token the attempt saw
+/// (`''` when its answer never came), channel, `PUBLISH`.
+/// Returns 1 when something was undone.
+const UNDO: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'n')
+if h[1] ~= ARGV[1] then return 0 end
+if h[4] ~= ARGV[2] and (ARGV[3] == '' or h[3] ~= ARGV[3]) then return 0 end
+local c = tonumber(h[2]) - 1
+if c > 0 then
+  redis.call('HSET', KEYS[1], 'c', c)
+  redis.call('HDEL', KEYS[1], 'n')
+  return 1
+end
+redis.call('DEL', KEYS[1])
+redis.call(ARGV[5], ARGV[4], 'u' .. ARGV[2])
+return 1
+"#;
+
+/// The scripts, hashed once; [`redis::ScriptInvocation`] sends `EVALSHA` and
+/// loads the body only when a server answers `NOSCRIPT`.
+pub(crate) struct Scripts {
+    pub acquire: Script,
+    pub release: Script,
+    pub extend: Script,
+    pub inspect: Script,
+    pub seal: Script,
+    pub undo: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: Script::new(ACQUIRE),
+    release: Script::new(RELEASE),
+    extend: Script::new(EXTEND),
+    inspect: Script::new(INSPECT),
+    seal: Script::new(SEAL),
+    undo: Script::new(UNDO),
+});
+
+/// The most holds one `EXTEND` call carries; more go in further calls of
+/// the same pipeline, so a script never blocks the server for long.
+pub(crate) const EXTEND_CHUNK: usize = 500;
+
+/// What one acquire script call found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The caller holds it now.
+    Acquired {
+        /// The hold's token on this server.
+        token: u64,
+        /// The hold count after this acquisition.
+        count: u32,
+        /// The remaining lease in ms.
+        pttl: i64,
+    },
+    /// Another owner holds it for `pttl` more ms (negative: unknown).
+    Busy {
+        /// The holder's remaining lease in ms.
+        pttl: i64,
+    },
+}
+
+fn unexpected(what: &str, v: &Value) -> UnexpectedReply {
+    UnexpectedReply(format!("{what}: {v:?}"))
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> {
+    let bad = || unexpected("acquire", v);
+    let Value::Array(items) = v else { return Err(bad()) };
+    let [flag, token, count, pttl] = items.as_slice() else {
+        return Err(bad());
+    };
+    let pttl = int(pttl).ok_or_else(bad)?;
+    match int(flag) {
+        Some(1) => Ok(AcquireReply::Acquired {
+            token: int(token).and_then(|t| u64::try_from(t).ok()).ok_or_else(bad)?,
+            count: int(count).and_then(|c| u32::try_from(c).ok()).ok_or_else(bad)?,
+            pttl,
+        }),
+        Some(0) => Ok(AcquireReply::Busy { pttl }),
+        _ => Err(bad()),
+    }
+}
+
+/// Holds left after a release, or `None` when it was not held.
+pub(crate) fn parse_release(v: &Value) -> Result<Option<u32>, UnexpectedReply> {
+    match int(v) {
+        Some(-1) => Ok(None),
+        Some(n) if n >= 0 => Ok(Some(u32::try_from(n).unwrap_or(u32::MAX))),
+        _ => Err(unexpected("release", v)),
+    }
+}
+
+/// One remaining lease (ms) per extended key; `None` where not held.
+pub(crate) fn parse_extend(v: &Value, expected: usize) -> Result<Vec<Option<i64>>, UnexpectedReply> {
+    let bad = || unexpected("extend", v);
+    let Value::Array(items) = v else { return Err(bad()) };
+    if items.len() != expected {
+        return Err(bad());
+    }
+    items
+        .iter()
+        .map(|i| match int(i) {
+            Some(-3) => Ok(None),
+            Some(p) => Ok(Some(p)),
+            None => Err(bad()),
+        })
+        .collect()
+}
+
+/// A hold as the server stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stored {
+    pub owner: String,
+    pub count: u32,
+    pub token: u64,
+    /// Remaining lease in ms (negative: no expiry).
+    pub pttl: i64,
+}
+
+pub(crate) fn parse_inspect(v: &Value) -> Result<Option<Stored>, UnexpectedReply> {
+    let bad = || unexpected("inspect", v);
+    let Value::Array(items) = v else { return Err(bad()) };
+    match items.as_slice() {
+        [] => Ok(None),
+        [owner, count, token, pttl] => Ok(Some(Stored {
+            owner: text(owner).ok_or_else(bad)?,
+            count: int(count).and_then(|c| u32::try_from(c).ok()).ok_or_else(bad)?,
+            token: int(token).and_then(|t| u64::try_from(t).ok()).ok_or_else(bad)?,
+            pttl: int(pttl).ok_or_else(bad)?,
+        })),
+        _ => Err(bad()),
+    }
+}
+
+pub(crate) fn parse_flag(what: &str, v: &Value) -> Result<bool, UnexpectedReply> {
+    match int(v) {
+        Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        _ => Err(unexpected(what, v)),
+    }
+}
+
+/// `PUBLISH` on a single server, `SPUBLISH` (sharded, to the slot's node
+/// only) in a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    Classic,
+    Sharded,
+}
+
+impl Publish {
+    fn command(self) -> &'static str {
+        match self {
+            Publish::Classic => "PUBLISH",
+            Publish::Sharded => "SPUBLISH",
+        }
+    }
+}
+
+/// One acquire attempt on one server.
+pub(crate) async fn acquire<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    ttl_ms: u64,
+    nonce: &str,
+) -> Result<AcquireReply, Fault> {
+    let v: Value = SCRIPTS
+        .acquire
+        .key(keys.lock(name))
+        .key(keys.counter(name))
+        .arg(owner)
+        .arg(ttl_ms)
+        .arg(nonce)
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_acquire(&v)?)
+}
+
+/// One release on one server: holds left, or `None` when not held.
+pub(crate) async fn release<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    token: u64,
+    publish: Publish,
+) -> Result<Option<u32>, Fault> {
+    let key = keys.lock(name);
+    let v: Value = SCRIPTS
+        .release
+        .key(&key)
+        .arg(owner)
+        .arg(token)
+        .arg(&key)
+        .arg(publish.command())
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_release(&v)?)
+}
+
+/// One hold to extend: its lock key, owner, token and ttl in ms.
+pub(crate) struct ExtendItem<'a> {
+    pub key: Vec<u8>,
+    pub owner: &'a str,
+    pub token: u64,
+    pub ttl_ms: u64,
+}
+
+/// Extends holds on one server (or one cluster slot): one `EVALSHA` per
+/// [`EXTEND_CHUNK`] holds, all in one pipeline, so one round trip. Returns
+/// the remaining lease per hold, `None` where it is not held.
+pub(crate) async fn extend<C: ConnectionLike + Send>(
+    conn: &mut C,
+    items: &[ExtendItem<'_>],
+) -> Result<Vec<Option<i64>>, Fault> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let invocations: Vec<_> = items
+        .chunks(EXTEND_CHUNK)
+        .map(|chunk| {
+            let mut inv = SCRIPTS.extend.prepare_invoke();
+            for item in chunk {
+                inv.key(&item.key).arg(item.owner).arg(item.token).arg(item.ttl_ms);
+            }
+            inv
+        })
+        .collect();
+    let replies: Vec<Value> = if let [one] = invocations.as_slice() {
+        vec![one.invoke_async(conn).await?]
+    } else {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for inv in &invocations {
+            pipe.invoke_script(inv);
+        }
+        let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+        let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
+        if replies.iter().any(noscript) {
+            SCRIPTS.extend.load_async(conn).await?;
+            replies = pipe.query_async(conn).await?;
+        }
+        replies
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (reply, chunk) in replies.iter().zip(items.chunks(EXTEND_CHUNK)) {
+        if let Value::ServerError(e) = reply {
+            return Err(Fault::Redis(e.clone().into()));
+        }
+        out.extend(parse_extend(reply, chunk.len())?);
+    }
+    if out.len() != items.len() {
+        return Err(UnexpectedReply(format!("{} replies to extend {} holds", out.len(), items.len())).into());
+    }
+    Ok(out)
+}
+
+/// Who holds `name` on one server.
+pub(crate) async fn inspect<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+) -> Result<Option<Stored>, Fault> {
+    let v: Value = SCRIPTS.inspect.key(keys.lock(name)).invoke_async(conn).await?;
+    Ok(parse_inspect(&v)?)
+}
+
+/// Redlock: seals a fresh node hold with the quorum token.
+pub(crate) async fn seal<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    node_token: u64,
+    token: u64,
+) -> Result<bool, Fault> {
+    let v: Value = SCRIPTS
+        .seal
+        .key(keys.lock(name))
+        .key(keys.counter(name))
+        .arg(owner)
+        .arg(node_token)
+        .arg(token)
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_flag("seal", &v)?)
+}
+
+/// Redlock: undoes one failed attempt on one node.
+pub(crate) async fn undo<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    nonce: &str,
+    node_token: Option<u64>,
+) -> Result<bool, Fault> {
+    let key = keys.lock(name);
+    let v: Value = SCRIPTS
+        .undo
+        .key(&key)
+        .arg(owner)
+        .arg(nonce)
+        .arg(node_token.map(|t| t.to_string()).unwrap_or_default())
+        .arg(&key)
+        .arg(Publish::Classic.command())
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_flag("undo", &v)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_is_the_standard_one() {
+        assert_eq!(fnv1a32(b""), 0x811c_9dc5);
+        assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
+        assert_eq!(fnv1a32(b"foobar"), 0xbf9c_f968);
+    }
+
+    #[test]
+    fn key_layout_is_stable() {
+        let k = Keys::new("lockkit:");
+        assert_eq!(k.lock("a"), b"lockkit:{92c}:a");
+        assert_eq!(k.counter("a"), b"lockkit:{92c}fence");
+        assert_eq!(k.lock("foobar"), b"lockkit:{968}:foobar");
+        // Braces and NUL in a name stay after the tag and change nothing.
+        let odd = "x{y}z\0{";
+        let key = k.lock(odd);
+        assert!(key.starts_with(b"lockkit:{"));
+        assert_eq!(&key[8..13], &Keys::tag(odd));
+        assert!(key.ends_with(odd.as_bytes()));
+        assert_eq!(Keys::new("").lock("a"), b"{92c}:a");
+    }
+
+    #[test]
+    fn replies() {
+        let acquired = Value::Array(vec![
+            Value::Int(1),
+            Value::BulkString(b"1700000000000123".to_vec()),
+            Value::Int(2),
+            Value::Int(999),
+        ]);
+        assert_eq!(
+            parse_acquire(&acquired).unwrap(),
+            AcquireReply::Acquired {
+                token: 1_700_000_000_000_123,
+                count: 2,
+                pttl: 999
+            }
+        );
+        let busy = Value::Array(vec![
+            Value::Int(0),
+            Value::BulkString(vec![]),
+            Value::Int(0),
+            Value::Int(5),
+        ]);
+        assert_eq!(parse_acquire(&busy).unwrap(), AcquireReply::Busy { pttl: 5 });
+        assert!(parse_acquire(&Value::Nil).is_err());
+        assert_eq!(parse_release(&Value::Int(-1)).unwrap(), None);
+        assert_eq!(parse_release(&Value::Int(0)).unwrap(), Some(0));
+        assert_eq!(
+            parse_extend(&Value::Array(vec![Value::Int(-3), Value::Int(10)]), 2).unwrap(),
+            vec![None, Some(10)]
+        );
+        assert!(parse_extend(&Value::Array(vec![]), 1).is_err());
+        assert_eq!(parse_inspect(&Value::Array(vec![])).unwrap(), None);
+    }
+}

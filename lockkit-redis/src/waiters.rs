@@ -1,0 +1,429 @@
+//! Waiting without polling: one pub/sub connection per backend (per node for
+//! Redlock), shared by every waiter.
+//!
+//! A waiter subscribes to its lock's channel *before* it tries again, so a
+//! release between its attempt and its sleep is never missed; it then sleeps
+//! until a release message arrives or the holder's lease runs out,
+//! whichever comes first. Subscriptions are counted per channel: the first
+//! waiter on a name sends `SUBSCRIBE`, the last one to leave (acquired, timed
+//! out, or dropped) `UNSUBSCRIBE`.
+//!
+//! A release message wakes **one** local waiter of that name (the next in
+//! line), not all of them: the Redis commands spent per hand-off do not grow
+//! with the number of waiters in a process. The woken waiter carries a
+//! [`Baton`]: if it gives up without a definite answer (cancelled, or its
+//! attempt failed), the baton wakes the next waiter instead.
+//!
+//! When a pub/sub connection drops, messages may be lost while it is down:
+//! after it is back (and resubscribed) every name with waiters gets one
+//! wake-up.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, RedisResult, Value};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::error::{Fault, NodeTimeout};
+
+/// One pub/sub connection.
+#[derive(Clone)]
+pub(crate) enum PubSubConn {
+    /// A RESP3 connection manager: reconnects and resubscribes by itself.
+    Manager(ConnectionManager),
+    /// A cluster connection: sharded channels (`SSUBSCRIBE`), followed
+    /// across resharding by the client.
+    Cluster(ClusterConnection),
+    /// Sentinel mode: the manager of the current master, replaced on
+    /// failover.
+    Swappable(Arc<Mutex<ConnectionManager>>),
+}
+
+impl PubSubConn {
+    fn manager(m: &Arc<Mutex<ConnectionManager>>) -> ConnectionManager {
+        m.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    async fn subscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            PubSubConn::Manager(m) => m.clone().subscribe(channel).await,
+            PubSubConn::Cluster(c) => c.clone().ssubscribe(channel).await,
+            PubSubConn::Swappable(m) => Self::manager(m).subscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            PubSubConn::Manager(m) => m.clone().unsubscribe(channel).await,
+            PubSubConn::Cluster(c) => c.clone().sunsubscribe(channel).await,
+            PubSubConn::Swappable(m) => Self::manager(m).unsubscribe(channel).await,
+        }
+    }
+
+    async fn ping(&self) -> RedisResult<()> {
+        let ping = redis::cmd("PING");
+        match self {
+            PubSubConn::Manager(m) => ping.query_async(&mut m.clone()).await,
+            PubSubConn::Cluster(c) => ping.query_async(&mut c.clone()).await,
+            PubSubConn::Swappable(m) => ping.query_async(&mut Self::manager(m)).await,
+        }
+    }
+}
+
+/// Payloads remembered per channel to drop duplicates: Redlock's release
+/// is published by every node that held the lock.
+const RECENT_PAYLOADS: usize = 8;
+
+struct Slot {
+    notify: Arc<Notify>,
+    refs: usize,
+    subscribed: bool,
+    recent: VecDeque<Vec<u8>>,
+}
+
+struct Shared {
+    slots: Mutex<HashMap<Vec<u8>, Slot>>,
+    conns: OnceLock<Vec<PubSubConn>>,
+    recovering: Vec<AtomicBool>,
+    /// Connections that must confirm a subscription before a waiter relies
+    /// on messages (1; a quorum for Redlock).
+    required: usize,
+    timeout: Duration,
+    /// Orders subscribe and unsubscribe commands.
+    sub_lock: tokio::sync::Mutex<()>,
+}
+
+impl Shared {
+    fn slots(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn conns(&self) -> &[PubSubConn] {
+        self.conns.get().map_or(&[], Vec::as_slice)
+    }
+
+    fn wake_all(&self) {
+        for slot in self.slots().values() {
+            slot.notify.notify_one();
+        }
+    }
+}
+
+/// The waiter registry of one backend.
+#[derive(Clone)]
+pub(crate) struct Waiters {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Waiters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiters")
+            .field("connections", &self.shared.recovering.len())
+            .field("names", &self.shared.slots().len())
+            .finish()
+    }
+}
+
+impl Waiters {
+    /// A registry for `connections` pub/sub connections, `required` of which
+    /// must confirm a subscription; each subscribe/unsubscribe waits at most
+    /// `timeout` per connection.
+    pub fn new(connections: usize, required: usize, timeout: Duration) -> Self {
+        Waiters {
+            shared: Arc::new(Shared {
+                slots: Mutex::new(HashMap::new()),
+                conns: OnceLock::new(),
+                recovering: (0..connections).map(|_| AtomicBool::new(false)).collect(),
+                required,
+                timeout,
+                sub_lock: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    /// The push-message handler for connection `index`, to install in its
+    /// client before [`set_connections`](Self::set_connections). It holds
+    /// the registry weakly, so connections never keep it alive.
+    pub fn push_handler(
+        &self,
+        index: usize,
+    ) -> impl Fn(PushInfo) -> Result<(), std::convert::Infallible> + Send + Sync + 'static {
+        let weak = Arc::downgrade(&self.shared);
+        move |info| {
+            if let Some(shared) = weak.upgrade() {
+                on_push(&shared, index, info);
+            }
+            Ok(())
+        }
+    }
+
+    /// Installs the connections (once).
+    pub fn set_connections(&self, conns: Vec<PubSubConn>) {
+        debug_assert_eq!(conns.len(), self.shared.recovering.len());
+        let _ = self.shared.conns.set(conns);
+    }
+
+    /// Every name with waiters gets one wake-up (after a failover).
+    pub fn wake_all(&self) {
+        self.shared.wake_all();
+    }
+
+    /// Channels that have waiters now.
+    pub fn channels(&self) -> Vec<Vec<u8>> {
+        self.shared.slots().keys().cloned().collect()
+    }
+
+    /// Registers a waiter on `channel` and makes sure the channel is
+    /// subscribed (confirmed by the server) before returning. Dropping the
+    /// result, also while this future is pending, unregisters.
+    pub async fn subscribe(&self, channel: Vec<u8>) -> Result<Subscription, Fault> {
+        let notify = {
+            let mut slots = self.shared.slots();
+            let slot = slots.entry(channel.clone()).or_insert_with(|| Slot {
+                notify: Arc::new(Notify::new()),
+                refs: 0,
+                subscribed: false,
+                recent: VecDeque::new(),
+            });
+            slot.refs += 1;
+            slot.notify.clone()
+        };
+        let sub = Subscription {
+            shared: self.shared.clone(),
+            channel,
+            notify,
+        };
+        let subscribed = |s: &Shared| s.slots().get(&sub.channel).is_some_and(|s| s.subscribed);
+        if subscribed(&self.shared) {
+            return Ok(sub);
+        }
+        let _order = self.shared.sub_lock.lock().await;
+        if subscribed(&self.shared) {
+            return Ok(sub);
+        }
+        let timeout = self.shared.timeout;
+        let results = join_all(self.shared.conns().iter().map(|c| async {
+            match tokio::time::timeout(timeout, c.subscribe(&sub.channel)).await {
+                Ok(r) => r.map_err(Fault::Redis),
+                Err(_) => Err(Fault::Timeout(NodeTimeout {
+                    node: "pub/sub connection".to_owned(),
+                    timeout,
+                })),
+            }
+        }))
+        .await;
+        let ok = results.iter().filter(|r| r.is_ok()).count();
+        if ok >= self.shared.required {
+            if let Some(slot) = self.shared.slots().get_mut(&sub.channel) {
+                slot.subscribed = true;
+            }
+            return Ok(sub);
+        }
+        Err(results.into_iter().find_map(Result::err).unwrap_or_else(|| {
+            Fault::Timeout(NodeTimeout {
+                node: "pub/sub connection".to_owned(),
+                timeout,
+            })
+        }))
+    }
+}
+
+fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
+    match info.kind {
+        PushKind::Message | PushKind::SMessage => {
+            let [Value::BulkString(channel), payload, ..] = info.data.as_slice() else {
+                return;
+            };
+            let payload = match payload {
+                Value::BulkString(b) => b.clone(),
+                _ => Vec::new(),
+            };
+            let mut slots = shared.slots();
+            if let Some(slot) = slots.get_mut(channel) {
+                if !payload.is_empty() && slot.recent.contains(&payload) {
+                    return;
+                }
+                if slot.recent.len() == RECENT_PAYLOADS {
+                    slot.recent.pop_front();
+                }
+                slot.recent.push_back(payload);
+                slot.notify.notify_one();
+            }
+        }
+        PushKind::Disconnection => {
+            let Some(flag) = shared.recovering.get(index) else {
+                return;
+            };
+            if flag.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(recover(Arc::downgrade(shared), index));
+            } else {
+                flag.store(false, Ordering::Release);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Brings connection `index` back after a disconnection (a command makes
+/// the manager reconnect and resubscribe), then wakes every waiter once: a
+/// release published while it was down was lost.
+async fn recover(weak: Weak<Shared>, index: usize) {
+    let mut delay = Duration::from_millis(20);
+    loop {
+        tokio::time::sleep(delay).await;
+        let Some(shared) = weak.upgrade() else { return };
+        let Some(conn) = shared.conns().get(index).cloned() else {
+            shared.recovering[index].store(false, Ordering::Release);
+            return;
+        };
+        let timeout = shared.timeout;
+        drop(shared);
+        if let Ok(Ok(())) = tokio::time::timeout(timeout, conn.ping()).await {
+            break;
+        }
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+    if let Some(shared) = weak.upgrade() {
+        shared.recovering[index].store(false, Ordering::Release);
+        tracing::debug!(connection = index, "pub/sub connection back; waking waiters");
+        shared.wake_all();
+    }
+}
+
+/// One waiter's registration on a channel.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: Vec<u8>,
+    notify: Arc<Notify>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let removed = {
+            let mut slots = self.shared.slots();
+            match slots.get_mut(&self.channel) {
+                Some(slot) => {
+                    slot.refs -= 1;
+                    slot.refs == 0 && slots.remove(&self.channel).is_some()
+                }
+                None => false,
+            }
+        };
+        // Unsubscribe also when the subscription was never confirmed: its
+        // SUBSCRIBE may still be on the wire.
+        if !removed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let channel = std::mem::take(&mut self.channel);
+        rt.spawn(async move {
+            let _order = shared.sub_lock.lock().await;
+            if shared.slots().contains_key(&channel) {
+                return; // a new waiter came meanwhile and keeps it
+            }
+            let timeout = shared.timeout;
+            join_all(
+                shared
+                    .conns()
+                    .iter()
+                    .map(|c| tokio::time::timeout(timeout, c.unsubscribe(&channel))),
+            )
+            .await;
+        });
+    }
+}
+
+/// A woken waiter's duty to wake the next one if it stops without a
+/// definite answer.
+struct Baton(Option<Arc<Notify>>);
+
+impl Baton {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Baton {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.notify_one();
+        }
+    }
+}
+
+/// What one attempt of a waiting acquisition found.
+pub(crate) enum Attempt<T> {
+    /// Acquired.
+    Done(T),
+    /// Held by another owner; free at the latest after `retry_in`.
+    Busy {
+        /// When to try again without a message.
+        retry_in: Duration,
+    },
+    /// Redlock split vote: try again after `after`, messages or not.
+    Backoff {
+        /// The random delay.
+        after: Duration,
+    },
+}
+
+/// Tries `attempt` until it succeeds or `deadline` passes: after a `Busy`
+/// it sleeps until a message on `sub` or the holder's expiry. The attempt
+/// that runs at or after the deadline is the last one. Cancel safe as long
+/// as `attempt` is.
+pub(crate) async fn wait_loop<T, E, F, Fut>(
+    sub: Option<&Subscription>,
+    deadline: Option<Instant>,
+    mut attempt: F,
+) -> Result<Option<T>, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>, E>>,
+{
+    let mut baton = Baton(None);
+    loop {
+        let mut notified = sub.map(|s| Box::pin(s.notify.notified()));
+        if let Some(n) = notified.as_mut() {
+            n.as_mut().enable();
+        }
+        let (wake_at, listen) = match attempt().await? {
+            Attempt::Done(t) => {
+                baton.disarm();
+                return Ok(Some(t));
+            }
+            Attempt::Busy { retry_in } => (Instant::now() + retry_in, true),
+            Attempt::Backoff { after } => (Instant::now() + after, false),
+        };
+        baton.disarm();
+        if let Some(d) = deadline
+            && Instant::now() >= d
+        {
+            return Ok(None);
+        }
+        let wake_at = deadline.map_or(wake_at, |d| d.min(wake_at));
+        let sleep = pin!(tokio::time::sleep_until(wake_at));
+        match notified.filter(|_| listen) {
+            Some(n) => {
+                tokio::select! {
+                    _ = n => baton = Baton(sub.map(|s| s.notify.clone())),
+                    _ = sleep => {}
+                }
+            }
+            None => sleep.await,
+        }
+    }
+}

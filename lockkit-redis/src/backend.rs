@@ -564,13 +564,7 @@ impl LockBackend for RedisBackend {
             return Ok(None);
         }
         let channel = self.inner.keys.lock(req.name);
-        let sub = self
-            .inner
-            .waiters
-            .subscribe(channel)
-            .await
-            .map_err(|f| self.error("subscribe", req.name, f))?;
-        wait_loop(Some(&sub), deadline, || async {
+        wait_loop(&self.inner.waiters, &channel, deadline, || async {
             Ok(match self.attempt(req).await? {
                 TryAcquire::Acquired(lease) => Attempt::Done(lease),
                 TryAcquire::Busy { retry_in } => Attempt::Busy {

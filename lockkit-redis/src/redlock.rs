@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -12,7 +12,6 @@ use lockkit_core::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
 };
 use lockkit_core::{LockError, detach, lease, ttl_millis};
-use rand::RngExt;
 use redis::Client;
 use redis::aio::ConnectionManager;
 
@@ -404,16 +403,12 @@ impl RedlockBackend {
         Ok(outcome)
     }
 
-    fn backoff(&self, failures: u32) -> Duration {
-        let max = self
-            .inner
-            .config
-            .retry_delay
-            .saturating_mul(1 << failures.min(5))
-            .min(Duration::from_secs(1))
-            .max(Duration::from_millis(2));
-        let ms = max.as_millis().max(2) as u64;
-        Duration::from_millis(rand::rng().random_range(ms / 2..=ms))
+    /// The random retry delay after a split vote: up to `retry_delay`.
+    fn backoff(&self) -> Duration {
+        let max = u64::try_from(self.inner.config.retry_delay.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(2);
+        Duration::from_micros(rand::random_range(max / 4..=max))
     }
 }
 
@@ -437,61 +432,40 @@ impl LockBackend for RedlockBackend {
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-        let last_failure: Mutex<Option<QuorumError>> = Mutex::new(None);
-        let failures = Mutex::new(0u32);
-        let step = |outcome: Outcome| -> Attempt<Lease> {
-            let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
-            let mut last = last_failure.lock().unwrap_or_else(|e| e.into_inner());
-            match outcome {
+        let step = |outcome: Outcome| -> Result<Attempt<Lease>, LockError> {
+            Ok(match outcome {
                 Outcome::Acquired(lease) => Attempt::Done(lease),
-                Outcome::Busy { retry_in, split } => {
-                    *failures = 0;
-                    *last = None;
-                    match (split, retry_in) {
-                        (false, Some(r)) => Attempt::Busy {
-                            retry_in: r + self.backoff(0) / 4,
-                        },
-                        (false, None) => Attempt::Busy {
-                            retry_in: UNKNOWN_LEASE_RECHECK,
-                        },
-                        (true, _) => Attempt::Backoff { after: self.backoff(0) },
-                    }
-                }
-                Outcome::Failed(e) => {
-                    *failures += 1;
-                    *last = Some(e);
-                    Attempt::Backoff {
-                        after: self.backoff(*failures),
-                    }
-                }
-            }
+                // Held by another owner: a release message, or the quorum's
+                // expiry (plus a little jitter, so contenders spread out).
+                Outcome::Busy {
+                    retry_in: Some(r),
+                    split: false,
+                } => Attempt::Busy {
+                    retry_in: r + self.backoff() / 4,
+                },
+                Outcome::Busy {
+                    retry_in: None,
+                    split: false,
+                } => Attempt::Busy {
+                    retry_in: UNKNOWN_LEASE_RECHECK,
+                },
+                // Split vote: everybody backs off for a random while.
+                Outcome::Busy { split: true, .. } => Attempt::Backoff { after: self.backoff() },
+                Outcome::Failed(e) => return Err(self.failed("acquire", req.name, e)),
+            })
         };
-        let first = step(self.attempt(req).await?);
-        if let Attempt::Done(lease) = first {
+        // A quorum that cannot be reached at the start fails at once.
+        if let Attempt::Done(lease) = step(self.attempt(req).await?)? {
             return Ok(Some(lease));
         }
-        let expired = || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
-        let result = if expired() {
-            None
-        } else {
-            let channel = self.inner.keys.lock(req.name);
-            let sub = match self.inner.waiters.subscribe(channel).await {
-                Ok(sub) => Some(sub),
-                Err(f) => {
-                    tracing::debug!(lock = %req.name, error = %f, "redlock: no quorum of subscriptions; waiting on timers");
-                    None
-                }
-            };
-            wait_loop(sub.as_ref(), deadline, || async {
-                Ok::<_, LockError>(step(self.attempt(req).await?))
-            })
-            .await?
-        };
-        match (result, last_failure.into_inner().unwrap_or_else(|e| e.into_inner())) {
-            (Some(lease), _) => Ok(Some(lease)),
-            (None, Some(e)) => Err(self.failed("acquire", req.name, e)),
-            (None, None) => Ok(None),
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            return Ok(None);
         }
+        let channel = self.inner.keys.lock(req.name);
+        wait_loop(&self.inner.waiters, &channel, deadline, || async {
+            step(self.attempt(req).await?)
+        })
+        .await
     }
 
     async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {

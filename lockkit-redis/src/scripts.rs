@@ -121,7 +121,8 @@ end
 return {0, '', 0, redis.call('PTTL', KEYS[1])}
 "#;
 
-/// Release one hold: decrement, delete at zero and publish.
+/// Release one hold: decrement, delete at zero and publish (with `pcall`: a
+/// user without pub/sub permission still releases).
 ///
 /// KEYS: lock. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`.
 /// Returns the holds left, or -1 when owner and token do not match.
@@ -134,7 +135,7 @@ if c > 0 then
   return c
 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[4], ARGV[3], ARGV[2])
+redis.pcall(ARGV[4], ARGV[3], ARGV[2])
 return 0
 "#;
 
@@ -200,7 +201,7 @@ if c > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[5], ARGV[4], 'u' .. ARGV[2])
+redis.pcall(ARGV[5], ARGV[4], 'u' .. ARGV[2])
 return 1
 "#;
 

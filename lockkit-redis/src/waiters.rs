@@ -32,6 +32,8 @@ use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use lockkit_core::LockError;
+
 use crate::error::{Fault, NodeTimeout};
 
 /// One pub/sub connection.
@@ -93,6 +95,7 @@ struct Shared {
     slots: Mutex<HashMap<Vec<u8>, Slot>>,
     conns: OnceLock<Vec<PubSubConn>>,
     recovering: Vec<AtomicBool>,
+    warned: AtomicBool,
     /// Connections that must confirm a subscription before a waiter relies
     /// on messages (1; a quorum for Redlock).
     required: usize,
@@ -142,6 +145,7 @@ impl Waiters {
                 slots: Mutex::new(HashMap::new()),
                 conns: OnceLock::new(),
                 recovering: (0..connections).map(|_| AtomicBool::new(false)).collect(),
+                warned: AtomicBool::new(false),
                 required,
                 timeout,
                 sub_lock: tokio::sync::Mutex::new(()),
@@ -174,6 +178,21 @@ impl Waiters {
     /// Every name with waiters gets one wake-up (after a failover).
     pub fn wake_all(&self) {
         self.shared.wake_all();
+    }
+
+    /// Logs a failed subscription: a warning the first time it is
+    /// permanent (e.g. an ACL user without channel permissions), else at
+    /// debug level.
+    fn subscribe_failed(&self, f: &Fault) {
+        if !f.retryable() && !self.shared.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                error = %f,
+                "cannot subscribe to lock channels; waiters wake only when the holder's lease ends \
+                 (grant the Redis user the channels of the key prefix, e.g. ACL &lockkit:*)"
+            );
+        } else {
+            tracing::debug!(error = %f, "subscribing failed; waiting on the holder's expiry");
+        }
     }
 
     /// Channels that have waiters now.
@@ -381,45 +400,86 @@ pub(crate) enum Attempt<T> {
     },
 }
 
-/// Tries `attempt` until it succeeds or `deadline` passes: after a `Busy`
-/// it sleeps until a message on `sub` or the holder's expiry. The attempt
-/// that runs at or after the deadline is the last one. Cancel safe as long
-/// as `attempt` is.
-pub(crate) async fn wait_loop<T, E, F, Fut>(
-    sub: Option<&Subscription>,
+/// The delay after the `failures`-th failed attempt in a row: exponential
+/// from 20 ms to 1 s, with jitter.
+fn error_backoff(failures: u32) -> Duration {
+    let max_ms = (20u64 << failures.min(6)).min(1000);
+    Duration::from_millis(rand::random_range(max_ms / 2..=max_ms))
+}
+
+/// Waits for `channel`'s lock: subscribes (before the next attempt), then
+/// tries `attempt` until it succeeds or `deadline` passes, sleeping after a
+/// `Busy` until a release message or the holder's expiry. The attempt that
+/// runs at or after the deadline is the last one.
+///
+/// A retryable error does not end the wait: the waiter backs off and tries
+/// again (a server restart is ridden out); if the wait ends while the last
+/// attempt failed, that error is returned instead of "not acquired". When
+/// subscribing fails (no pub/sub permission, connection down) the waiter
+/// still works, waking on the holder's expiry, and subscribes again before
+/// its next attempt. Cancel safe as long as `attempt` is.
+pub(crate) async fn wait_loop<T, F, Fut>(
+    waiters: &Waiters,
+    channel: &[u8],
     deadline: Option<Instant>,
     mut attempt: F,
-) -> Result<Option<T>, E>
+) -> Result<Option<T>, LockError>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Attempt<T>, E>>,
+    Fut: Future<Output = Result<Attempt<T>, LockError>>,
 {
+    let mut sub: Option<Subscription> = None;
     let mut baton = Baton(None);
+    let mut failures = 0u32;
     loop {
-        let mut notified = sub.map(|s| Box::pin(s.notify.notified()));
+        if sub.is_none() {
+            match waiters.subscribe(channel.to_vec()).await {
+                Ok(s) => sub = Some(s),
+                Err(f) => waiters.subscribe_failed(&f),
+            }
+        }
+        let mut notified = sub.as_ref().map(|s| Box::pin(s.notify.notified()));
         if let Some(n) = notified.as_mut() {
             n.as_mut().enable();
         }
-        let (wake_at, listen) = match attempt().await? {
-            Attempt::Done(t) => {
+        let (wake_at, listen, last_error) = match attempt().await {
+            Ok(Attempt::Done(t)) => {
                 baton.disarm();
                 return Ok(Some(t));
             }
-            Attempt::Busy { retry_in } => (Instant::now() + retry_in, true),
-            Attempt::Backoff { after } => (Instant::now() + after, false),
+            Ok(Attempt::Busy { retry_in }) => {
+                failures = 0;
+                (Instant::now() + retry_in, true, None)
+            }
+            Ok(Attempt::Backoff { after }) => {
+                failures = 0;
+                (Instant::now() + after, false, None)
+            }
+            Err(e) if e.is_retryable() => {
+                tracing::debug!(error = %e, "attempt failed while waiting; backing off");
+                failures += 1;
+                // The baton stays armed: this waiter got no answer.
+                (Instant::now() + error_backoff(failures), false, Some(e))
+            }
+            Err(e) => return Err(e),
         };
-        baton.disarm();
+        if last_error.is_none() {
+            baton.disarm();
+        }
         if let Some(d) = deadline
             && Instant::now() >= d
         {
-            return Ok(None);
+            return match last_error {
+                Some(e) => Err(e),
+                None => Ok(None),
+            };
         }
         let wake_at = deadline.map_or(wake_at, |d| d.min(wake_at));
         let sleep = pin!(tokio::time::sleep_until(wake_at));
         match notified.filter(|_| listen) {
             Some(n) => {
                 tokio::select! {
-                    _ = n => baton = Baton(sub.map(|s| s.notify.clone())),
+                    _ = n => baton = Baton(sub.as_ref().map(|s| s.notify.clone())),
                     _ = sleep => {}
                 }
             }

@@ -1,0 +1,185 @@
+//! Session loss on ZooKeeper: a holder whose connection is cut (through the
+//! testkit's [`FaultProxy`]) is told at once, and nobody else gets the lock
+//! before the server has expired its session; a short cut that the session
+//! survives still fires the lost signal, but keeps the hold.
+#![cfg(feature = "zookeeper")]
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use lockkit::url::ConnectUrl;
+use lockkit::{LockClient, LockError, LockOptions, LostReason};
+use lockkit_core::testkit::{Fault, FaultProxy, services_required};
+use lockkit_zk::ZkBackend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+/// Far above any healthy latency, far below a stuck lock.
+const BOUND: Duration = Duration::from_secs(15);
+/// The holder's session timeout (the server's minimum here is 2 s).
+const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+
+struct Server {
+    url: String,
+    addr: SocketAddr,
+    chroot: String,
+}
+
+fn server() -> Option<Server> {
+    let url = match std::env::var("LOCKKIT_ZK_URL") {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ if services_required() => panic!("LOCKKIT_ZK_URL is not set and LOCKKIT_REQUIRE_SERVICES=1"),
+        _ => {
+            eprintln!("skipped: LOCKKIT_ZK_URL is not set (run scripts/services up zookeeper)");
+            return None;
+        }
+    };
+    let parsed = ConnectUrl::parse(&url).expect("LOCKKIT_ZK_URL");
+    let host = parsed.hosts.first().expect("a host");
+    let addr = (host.host.as_str(), host.port.unwrap_or(2181))
+        .to_socket_addrs()
+        .expect("resolve")
+        .next()
+        .expect("an address");
+    let chroot = parsed.url.path().to_owned();
+    Some(Server { url, addr, chroot })
+}
+
+fn unique(case: &str) -> String {
+    format!("lockkit-test/{case}/{}", lockkit_core::name::random_owner())
+}
+
+/// A four-letter-word answer of the server.
+async fn four_letter(addr: SocketAddr, word: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect for a four-letter word");
+    s.write_all(word.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// Whether the server still has session `id` (its session tracker lists it).
+async fn session_alive(addr: SocketAddr, id: i64) -> bool {
+    let dump = four_letter(addr, "dump").await;
+    let tracker = dump.split("ephemeral nodes dump").next().unwrap_or_default();
+    tracker.lines().any(|l| l.trim() == format!("{id:#x}"))
+}
+
+/// A holder connected through a proxy, and its client.
+async fn holder_through(proxy: &FaultProxy, chroot: &str) -> (ZkBackend, LockClient) {
+    let url = format!("zk://{}{chroot}?session_timeout=4s", proxy.addr());
+    let backend = ZkBackend::from_url(&url).await.expect("connect through the proxy");
+    let client = LockClient::new(backend.clone(), LockOptions::new().wait(BOUND)).unwrap();
+    (backend, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_holder_is_told_and_nobody_gets_the_lock_before_its_session_expires() {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let (backend, holder) = holder_through(&proxy, &server.chroot).await;
+    let other = lockkit::connect(&server.url).await.expect("connect");
+    let name = unique("session_cut");
+
+    let held = holder.lock(&name).await.expect("lock a free name");
+    let session = backend.session_id().expect("a session");
+    assert!(other.try_lock(&name).await.unwrap().is_none());
+    assert!(session_alive(server.addr, session).await);
+
+    let cut_at = Instant::now();
+    proxy.set(Fault::Down);
+    timeout(BOUND, held.lost())
+        .await
+        .expect("the lost signal fires when the connection is cut");
+    let told_after = cut_at.elapsed();
+    assert_eq!(held.lost_reason(), Some(LostReason::Session));
+    assert!(held.is_lost());
+
+    let taken = timeout(
+        SESSION_TIMEOUT * 2 + BOUND,
+        other.lock_with(&name, &other.options().wait(SESSION_TIMEOUT * 2 + BOUND)),
+    )
+    .await
+    .expect("the lock comes free once the session expires")
+    .expect("lock");
+    let taken_after = cut_at.elapsed();
+    assert!(
+        !session_alive(server.addr, session).await,
+        "another owner holds the lock while the cut-off holder's session is alive"
+    );
+    assert!(
+        told_after < taken_after,
+        "the holder was told before anybody else got the lock"
+    );
+    // The server expires a session no earlier than its timeout after it last
+    // heard from the client (a ping at most ~0.15 timeouts before the cut).
+    assert!(
+        taken_after >= SESSION_TIMEOUT * 3 / 4,
+        "acquired {taken_after:?} after the cut, before the {SESSION_TIMEOUT:?} session could expire"
+    );
+    assert!(taken.fencing_token() > held.fencing_token());
+
+    // The holder comes back to an expired session: its guard holds nothing,
+    // and its backend opens a new session for the next acquisition.
+    proxy.set(Fault::Pass);
+    match held.unlock().await {
+        Err(LockError::NotHeld { .. }) => {}
+        other => panic!("a guard of an expired session must not release: {other:?}"),
+    }
+    assert_eq!(
+        other.inspect(&name).await.unwrap().map(|i| i.owner),
+        Some(other.owner().to_owned())
+    );
+    taken.unlock().await.expect("unlock");
+    let again = holder.lock(&name).await.expect("the holder's client works again");
+    assert_ne!(backend.session_id(), Some(session), "in a new session");
+    assert_eq!(backend.stats().sessions, 2);
+    assert!(!again.is_lost());
+    again.unlock().await.expect("unlock");
+    eprintln!("cut: lost signal after {told_after:?}, another owner acquired after {taken_after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_cut_fires_the_lost_signal_but_the_session_keeps_the_hold() {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let (backend, holder) = holder_through(&proxy, &server.chroot).await;
+    let other = lockkit::connect(&server.url).await.expect("connect");
+    let name = unique("session_blip");
+
+    let held = holder.lock(&name).await.expect("lock a free name");
+    let session = backend.session_id().expect("a session");
+    proxy.set(Fault::Down);
+    timeout(BOUND, held.lost())
+        .await
+        .expect("the lost signal fires while the connection is suspended");
+    proxy.set(Fault::Pass);
+
+    // Reconnected within the session timeout: same session, node still there.
+    let info = timeout(BOUND, holder.inspect(&name))
+        .await
+        .expect("the holder reconnects")
+        .expect("inspect")
+        .expect("still held");
+    assert_eq!(backend.session_id(), Some(session), "the session survived");
+    assert_eq!(backend.stats().suspensions, 1);
+    assert_eq!(
+        (info.owner.as_str(), info.token),
+        (holder.owner(), held.fencing_token())
+    );
+    assert!(other.try_lock(&name).await.unwrap().is_none(), "nobody else got it");
+    assert!(
+        held.is_lost(),
+        "a suspension is a loss: the holder could not know it would survive"
+    );
+
+    let unlocked = held.unlock().await.expect("the hold is still there to release");
+    assert!(unlocked.is_free());
+    let g = other.try_lock(&name).await.unwrap().expect("free after the release");
+    g.unlock().await.unwrap();
+    let again = holder.lock(&name).await.expect("lock again");
+    assert!(!again.is_lost(), "a hold taken after the reconnection is not lost");
+    again.unlock().await.unwrap();
+}

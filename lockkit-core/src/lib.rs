@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod backoff;
 mod client;
 mod detach;
 mod error;

@@ -1,1 +1,79 @@
-//! lockkit backend crate; filled by its own issue.
+//! The SQL backend of lockkit: a unique-key lock table with a timeout
+//! sweeper, over sqlx, for MySQL/MariaDB, PostgreSQL and SQLite.
+//!
+//! Most applications use it through `lockkit::connect` with a
+//! `mysql://`, `mariadb://`, `postgres://` or `sqlite://` URL (cargo
+//! features `mysql`, `postgres`, `sqlite` of `lockkit`):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockkit_core::LockError> {
+//! # #[cfg(feature = "sqlite")] {
+//! use lockkit_core::url::ConnectUrl;
+//! use lockkit_core::{LockClient, LockOptions};
+//!
+//! let mut url = ConnectUrl::parse("sqlite::memory:?table=locks&sweep_interval=5s")?;
+//! let backend = lockkit_sql::connect(&mut url).await?;
+//! url.finish()?; // no unknown parameters left
+//! let locks = LockClient::from_arc(backend, LockOptions::new())?;
+//! let guard = locks.lock("order:42").await?;
+//! assert!(guard.fencing_token() > 0);
+//! guard.unlock().await?;
+//! # }
+//! # Ok(()) }
+//! ```
+//!
+//! # The table
+//!
+//! One row per held name (seed 000's `lockedOrder`, made robust): the name
+//! as exact bytes (`VARBINARY`/`BYTEA`/`BLOB`, so `"A"` and `"a"`, NUL
+//! bytes, quotes and emoji are all distinct names), the owner id, the hold
+//! count (reentrancy by owner, shared by every process using that owner), the
+//! fencing token, the expiry and acquisition time **by the database's
+//! clock**, and an optional memo (`?memo=`). It is created on first use
+//! (`CREATE TABLE IF NOT EXISTS`, name set by `?table=`, default
+//! `lockkit_locks`) or checked if it exists; see [`SqlBackend::migrate`].
+//!
+//! # Fencing tokens
+//!
+//! Tokens come from a durable counter drawn *after* the row is claimed (see
+//! [`backend`](crate::SqlBackend)'s module docs for why that order matters):
+//! a sequence on Postgres, and on MySQL and SQLite a companion table
+//! `<table>_tokens` with one counter row per bucket of names (64 buckets on
+//! MySQL, so acquisitions of unrelated names rarely meet on one counter row;
+//! one on SQLite, where writes are serialized anyway). Tokens strictly grow
+//! per name, also across server restarts and deleted rows.
+//!
+//! # Waiting
+//!
+//! `lock` retries with jittered exponential backoff, never longer than the
+//! holder's remaining lease or the caller's deadline. On Postgres, releases
+//! `NOTIFY` the table's channel and one `LISTEN` connection per backend wakes
+//! the waiters at once. Each attempt runs detached, so a cancelled `lock`
+//! leaves no hold behind.
+//!
+//! # Sweeper
+//!
+//! A background task deletes expired rows in batches (`?sweep_interval=`,
+//! default 15 s; `?sweep_batch=`, default 100). Expired rows are free anyway
+//! (acquirers take them over); the sweeper keeps the table small.
+//!
+//! # Not yet
+//!
+//! TLS to the database is not compiled in (no sqlx TLS feature): use a
+//! loopback or otherwise trusted network.
+#![warn(missing_docs)]
+
+mod backend;
+mod config;
+mod db;
+mod error;
+mod listener;
+mod sql;
+mod sweeper;
+
+pub use backend::{SqlBackend, connect};
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, DEFAULT_TABLE,
+    Dialect, MAX_TABLE_LEN, SqlConfig, validate_table,
+};

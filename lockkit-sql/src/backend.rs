@@ -1,0 +1,817 @@
+//! [`SqlBackend`]: the [`LockBackend`] over a lock table, the same logic for
+//! every database; the SQL text comes from `sql.rs`.
+//!
+//! # How a lock is taken
+//!
+//! 1. **Claim** — one statement inserts the row, takes over an expired row
+//!    or re-enters one's own (count + 1, lease never shortened), and reports
+//!    the hold count and remaining lease, or the holder's remaining lease when
+//!    busy. A new hold is written with token 0.
+//! 2. **Stamp** — a new hold then draws its fencing token from a durable
+//!    counter (a Postgres sequence; a counter row per bucket of names on
+//!    MySQL and SQLite) and stores it, only where the row is still ours with
+//!    token 0. Drawing *after* the claim is what makes tokens strictly grow
+//!    per name: whoever held the name before drew its token before it
+//!    released, so before our claim, so before our draw. (Drawing inside the
+//!    insert would not: a value drawn before the insert reaches the row can be
+//!    overtaken by a whole acquire + release of another client.)
+//!
+//! Release deletes the row (last hold) or decrements it, only where name,
+//! owner and token match and the lease runs; extend moves the expiry out,
+//! never in, under the same condition.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lockkit_core::backend::{
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+};
+use lockkit_core::backoff::Backoff;
+use lockkit_core::url::ConnectUrl;
+use lockkit_core::{LockError, detach, lease, ttl_millis};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Dialect, SqlConfig};
+use crate::db::{Arg, Col, Db, Val};
+use crate::error::{Class, backend_error, classify, schema_error};
+use crate::listener::Waiters;
+use crate::sql::{ClaimShape, Stamp, Statements};
+
+/// Connects to the database a `mysql://`, `mariadb://`, `postgres://` or
+/// `sqlite://` URL names, taking this backend's query parameters from it
+/// (see [`SqlConfig`]); creates or checks the lock table and starts the
+/// sweeper.
+pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
+    let config = SqlConfig::from_url(url)?;
+    Ok(Arc::new(SqlBackend::connect(config).await?))
+}
+
+/// A lock table in MySQL/MariaDB, Postgres or SQLite.
+///
+/// Cheap to clone (clones share the pool). The sweeper and the Postgres
+/// listener stop when the last clone is dropped.
+#[derive(Clone)]
+pub struct SqlBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    kind: &'static str,
+    config: SqlConfig,
+    db: Db,
+    sql: Statements,
+    waiters: Arc<Waiters>,
+    stop: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl fmt::Debug for SqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlBackend")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+/// What a claim found.
+enum Claim {
+    /// Another owner holds the name for this long (if known).
+    Busy(Option<Duration>),
+    /// We hold it `count` times; `token`: `Some(0)` means not stamped yet,
+    /// `None` unknown (read it back).
+    Held {
+        count: u32,
+        token: Option<u64>,
+        remaining: Option<Duration>,
+    },
+}
+
+/// How many times a statement that certainly did not take effect (deadlock,
+/// lock wait timeout, busy database) is tried before the error is returned.
+const TRANSIENT_TRIES: u32 = 30;
+
+/// Holds per `extend_many` statement.
+const EXTEND_CHUNK: usize = 256;
+
+fn us(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+fn from_us(v: i64) -> Duration {
+    Duration::from_micros(v.max(0) as u64)
+}
+
+fn text(v: Val) -> String {
+    String::from_utf8(v.into_bytes()).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+fn count(v: i64) -> u32 {
+    u32::try_from(v.max(0)).unwrap_or(u32::MAX)
+}
+
+/// FNV-1a: a stable hash of a name, for its token counter bucket.
+fn bucket(name: &str, buckets: u64) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % buckets.max(1)) as i64
+}
+
+/// The smallest byte string above every name that starts with `prefix`
+/// (UTF-8 never contains 0xFF).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0xFF]
+}
+
+impl SqlBackend {
+    /// Opens the pool, creates or checks the tables ([`migrate`](Self::migrate)),
+    /// and starts the sweeper (and on Postgres the release listener).
+    pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
+        let kind = config.dialect.kind();
+        let db = Db::open(&config).map_err(|e| match e {
+            sqlx::Error::Configuration(e) => LockError::config("url", e.to_string()),
+            e => backend_error(kind, "connect", None, e),
+        })?;
+        let backend = SqlBackend {
+            inner: Arc::new(Inner {
+                kind,
+                sql: Statements::new(config.dialect, &config.table),
+                db,
+                waiters: Arc::default(),
+                stop: CancellationToken::new(),
+                config,
+            }),
+        };
+        if let Err(e) = backend.migrate().await {
+            // The pool only says it timed out; a direct connection says why.
+            if let LockError::Backend { retryable: true, .. } = e
+                && let Err(cause) = Db::probe(&backend.inner.config).await
+            {
+                return Err(backend_error(kind, "connect", None, cause));
+            }
+            return Err(e);
+        }
+        let inner = &backend.inner;
+        if let Some(interval) = inner.config.sweep_interval {
+            crate::sweeper::spawn(
+                inner.db.clone(),
+                inner.sql.sweep.clone(),
+                interval,
+                inner.config.sweep_batch,
+                inner.stop.clone(),
+            );
+        }
+        #[cfg(feature = "postgres")]
+        if inner.config.dialect == Dialect::Postgres {
+            use std::str::FromStr;
+            let options = sqlx::postgres::PgConnectOptions::from_str(&inner.config.database)
+                .map_err(|e| backend_error(kind, "connect", None, e))?
+                .application_name("lockkit-listener");
+            crate::listener::spawn_pg_listener(
+                options,
+                inner.config.connect_timeout,
+                inner.sql.channel(),
+                inner.waiters.clone(),
+                inner.stop.clone(),
+            );
+        }
+        Ok(backend)
+    }
+
+    /// The settings this backend runs with.
+    pub fn config(&self) -> &SqlConfig {
+        &self.inner.config
+    }
+
+    /// Creates the lock table and its token counter if they are missing
+    /// (unless `create_table=false`), then checks that the lock table has
+    /// every column lockkit uses and that names compare as exact bytes.
+    /// Never alters or drops an existing table. Run by
+    /// [`connect`](Self::connect); safe to run again, also concurrently.
+    pub async fn migrate(&self) -> Result<(), LockError> {
+        let inner = &self.inner;
+        let table = &inner.config.table;
+        if inner.config.create_table {
+            for stmt in &inner.sql.create {
+                // Concurrent CREATE ... IF NOT EXISTS can still collide on
+                // Postgres (duplicate catalog rows): a second try sees the table.
+                let mut tries = 0;
+                loop {
+                    match inner.db.exec(stmt, &[]).await {
+                        Ok(_) => break,
+                        Err(e) if tries < 5 && (is_duplicate(&e) || classify(&e) == Class::Transient) => {
+                            tries += 1;
+                            tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                        }
+                        Err(e) => return Err(backend_error(inner.kind, "create table", None, e)),
+                    }
+                }
+            }
+        }
+        let rows = inner
+            .db
+            .fetch(&inner.sql.columns, &[Arg::Text(Some(table))], &[Col::Text, Col::Text])
+            .await
+            .map_err(|e| backend_error(inner.kind, "connect", None, e))?;
+        if rows.is_empty() {
+            return Err(schema_error(
+                table,
+                "does not exist (and create_table=false)".to_owned(),
+            ));
+        }
+        let columns: Vec<(String, String)> = rows
+            .into_iter()
+            .map(|mut r| {
+                let ty = text(r.pop().unwrap_or(Val::Int(0)));
+                (
+                    text(r.pop().unwrap_or(Val::Int(0))).to_ascii_lowercase(),
+                    ty.to_ascii_lowercase(),
+                )
+            })
+            .collect();
+        let missing: Vec<&str> = [
+            "name",
+            "owner",
+            "hold_count",
+            "token",
+            "expires_at",
+            "acquired_at",
+            "memo",
+        ]
+        .into_iter()
+        .filter(|c| !columns.iter().any(|(name, _)| name == c))
+        .collect();
+        if !missing.is_empty() {
+            return Err(schema_error(
+                table,
+                format!(
+                    "exists but is not a lockkit lock table: missing columns {}",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        if !inner.sql.name_types.is_empty()
+            && let Some((_, ty)) = columns.iter().find(|(name, _)| name == "name")
+            && !inner.sql.name_types.contains(&ty.as_str())
+        {
+            return Err(schema_error(
+                table,
+                format!(
+                    "has a `name` column of type {ty}; lockkit needs {} so names compare as exact bytes",
+                    inner.sql.name_types.join(" or ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One attempt, on its own task so a cancelled caller leaves no hold.
+    fn detached_attempt(
+        &self,
+        req: &AcquireRequest<'_>,
+    ) -> impl Future<Output = Result<TryAcquire, LockError>> + use<> {
+        let inner = self.inner.clone();
+        let (name, owner, ttl) = (req.name.to_owned(), req.owner.to_owned(), req.ttl);
+        async move {
+            let kind = inner.kind;
+            let work_inner = inner.clone();
+            let (work_name, work_owner) = (name.clone(), owner.clone());
+            let work = async move { work_inner.attempt(&work_name, &work_owner, ttl).await };
+            let orphan = move |result: Result<TryAcquire, LockError>| async move {
+                if let Ok(TryAcquire::Acquired(lease)) = result {
+                    let hold = Hold {
+                        name,
+                        owner,
+                        token: lease.token,
+                    };
+                    if let Err(e) = inner.release(&hold).await {
+                        tracing::warn!(backend = inner.kind, lock = %hold.name, error = %e,
+                            "releasing the hold of a cancelled acquisition failed; it ends with its lease");
+                    }
+                }
+            };
+            detach(kind, work, orphan).await?
+        }
+    }
+}
+
+fn is_duplicate(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("23505" | "42P07" | "42710")),
+        _ => false,
+    }
+}
+
+impl Inner {
+    /// Runs `op`, retrying it while it fails in a way that certainly did not
+    /// take effect (deadlock, lock wait timeout, busy database).
+    async fn retry<T, F, Fut>(&self, operation: &'static str, name: Option<&str>, mut op: F) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
+        let mut tries = 0;
+        loop {
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) if classify(&e) == Class::Transient && tries + 1 < TRANSIENT_TRIES => {
+                    tries += 1;
+                    tracing::debug!(backend = self.kind, operation, error = %e, "transient failure; retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(e) => return Err(backend_error(self.kind, operation, name, e)),
+            }
+        }
+    }
+
+    async fn claim(&self, name: &str, owner: &str, ttl: Duration) -> Result<Claim, LockError> {
+        let sql = &self.sql;
+        let memo = self.config.memo.as_deref();
+        let args = [
+            Arg::Bytes(name.as_bytes()),
+            Arg::Bytes(owner.as_bytes()),
+            Arg::Int(us(ttl)),
+            Arg::Text(memo),
+        ];
+        let op = "acquire";
+        let n = Some(name);
+        Ok(match sql.claim_shape {
+            ClaimShape::OkPacket => {
+                let done = self.retry(op, n, || self.db.exec(&sql.claim, &args)).await?;
+                match (done.rows, done.last_id) {
+                    // Inserted.
+                    (1, 0) => Claim::Held {
+                        count: 1,
+                        token: Some(0),
+                        remaining: Some(ttl),
+                    },
+                    // Unchanged: another owner holds it this much longer.
+                    (1, remaining) => Claim::Busy(Some(Duration::from_micros(remaining))),
+                    // Took over an expired row.
+                    (2, 1) => Claim::Held {
+                        count: 1,
+                        token: Some(0),
+                        remaining: Some(ttl),
+                    },
+                    // Re-entered.
+                    (2, c) => Claim::Held {
+                        count: u32::try_from(c).unwrap_or(u32::MAX),
+                        token: None,
+                        remaining: None,
+                    },
+                    _ => Claim::Busy(None),
+                }
+            }
+            ClaimShape::Rows => {
+                let cols = [Col::Int, Col::Int, Col::Int, Col::Int];
+                let row = self
+                    .retry(op, n, || self.db.fetch_one(&sql.claim, &args, &cols))
+                    .await?;
+                match row.as_deref() {
+                    Some([acquired, c, t, r]) if acquired.int() == 1 => Claim::Held {
+                        count: count(c.int()),
+                        token: Some(t.int() as u64),
+                        remaining: Some(from_us(r.int())),
+                    },
+                    Some([_, _, _, r]) => Claim::Busy(Some(from_us(r.int()))),
+                    _ => Claim::Busy(None),
+                }
+            }
+            ClaimShape::RowsOrHolder => {
+                let cols = [Col::Int, Col::Int, Col::Int];
+                let row = self
+                    .retry(op, n, || self.db.fetch_one(&sql.claim, &args, &cols))
+                    .await?;
+                match row.as_deref() {
+                    Some([c, t, r]) => Claim::Held {
+                        count: count(c.int()),
+                        token: Some(t.int() as u64),
+                        remaining: Some(from_us(r.int())),
+                    },
+                    _ => {
+                        let args = [Arg::Bytes(name.as_bytes())];
+                        let row = self
+                            .retry(op, n, || self.db.fetch_one(&sql.holder, &args, &[Col::Int]))
+                            .await?;
+                        Claim::Busy(row.map(|r| from_us(r[0].int())))
+                    }
+                }
+            }
+        })
+    }
+
+    /// Our own live hold of `name`: `(count, token, remaining)`.
+    async fn own(&self, name: &str, owner: &str) -> Result<Option<(u32, u64, Duration)>, LockError> {
+        let args = [Arg::Bytes(name.as_bytes()), Arg::Bytes(owner.as_bytes())];
+        let row = self
+            .retry("acquire", Some(name), || {
+                self.db.fetch_one(&self.sql.own, &args, &[Col::Int, Col::Int, Col::Int])
+            })
+            .await?;
+        Ok(row.map(|r| (count(r[0].int()), r[1].int() as u64, from_us(r[2].int()))))
+    }
+
+    /// Draws a token for our unstamped hold and stores it; `None` if the row
+    /// is no longer ours with token 0.
+    async fn stamp(&self, name: &str, owner: &str) -> Result<Option<u64>, LockError> {
+        let n = Some(name);
+        let (name_b, owner_b) = (name.as_bytes(), owner.as_bytes());
+        match &self.sql.stamp {
+            Stamp::Inline(sql) => {
+                let args = [Arg::Bytes(name_b), Arg::Bytes(owner_b)];
+                let row = self
+                    .retry("acquire", n, || self.db.fetch_one(sql, &args, &[Col::Int]))
+                    .await?;
+                Ok(row.map(|r| r[0].int() as u64))
+            }
+            Stamp::Draw {
+                draw,
+                draw_returns_row,
+                set,
+                buckets,
+            } => {
+                let args = [Arg::Int(bucket(name, *buckets))];
+                let token = if *draw_returns_row {
+                    let row = self
+                        .retry("acquire", n, || self.db.fetch_one(draw, &args, &[Col::Int]))
+                        .await?;
+                    row.map_or(0, |r| r[0].int())
+                } else {
+                    self.retry("acquire", n, || self.db.exec(draw, &args)).await?.last_id as i64
+                };
+                if token <= 0 {
+                    return Err(LockError::backend(
+                        self.kind,
+                        "acquire",
+                        n,
+                        false,
+                        "the token counter returned no value",
+                    ));
+                }
+                let args = [Arg::Int(token), Arg::Bytes(name_b), Arg::Bytes(owner_b)];
+                let done = self.retry("acquire", n, || self.db.exec(set, &args)).await?;
+                Ok((done.rows == 1).then_some(token as u64))
+            }
+        }
+    }
+
+    /// One acquisition attempt: claim, then stamp a new hold.
+    async fn attempt(&self, name: &str, owner: &str, ttl: Duration) -> Result<TryAcquire, LockError> {
+        let ttl = Duration::from_millis(ttl_millis(ttl));
+        // A round repeats only if our fresh hold vanished between two
+        // statements (its lease ran out at once, or a twin owner released it).
+        for _ in 0..4 {
+            let sent_at = Instant::now();
+            let (count, token, remaining) = match self.claim(name, owner, ttl).await? {
+                Claim::Busy(retry_in) => return Ok(TryAcquire::Busy { retry_in }),
+                Claim::Held {
+                    count,
+                    token,
+                    remaining,
+                } => (count, token, remaining),
+            };
+            let (count, token, remaining) = match token {
+                Some(t) if t > 0 => (count, t, remaining),
+                Some(_) => match self.stamp(name, owner).await? {
+                    Some(t) => (count, t, remaining),
+                    // A twin owner stamped it first, or it is gone.
+                    None => match self.own(name, owner).await? {
+                        Some((c, t, r)) if t > 0 => (c, t, Some(r)),
+                        _ => continue,
+                    },
+                },
+                None => match self.own(name, owner).await? {
+                    Some((c, t, r)) if t > 0 => (c, t, Some(r)),
+                    Some((c, _, r)) => match self.stamp(name, owner).await? {
+                        Some(t) => (c, t, Some(r)),
+                        None => continue,
+                    },
+                    None => continue,
+                },
+            };
+            let remaining = remaining.unwrap_or(ttl);
+            return Ok(TryAcquire::Acquired(Lease {
+                token,
+                hold_count: count,
+                valid_until: Some(lease::valid_until(sent_at, remaining)),
+                lost: None,
+            }));
+        }
+        Ok(TryAcquire::Busy { retry_in: None })
+    }
+
+    fn hold_args<'a>(hold: &'a Hold) -> [Arg<'a>; 3] {
+        [
+            Arg::Bytes(hold.name.as_bytes()),
+            Arg::Bytes(hold.owner.as_bytes()),
+            Arg::Int(hold.token as i64),
+        ]
+    }
+
+    /// Runs a delete of one hold; whether it deleted it.
+    async fn delete(&self, operation: &'static str, sql: &Arc<str>, hold: &Hold) -> Result<bool, LockError> {
+        let args = Self::hold_args(hold);
+        let n = Some(hold.name.as_str());
+        let deleted = if self.sql.deletes_return_rows {
+            self.retry(operation, n, || self.db.fetch(sql, &args, &[Col::Int]))
+                .await?
+                .len() as u64
+        } else {
+            self.retry(operation, n, || self.db.exec(sql, &args)).await?.rows
+        };
+        if deleted > 0 {
+            self.waiters.wake(hold.name.as_bytes());
+        }
+        Ok(deleted > 0)
+    }
+
+    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+        let n = Some(hold.name.as_str());
+        let args = Self::hold_args(hold);
+        // Delete the last hold, or decrement; a second round covers a twin
+        // owner's release between the two statements.
+        for _ in 0..2 {
+            if self.delete("release", &self.sql.release_last, hold).await? {
+                return Ok(ReleaseOutcome::Released { remaining: 0 });
+            }
+            let remaining = if self.sql.updates_return_rows {
+                self.retry("release", n, || {
+                    self.db.fetch_one(&self.sql.release_one, &args, &[Col::Int])
+                })
+                .await?
+                .map(|r| count(r[0].int()))
+            } else {
+                let done = self
+                    .retry("release", n, || self.db.exec(&self.sql.release_one, &args))
+                    .await?;
+                (done.rows == 1).then_some(done.last_id as u32)
+            };
+            if let Some(remaining) = remaining {
+                return Ok(ReleaseOutcome::Released { remaining });
+            }
+        }
+        Ok(ReleaseOutcome::NotHeld)
+    }
+
+    async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
+        let ttl = Duration::from_millis(ttl_millis(ttl));
+        let [a, b, c] = Self::hold_args(hold);
+        let args = [Arg::Int(us(ttl)), a, b, c];
+        let n = Some(hold.name.as_str());
+        let sent_at = Instant::now();
+        let remaining = if self.sql.updates_return_rows {
+            self.retry("extend", n, || self.db.fetch_one(&self.sql.extend, &args, &[Col::Int]))
+                .await?
+                .map(|r| from_us(r[0].int()))
+        } else {
+            let done = self
+                .retry("extend", n, || self.db.exec(&self.sql.extend, &args))
+                .await?;
+            (done.rows == 1).then(|| Duration::from_micros(done.last_id))
+        };
+        Ok(match remaining {
+            Some(r) => ExtendOutcome::Extended {
+                valid_until: Some(lease::valid_until(sent_at, r)),
+            },
+            None => ExtendOutcome::NotHeld,
+        })
+    }
+
+    /// Extends `holds` (one ttl) in one statement (MySQL: an update and a
+    /// read-back); the remaining lease of each hold that is still ours.
+    async fn extend_chunk(&self, ttl: Duration, holds: &[&Hold]) -> Result<Vec<Option<Duration>>, LockError> {
+        let (update, select) = self.sql.extend_many(holds.len());
+        let (update, select): (Arc<str>, Option<Arc<str>>) = (update.into(), select.map(Into::into));
+        let mut triples = Vec::with_capacity(holds.len() * 3);
+        for h in holds {
+            triples.extend(Self::hold_args(h));
+        }
+        let mut args = vec![Arg::Int(us(ttl))];
+        args.extend(triples.iter().copied());
+        let cols = [Col::Bytes, Col::Bytes, Col::Int, Col::Int];
+        let rows = match &select {
+            None => {
+                self.retry("extend", None, || self.db.fetch(&update, &args, &cols))
+                    .await?
+            }
+            Some(select) => {
+                self.retry("extend", None, || self.db.exec(&update, &args)).await?;
+                self.retry("extend", None, || self.db.fetch(select, &triples, &cols))
+                    .await?
+            }
+        };
+        let found: Vec<(Vec<u8>, Vec<u8>, u64, Duration)> = rows
+            .into_iter()
+            .map(|r| {
+                let mut r = r.into_iter();
+                let name = r.next().map(Val::into_bytes).unwrap_or_default();
+                let owner = r.next().map(Val::into_bytes).unwrap_or_default();
+                let token = r.next().map_or(0, |v| v.int() as u64);
+                let remaining = from_us(r.next().map_or(0, |v| v.int()));
+                (name, owner, token, remaining)
+            })
+            .collect();
+        Ok(holds
+            .iter()
+            .map(|h| {
+                found
+                    .iter()
+                    .find(|(n, o, t, _)| n == h.name.as_bytes() && o == h.owner.as_bytes() && *t == h.token)
+                    .map(|f| f.3)
+            })
+            .collect())
+    }
+
+    fn info(name: String, owner: Val, hold_count: &Val, token: &Val, remaining: &Val) -> LockInfo {
+        LockInfo {
+            name,
+            owner: text(owner),
+            hold_count: count(hold_count.int()),
+            token: token.int() as u64,
+            remaining: Some(from_us(remaining.int())),
+        }
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let args = [Arg::Bytes(name.as_bytes())];
+        let cols = [Col::Bytes, Col::Int, Col::Int, Col::Int];
+        let row = self
+            .retry("inspect", Some(name), || {
+                self.db.fetch_one(&self.sql.inspect, &args, &cols)
+            })
+            .await?;
+        Ok(row.map(|mut r| {
+            let owner = std::mem::replace(&mut r[0], Val::Int(0));
+            Self::info(name.to_owned(), owner, &r[1], &r[2], &r[3])
+        }))
+    }
+}
+
+#[async_trait]
+impl LockBackend for SqlBackend {
+    fn kind(&self) -> &'static str {
+        self.inner.kind
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let durable = !(self.inner.config.dialect == Dialect::Sqlite && self.inner.config.database == ":memory:");
+        Capabilities::ttl(true, durable).with_admin()
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
+        self.detached_attempt(req).await
+    }
+
+    async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
+        let subscription = self.inner.waiters.subscribe(req.name.as_bytes());
+        // With LISTEN/NOTIFY a release wakes the waiter; the backoff only
+        // covers notifications lost to a reconnect.
+        let cap = match self.inner.config.dialect {
+            Dialect::Postgres => Duration::from_secs(1),
+            _ => Duration::from_millis(250),
+        };
+        let backoff = Backoff::new(Duration::from_millis(2), cap);
+        lockkit_core::backoff::acquire_with_backoff(wait, backoff, Some(subscription.notify()), || {
+            self.detached_attempt(req)
+        })
+        .await
+    }
+
+    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+        self.inner.release(hold).await
+    }
+
+    async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
+        self.inner.extend(hold, ttl).await
+    }
+
+    async fn extend_many(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
+        let inner = &self.inner;
+        let mut out: Vec<Option<Result<ExtendOutcome, LockError>>> = holds.iter().map(|_| None).collect();
+        // Group by ttl (a client's holds usually share one), then chunk.
+        let mut ttls: Vec<Duration> = holds
+            .iter()
+            .map(|(_, ttl)| Duration::from_millis(ttl_millis(*ttl)))
+            .collect();
+        ttls.sort();
+        ttls.dedup();
+        for ttl in ttls {
+            let group: Vec<usize> = (0..holds.len())
+                .filter(|&i| Duration::from_millis(ttl_millis(holds[i].1)) == ttl)
+                .collect();
+            for chunk in group.chunks(EXTEND_CHUNK) {
+                let chunk_holds: Vec<&Hold> = chunk.iter().map(|&i| &holds[i].0).collect();
+                let sent_at = Instant::now();
+                match inner.extend_chunk(ttl, &chunk_holds).await {
+                    Ok(remaining) => {
+                        for (&i, r) in chunk.iter().zip(remaining) {
+                            out[i] = Some(Ok(match r {
+                                Some(r) => ExtendOutcome::Extended {
+                                    valid_until: Some(lease::valid_until(sent_at, r)),
+                                },
+                                None => ExtendOutcome::NotHeld,
+                            }));
+                        }
+                    }
+                    Err(e) => {
+                        let retryable = e.is_retryable();
+                        let message = e.to_string();
+                        for &i in chunk {
+                            let name = Some(holds[i].0.name.as_str());
+                            out[i] = Some(Err(LockError::backend(
+                                inner.kind,
+                                "extend",
+                                name,
+                                retryable,
+                                message.clone(),
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or(Ok(ExtendOutcome::NotHeld)))
+            .collect()
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        self.inner.inspect(name).await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        let inner = &self.inner;
+        let end = prefix_end(prefix);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let args = [Arg::Bytes(prefix.as_bytes()), Arg::Bytes(&end), Arg::Int(limit)];
+        let cols = [Col::Bytes, Col::Bytes, Col::Int, Col::Int, Col::Int];
+        let rows = inner
+            .retry("list", None, || inner.db.fetch(&inner.sql.list, &args, &cols))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let mut r = r.into_iter();
+                let name = text(r.next().unwrap_or(Val::Int(0)));
+                let owner = r.next().unwrap_or(Val::Int(0));
+                let rest: Vec<Val> = r.collect();
+                Inner::info(name, owner, &rest[0], &rest[1], &rest[2])
+            })
+            .collect())
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let inner = &self.inner;
+        for _ in 0..5 {
+            let Some(info) = inner.inspect(name).await? else {
+                return Ok(None);
+            };
+            let hold = Hold {
+                name: name.to_owned(),
+                owner: info.owner.clone(),
+                token: info.token,
+            };
+            if inner.delete("force release", &inner.sql.delete_hold, &hold).await? {
+                return Ok(Some(info));
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_and_prefixes() {
+        assert_eq!(bucket("order:42", 64), bucket("order:42", 64));
+        assert!((0..64).contains(&bucket("x", 64)));
+        assert_eq!(bucket("anything", 1), 0);
+        assert_eq!(prefix_end("ab"), b"ac".to_vec());
+        assert_eq!(prefix_end(""), vec![0xFF]);
+        assert_eq!(prefix_end("锁"), {
+            let mut v = "锁".as_bytes().to_vec();
+            *v.last_mut().unwrap() += 1;
+            v
+        });
+    }
+}

@@ -1,0 +1,339 @@
+//! [`SqlConfig`]: what a `mysql://`, `postgres://` or `sqlite://` URL says.
+
+use std::fmt;
+use std::time::Duration;
+
+use lockkit_core::LockError;
+use lockkit_core::url::{ConnectUrl, Scheme};
+
+/// The database a backend talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// MySQL 8 or MariaDB 10.5 and later (`mysql://`, `mariadb://`).
+    Mysql,
+    /// PostgreSQL 12 and later (`postgres://`, `postgresql://`).
+    Postgres,
+    /// SQLite 3.42 and later, bundled (`sqlite://PATH`, `sqlite::memory:`).
+    Sqlite,
+}
+
+impl Dialect {
+    /// The backend's short name: `mysql`, `postgres` or `sqlite`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Dialect::Mysql => "mysql",
+            Dialect::Postgres => "postgres",
+            Dialect::Sqlite => "sqlite",
+        }
+    }
+}
+
+/// Default lock table name.
+pub const DEFAULT_TABLE: &str = "lockkit_locks";
+/// Default pause between two sweeps of expired rows.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(15);
+/// Default number of rows one sweep statement deletes at most.
+pub const DEFAULT_SWEEP_BATCH: u64 = 100;
+/// Default connection pool size (MySQL, Postgres; SQLite uses 4).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Default bound on waiting for a pooled connection (or a new one).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest table name accepted: room for the `_tokens` / `_token_seq`
+/// companions within every dialect's identifier limit.
+pub const MAX_TABLE_LEN: usize = 48;
+
+/// The settings of a SQL backend.
+///
+/// Built from a URL by [`SqlConfig::from_url`], which takes these query
+/// parameters (each optional):
+///
+/// | parameter | default | meaning |
+/// |---|---|---|
+/// | `table` | `lockkit_locks` | lock table; letters, digits, `_`, at most 48 |
+/// | `sweep_interval` | `15s` | pause between sweeps of expired rows (`0s`: no sweeper) |
+/// | `sweep_batch` | `100` | rows deleted per sweep statement |
+/// | `max_connections` | `10` (SQLite `4`) | connection pool size |
+/// | `connect_timeout` | `5s` | bound on getting a connection |
+/// | `create_table` | `true` | create missing tables; `false` only checks them |
+/// | `memo` | none | text stored with every hold this client takes (who/why) |
+///
+/// `Debug` hides the password of the database URL.
+#[derive(Clone)]
+pub struct SqlConfig {
+    /// The database.
+    pub dialect: Dialect,
+    /// The database URL for the driver, without lockkit's query parameters.
+    /// For SQLite, the file path or `:memory:`.
+    pub database: String,
+    /// The lock table, validated by [`validate_table`].
+    pub table: String,
+    /// Pause between sweeps; `None` disables the sweeper.
+    pub sweep_interval: Option<Duration>,
+    /// Rows one sweep statement deletes at most.
+    pub sweep_batch: u64,
+    /// Connection pool size.
+    pub max_connections: u32,
+    /// Bound on getting a connection from the pool.
+    pub connect_timeout: Duration,
+    /// Create missing tables (otherwise only check them).
+    pub create_table: bool,
+    /// Stored in the `memo` column of each hold this client takes.
+    pub memo: Option<String>,
+}
+
+impl fmt::Debug for SqlConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlConfig")
+            .field("dialect", &self.dialect)
+            .field("database", &redact(&self.database))
+            .field("table", &self.table)
+            .field("sweep_interval", &self.sweep_interval)
+            .field("sweep_batch", &self.sweep_batch)
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("create_table", &self.create_table)
+            .field("memo", &self.memo)
+            .finish()
+    }
+}
+
+fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl SqlConfig {
+    /// Defaults for `dialect` and a driver URL (or SQLite path).
+    pub fn new(dialect: Dialect, database: impl Into<String>) -> Self {
+        SqlConfig {
+            dialect,
+            database: database.into(),
+            table: DEFAULT_TABLE.to_owned(),
+            sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
+            sweep_batch: DEFAULT_SWEEP_BATCH,
+            max_connections: match dialect {
+                Dialect::Sqlite => 4,
+                _ => DEFAULT_MAX_CONNECTIONS,
+            },
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            create_table: true,
+            memo: None,
+        }
+    }
+
+    /// Reads the settings from a parsed URL, taking this backend's query
+    /// parameters from it (the caller fails on any left over).
+    pub fn from_url(url: &mut ConnectUrl) -> Result<Self, LockError> {
+        let dialect = match url.scheme {
+            Scheme::Mysql => Dialect::Mysql,
+            Scheme::Postgres => Dialect::Postgres,
+            Scheme::Sqlite => Dialect::Sqlite,
+            other => {
+                return Err(LockError::config(
+                    "url scheme",
+                    format!("{other:?} is not a SQL scheme (mysql, mariadb, postgres, sqlite)"),
+                ));
+            }
+        };
+        let mut config = SqlConfig::new(dialect, driver_url(dialect, &url.url)?);
+        if let Some(table) = url.take("table") {
+            validate_table(&table)?;
+            config.table = table;
+        }
+        if let Some(interval) = url.take_duration("sweep_interval")? {
+            config.sweep_interval = (!interval.is_zero()).then_some(interval);
+        }
+        if let Some(batch) = url.take_u64("sweep_batch")? {
+            if batch == 0 || batch > 10_000 {
+                return Err(LockError::config(
+                    "query parameter sweep_batch",
+                    format!("must be between 1 and 10000, got {batch}"),
+                ));
+            }
+            config.sweep_batch = batch;
+        }
+        if let Some(max) = url.take_u64("max_connections")? {
+            if max == 0 || max > 1000 {
+                return Err(LockError::config(
+                    "query parameter max_connections",
+                    format!("must be between 1 and 1000, got {max}"),
+                ));
+            }
+            config.max_connections = max as u32;
+        }
+        if let Some(timeout) = url.take_duration("connect_timeout")? {
+            if timeout.is_zero() {
+                return Err(LockError::config("query parameter connect_timeout", "must be above 0"));
+            }
+            config.connect_timeout = timeout;
+        }
+        if let Some(create) = url.take_bool("create_table")? {
+            config.create_table = create;
+        }
+        if let Some(memo) = url.take("memo") {
+            if memo.len() > 1024 {
+                return Err(LockError::config("query parameter memo", "at most 1024 bytes"));
+            }
+            config.memo = Some(memo);
+        }
+        Ok(config)
+    }
+
+    /// The companion table holding the token counters (MySQL, SQLite).
+    pub fn tokens_table(&self) -> String {
+        format!("{}_tokens", self.table)
+    }
+}
+
+/// Checks a table name: 1 to [`MAX_TABLE_LEN`] ASCII letters, digits and
+/// underscores, not starting with a digit. Anything else — quotes, dots,
+/// spaces, `;` — is refused, so a name can never change the SQL it is
+/// spliced into.
+pub fn validate_table(table: &str) -> Result<(), LockError> {
+    let ok = !table.is_empty()
+        && table.len() <= MAX_TABLE_LEN
+        && table.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !table.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else {
+        Err(LockError::config(
+            "query parameter table",
+            format!(
+                "{table:?} is not a table name: use 1 to {MAX_TABLE_LEN} ASCII letters, digits and underscores, \
+                 not starting with a digit"
+            ),
+        ))
+    }
+}
+
+/// The URL (or SQLite path) handed to the driver: the URL without its query.
+fn driver_url(dialect: Dialect, url: &url::Url) -> Result<String, LockError> {
+    let mut url = url.clone();
+    url.set_query(None);
+    url.set_fragment(None);
+    match dialect {
+        Dialect::Sqlite => {
+            let text = url.as_str();
+            let rest = text.split_once(':').map_or("", |(_, r)| r);
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            let path = percent_decode(path);
+            if path.is_empty() {
+                return Err(LockError::config(
+                    "url path",
+                    "sqlite URLs name a file (sqlite://./locks.db, sqlite:///abs/path.db) or sqlite::memory:",
+                ));
+            }
+            Ok(path)
+        }
+        Dialect::Mysql => {
+            // sqlx only knows `mysql://`; `mariadb://` is the same protocol.
+            let text = url.as_str();
+            Ok(match text.split_once("://") {
+                Some((_, rest)) => format!("mysql://{rest}"),
+                None => text.to_owned(),
+            })
+        }
+        Dialect::Postgres => Ok(url.to_string()),
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && bytes[i + 1].is_ascii_hexdigit()
+            && bytes[i + 2].is_ascii_hexdigit()
+        {
+            let hex = |b: u8| (b as char).to_digit(16).unwrap_or(0) as u8;
+            out.push(hex(bytes[i + 1]) * 16 + hex(bytes[i + 2]));
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(url: &str) -> Result<SqlConfig, LockError> {
+        let mut u = ConnectUrl::parse(url)?;
+        let c = SqlConfig::from_url(&mut u)?;
+        u.finish()?;
+        Ok(c)
+    }
+
+    fn part(e: LockError) -> String {
+        match e {
+            LockError::InvalidConfig { part, .. } => part,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn table_names() {
+        assert!(validate_table("locks").is_ok());
+        assert!(validate_table("_Locks_2").is_ok());
+        for bad in [
+            "",
+            "locks; DROP TABLE x",
+            "a.b",
+            "a-b",
+            "1abc",
+            "l\"x",
+            "l`x",
+            "ü",
+            &"x".repeat(49),
+        ] {
+            assert!(validate_table(bad).is_err(), "{bad:?} must be refused");
+        }
+        let e = config("mysql://u:p@h/db?table=locks;%20DROP%20TABLE%20x").unwrap_err();
+        assert_eq!(part(e), "query parameter table");
+    }
+
+    #[test]
+    fn parameters() {
+        let c = config("postgres://u:secret@h:5/db?table=t1&sweep_interval=250ms&max_connections=3&memo=worker%201")
+            .unwrap();
+        assert_eq!(c.dialect, Dialect::Postgres);
+        assert_eq!(c.database, "postgres://u:secret@h:5/db");
+        assert_eq!(c.table, "t1");
+        assert_eq!(c.sweep_interval, Some(Duration::from_millis(250)));
+        assert_eq!(c.max_connections, 3);
+        assert_eq!(c.memo.as_deref(), Some("worker 1"));
+        assert!(!format!("{c:?}").contains("secret"), "Debug hides the password");
+        let c = config("mariadb://u@h/db?sweep_interval=0s").unwrap();
+        assert_eq!(c.database, "mysql://u@h/db");
+        assert_eq!(c.sweep_interval, None);
+        assert_eq!(
+            part(config("mysql://h/db?max_connections=0").unwrap_err()),
+            "query parameter max_connections"
+        );
+        assert_eq!(
+            part(config("mysql://h/db?tabel=x").unwrap_err()),
+            "query parameter tabel"
+        );
+    }
+
+    #[test]
+    fn sqlite_paths() {
+        assert_eq!(config("sqlite://./locks.db").unwrap().database, "./locks.db");
+        assert_eq!(config("sqlite:///tmp/a%20b.db?ttl=5s").unwrap().database, "/tmp/a b.db");
+        assert_eq!(config("sqlite::memory:").unwrap().database, ":memory:");
+        assert_eq!(config("sqlite:locks.db").unwrap().database, "locks.db");
+        assert_eq!(config("sqlite://locks.db").unwrap().max_connections, 4);
+    }
+}

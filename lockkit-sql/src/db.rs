@@ -1,0 +1,279 @@
+//! One connection pool per backend, whichever the database, and the two ways
+//! statements run on it: `exec` (affected rows, MySQL's insert id) and
+//! `fetch` (rows decoded into plain values). Written once: the
+//! [`with_pool!`] macro expands the same code for each enabled driver.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{Dialect, SqlConfig};
+
+/// A statement argument.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    Bytes(&'a [u8]),
+    Int(i64),
+    Text(Option<&'a str>),
+}
+
+/// The type of a result column.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Col {
+    Int,
+    Bytes,
+    Text,
+}
+
+/// A decoded result value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Val {
+    Int(i64),
+    Bytes(Vec<u8>),
+    Text(String),
+}
+
+impl Val {
+    pub fn int(&self) -> i64 {
+        match self {
+            Val::Int(i) => *i,
+            _ => 0,
+        }
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Val::Bytes(b) => b,
+            Val::Text(t) => t.into_bytes(),
+            Val::Int(_) => Vec::new(),
+        }
+    }
+}
+
+/// What an `exec` did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Done {
+    /// Affected rows (MySQL: matched rows, as sqlx sets `CLIENT_FOUND_ROWS`).
+    pub rows: u64,
+    /// MySQL's `LAST_INSERT_ID` as reported in the OK packet; 0 elsewhere.
+    pub last_id: u64,
+}
+
+/// The pool of one of the enabled drivers.
+#[derive(Debug, Clone)]
+pub(crate) enum Db {
+    #[cfg(feature = "mysql")]
+    Mysql(sqlx::MySqlPool),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqlitePool),
+    /// Built without any driver: no pool can exist.
+    #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
+    #[allow(dead_code)]
+    None(std::convert::Infallible),
+}
+
+/// Runs `$body` with `$pool` bound to the concrete pool, for every driver.
+macro_rules! with_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            #[cfg(feature = "mysql")]
+            $crate::db::Db::Mysql($pool) => $body,
+            #[cfg(feature = "postgres")]
+            $crate::db::Db::Postgres($pool) => $body,
+            #[cfg(feature = "sqlite")]
+            $crate::db::Db::Sqlite($pool) => $body,
+            #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
+            $crate::db::Db::None(never) => match *never {},
+        }
+    };
+}
+
+/// Binds `$args` to the query `$q`.
+macro_rules! bind_all {
+    ($q:expr, $args:expr) => {{
+        let mut q = $q;
+        for arg in $args {
+            q = match *arg {
+                Arg::Bytes(b) => q.bind(b),
+                Arg::Int(i) => q.bind(i),
+                Arg::Text(t) => q.bind(t),
+            };
+        }
+        q
+    }};
+}
+
+/// How long a pooled connection may sit idle before it is pinged on
+/// checkout: catches connections a database restart left dead, without a
+/// ping on every statement.
+const PING_IF_IDLE: Duration = Duration::from_secs(10);
+
+impl Db {
+    /// Opens the pool (connections are made on demand; the first statement
+    /// — `migrate` — proves the database is reachable).
+    pub fn open(config: &SqlConfig) -> Result<Self, sqlx::Error> {
+        fn options<DB: sqlx::Database>(config: &SqlConfig) -> sqlx::pool::PoolOptions<DB> {
+            sqlx::pool::PoolOptions::<DB>::new()
+                .max_connections(config.max_connections)
+                .min_connections(0)
+                .acquire_timeout(config.connect_timeout)
+                .idle_timeout(Some(Duration::from_secs(300)))
+                .max_lifetime(Some(Duration::from_secs(1800)))
+                .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move {
+                        if meta.idle_for > PING_IF_IDLE {
+                            sqlx::Connection::ping(conn).await?;
+                        }
+                        Ok(true)
+                    })
+                })
+        }
+        match config.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::Mysql => {
+                let opts = sqlx::mysql::MySqlConnectOptions::from_str(&config.database)?;
+                let pool = options::<sqlx::MySql>(config)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            // Read committed: the sweeper's scan does not lock live rows.
+                            sqlx::Executor::execute(
+                                &mut *conn,
+                                "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                            )
+                            .await?;
+                            Ok(())
+                        })
+                    })
+                    .connect_lazy_with(opts);
+                Ok(Db::Mysql(pool))
+            }
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                let opts = sqlx::postgres::PgConnectOptions::from_str(&config.database)?.application_name("lockkit");
+                Ok(Db::Postgres(options::<sqlx::Postgres>(config).connect_lazy_with(opts)))
+            }
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => {
+                use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+                let memory = config.database == ":memory:";
+                let opts = if memory {
+                    SqliteConnectOptions::from_str("sqlite::memory:")?
+                } else {
+                    SqliteConnectOptions::new()
+                        .filename(&config.database)
+                        .create_if_missing(true)
+                        .journal_mode(SqliteJournalMode::Wal)
+                        .synchronous(SqliteSynchronous::Normal)
+                };
+                let opts = opts.busy_timeout(config.connect_timeout.max(Duration::from_secs(5)));
+                let mut pool = options::<sqlx::Sqlite>(config);
+                if memory {
+                    // The shared in-memory database lives as long as one
+                    // connection to it: keep one, forever.
+                    pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
+                }
+                Ok(Db::Sqlite(pool.connect_lazy_with(opts)))
+            }
+            #[allow(unreachable_patterns)]
+            other => Err(sqlx::Error::Configuration(
+                format!("lockkit-sql was built without the `{}` feature", other.kind()).into(),
+            )),
+        }
+    }
+
+    /// Opens one connection outside the pool and closes it again: the pool
+    /// reports a failing connect only as a timeout, this gives the cause
+    /// (refused, bad password, unknown database).
+    pub async fn probe(config: &SqlConfig) -> Result<(), sqlx::Error> {
+        use sqlx::Connection;
+        let connect = async {
+            match config.dialect {
+                #[cfg(feature = "mysql")]
+                Dialect::Mysql => sqlx::MySqlConnection::connect(&config.database).await?.close().await,
+                #[cfg(feature = "postgres")]
+                Dialect::Postgres => sqlx::PgConnection::connect(&config.database).await?.close().await,
+                _ => Ok(()),
+            }
+        };
+        tokio::time::timeout(config.connect_timeout, connect)
+            .await
+            .unwrap_or(Err(sqlx::Error::PoolTimedOut))
+    }
+
+    /// Runs a statement; affected rows and MySQL's insert id.
+    pub async fn exec(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
+        macro_rules! query {
+            () => {
+                bind_all!(sqlx::query(sqlx::AssertSqlSafe(sql.clone())), args)
+            };
+        }
+        match self {
+            #[cfg(feature = "mysql")]
+            Db::Mysql(pool) => {
+                let r = query!().execute(pool).await?;
+                Ok(Done {
+                    rows: r.rows_affected(),
+                    last_id: r.last_insert_id(),
+                })
+            }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                let r = query!().execute(pool).await?;
+                Ok(Done {
+                    rows: r.rows_affected(),
+                    last_id: 0,
+                })
+            }
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(pool) => {
+                let r = query!().execute(pool).await?;
+                Ok(Done {
+                    rows: r.rows_affected(),
+                    last_id: 0,
+                })
+            }
+            #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
+            Db::None(never) => match *never {},
+        }
+    }
+
+    /// Runs a query; every row decoded as `cols` says.
+    pub async fn fetch(&self, sql: &Arc<str>, args: &[Arg<'_>], cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+        use sqlx::Row;
+        with_pool!(self, pool => {
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+            let rows = bind_all!(query, args).fetch_all(pool).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                let mut vals = Vec::with_capacity(cols.len());
+                for (i, col) in cols.iter().enumerate() {
+                    vals.push(match col {
+                        Col::Int => Val::Int(row.try_get::<Option<i64>, _>(i)?.unwrap_or(0)),
+                        Col::Bytes => Val::Bytes(row.try_get::<Vec<u8>, _>(i)?),
+                        Col::Text => Val::Text(row.try_get::<String, _>(i)?),
+                    });
+                }
+                out.push(vals);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Runs a query for at most one row.
+    pub async fn fetch_one(
+        &self,
+        sql: &Arc<str>,
+        args: &[Arg<'_>],
+        cols: &[Col],
+    ) -> Result<Option<Vec<Val>>, sqlx::Error> {
+        Ok(self.fetch(sql, args, cols).await?.into_iter().next())
+    }
+
+    /// Closes the pool (waits for checked-out connections to come back).
+    pub async fn close(&self) {
+        with_pool!(self, pool => pool.close().await)
+    }
+}

@@ -1,0 +1,441 @@
+//! The dialect layer: each database's SQL text, and nothing else.
+//!
+//! Every statement takes the same arguments in the same order on every
+//! database (listed on each field), so the logic in `backend.rs` is written
+//! once. MySQL's `?` placeholders bind by position, so its texts use each
+//! argument exactly once, in order; Postgres (`$n`) and SQLite (`?n`) may
+//! repeat them.
+//!
+//! Times are always the database's clock: MySQL `UTC_TIMESTAMP(6)`,
+//! Postgres `now()`, SQLite `julianday('now')` (microseconds since the epoch
+//! in an integer column). Each is constant within one statement.
+
+use std::sync::Arc;
+
+use crate::config::Dialect;
+
+/// How a claim reports what it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimShape {
+    /// One row `(acquired, hold_count, token, remaining_us)`: acquired = 1
+    /// for our hold, 0 for the holder's row; no row: busy, holder unknown.
+    Rows,
+    /// One row `(hold_count, token, remaining_us)` if we hold it; no row:
+    /// busy, ask [`Statements::holder`].
+    RowsOrHolder,
+    /// MySQL: no `RETURNING`, so the statement reports through the OK packet.
+    /// Affected rows (with `CLIENT_FOUND_ROWS`, which sqlx sets): 1 for an
+    /// insert or an unchanged row, 2 for an update. `LAST_INSERT_ID(x)` in
+    /// the update carries the new hold count (updates) or the holder's
+    /// remaining microseconds (unchanged row: busy); 0 after an insert.
+    OkPacket,
+}
+
+/// How a fresh hold gets its fencing token.
+#[derive(Debug, Clone)]
+pub(crate) enum Stamp {
+    /// One statement `(name, owner)` that draws and stores the token,
+    /// returning `(token)` when it matched.
+    Inline(Arc<str>),
+    /// `draw (bucket)` returns `(token)` as a row or, on MySQL, as the OK
+    /// packet's insert id; then `set (token, name, owner)` stores it, one
+    /// affected row when it matched.
+    Draw {
+        draw: Arc<str>,
+        draw_returns_row: bool,
+        set: Arc<str>,
+        buckets: u64,
+    },
+}
+
+/// One database's statements for one lock table.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    /// DDL run by `migrate`, in order.
+    pub create: Vec<Arc<str>>,
+    /// `(table)` → rows `(column_name TEXT, data_type TEXT)`.
+    pub columns: Arc<str>,
+    /// The data type the name column must have (lowercase), if checked.
+    pub name_types: &'static [&'static str],
+    /// `(name, owner, ttl_us, memo)`: insert, take over an expired row, or
+    /// re-enter one's own; see [`ClaimShape`].
+    pub claim: Arc<str>,
+    pub claim_shape: ClaimShape,
+    /// `(name)` → `(remaining_us)` of the current row.
+    pub holder: Arc<str>,
+    /// `(name, owner)` → `(hold_count, token, remaining_us)` if held.
+    pub own: Arc<str>,
+    pub stamp: Stamp,
+    /// `(name, owner, token)`: delete the last hold; counts rows.
+    pub release_last: Arc<str>,
+    /// `(name, owner, token)`: decrement a hold count above 1 → `(hold_count)`
+    /// as a row, or (MySQL) the OK packet's insert id.
+    pub release_one: Arc<str>,
+    /// `(ttl_us, name, owner, token)`: extend → `(remaining_us)` as a row,
+    /// or (MySQL) the OK packet's insert id.
+    pub extend: Arc<str>,
+    /// `(name)` → `(owner, hold_count, token, remaining_us)` if held.
+    pub inspect: Arc<str>,
+    /// `(from, to, limit)` → `(name, owner, hold_count, token, remaining_us)`.
+    pub list: Arc<str>,
+    /// `(name, owner, token)`: delete whatever the count; counts rows.
+    pub delete_hold: Arc<str>,
+    /// `(batch)`: delete at most `batch` expired rows; counts rows.
+    pub sweep: Arc<str>,
+    /// Whether the release/delete statements count by returned rows
+    /// (Postgres, which also `NOTIFY`s in them) instead of affected rows.
+    pub deletes_return_rows: bool,
+    /// Whether `release_one` and `extend` return a row (else: OK packet).
+    pub updates_return_rows: bool,
+    dialect: Dialect,
+    table: String,
+}
+
+fn s(text: String) -> Arc<str> {
+    text.into()
+}
+
+/// Microseconds of the interval `x` as an int8 (Postgres).
+fn pg_us(x: &str) -> String {
+    format!("(extract(epoch from ({x})) * 1000000)::int8")
+}
+
+/// SQLite's clock in microseconds since the epoch (millisecond resolution).
+const SQLITE_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+
+/// MySQL: microseconds from now to `expires_at`, at least 1.
+const MY_REMAINING: &str = "GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))";
+
+impl Statements {
+    pub fn new(dialect: Dialect, table: &str) -> Self {
+        match dialect {
+            Dialect::Mysql => mysql(table),
+            Dialect::Postgres => postgres(table),
+            Dialect::Sqlite => sqlite(table),
+        }
+    }
+
+    /// The Postgres channel releases are announced on.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub fn channel(&self) -> String {
+        format!("lockkit_{}", self.table)
+    }
+
+    /// `extend_many` for `n` holds with one ttl: `(ttl_us, (name, owner,
+    /// token) × n)` → rows `(name, owner, token, remaining_us)` of the holds
+    /// that were extended. MySQL needs a second statement to read them back:
+    /// the pair is `(update, Some(select))`, the select taking the triples only.
+    pub fn extend_many(&self, n: usize) -> (String, Option<String>) {
+        let t = &self.table;
+        match self.dialect {
+            Dialect::Mysql => {
+                let triples = vec!["(?, ?, ?)"; n].join(", ");
+                (
+                    format!(
+                        "UPDATE `{t}` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
+                         WHERE (name, owner, token) IN ({triples}) AND expires_at > UTC_TIMESTAMP(6)"
+                    ),
+                    Some(format!(
+                        "SELECT name, owner, token, {MY_REMAINING} FROM `{t}` \
+                         WHERE (name, owner, token) IN ({triples}) AND expires_at > UTC_TIMESTAMP(6)"
+                    )),
+                )
+            }
+            Dialect::Postgres => {
+                let triples = (0..n)
+                    .map(|i| format!("(${}::bytea, ${}::bytea, ${}::int8)", 3 * i + 2, 3 * i + 3, 3 * i + 4))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                (
+                    format!(
+                        "UPDATE \"{t}\" SET expires_at = GREATEST(expires_at, now() + $1::int8 * interval '1 microsecond') \
+                         WHERE (name, owner, token) IN (VALUES {triples}) AND expires_at > now() \
+                         RETURNING name, owner, token, {}",
+                        pg_us("expires_at - now()")
+                    ),
+                    None,
+                )
+            }
+            Dialect::Sqlite => {
+                let triples = (0..n)
+                    .map(|i| format!("(?{}, ?{}, ?{})", 3 * i + 2, 3 * i + 3, 3 * i + 4))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                (
+                    format!(
+                        "UPDATE \"{t}\" SET expires_at = MAX(expires_at, {SQLITE_NOW} + ?1) \
+                         WHERE (name, owner, token) IN (VALUES {triples}) AND expires_at > {SQLITE_NOW} \
+                         RETURNING name, owner, token, expires_at - {SQLITE_NOW}"
+                    ),
+                    None,
+                )
+            }
+        }
+    }
+}
+
+fn mysql(t: &str) -> Statements {
+    // The ON DUPLICATE KEY UPDATE assignments run left to right and later ones
+    // see the new values: every test of the old row comes before `owner` and
+    // `expires_at` change.
+    let expired = "expires_at <= UTC_TIMESTAMP(6)";
+    Statements {
+        create: vec![
+            s(format!(
+                "CREATE TABLE IF NOT EXISTS `{t}` (\
+                 name VARBINARY(255) NOT NULL COMMENT 'lock name: UTF-8 bytes, compared exactly', \
+                 owner VARBINARY(255) NOT NULL, \
+                 hold_count BIGINT NOT NULL, \
+                 token BIGINT NOT NULL COMMENT 'fencing token; 0 while a new hold is being stamped', \
+                 expires_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock', \
+                 acquired_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock', \
+                 memo VARCHAR(1024) NULL, \
+                 PRIMARY KEY (name)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin \
+                 COMMENT='lockkit: one row per held lock'"
+            )),
+            s(format!(
+                "CREATE TABLE IF NOT EXISTS `{t}_tokens` (\
+                 bucket INT NOT NULL PRIMARY KEY, last_token BIGINT NOT NULL) ENGINE=InnoDB \
+                 COMMENT='lockkit: fencing token counters, one per bucket of names'"
+            )),
+        ],
+        columns: s(
+            "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR) FROM information_schema.columns \
+                    WHERE table_schema = DATABASE() AND table_name = ?"
+                .to_owned(),
+        ),
+        name_types: &["varbinary", "binary"],
+        claim: s(format!(
+            "INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo) \
+             VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?) \
+             ON DUPLICATE KEY UPDATE \
+             hold_count = IF({expired}, LAST_INSERT_ID(1), \
+                IF(owner = VALUES(owner), LAST_INSERT_ID(LEAST(hold_count + 1, 4294967295)), \
+                   hold_count + 0 * LAST_INSERT_ID({MY_REMAINING}))), \
+             token = IF({expired}, 0, token), \
+             acquired_at = IF({expired}, VALUES(acquired_at), acquired_at), \
+             memo = IF({expired}, VALUES(memo), memo), \
+             owner = IF({expired}, VALUES(owner), owner), \
+             expires_at = IF(owner = VALUES(owner), GREATEST(expires_at, VALUES(expires_at)), expires_at)"
+        )),
+        claim_shape: ClaimShape::OkPacket,
+        holder: s(format!("SELECT {MY_REMAINING} FROM `{t}` WHERE name = ?")),
+        own: s(format!(
+            "SELECT hold_count, token, {MY_REMAINING} FROM `{t}` \
+             WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        stamp: Stamp::Draw {
+            draw: s(format!(
+                "INSERT INTO `{t}_tokens` (bucket, last_token) VALUES (?, LAST_INSERT_ID(1)) \
+                 ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1)"
+            )),
+            draw_returns_row: false,
+            set: s(format!(
+                "UPDATE `{t}` SET token = ? WHERE name = ? AND owner = ? AND token = 0 \
+                 AND expires_at > UTC_TIMESTAMP(6)"
+            )),
+            buckets: 64,
+        },
+        release_last: s(format!(
+            "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND hold_count <= 1 \
+             AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        release_one: s(format!(
+            "UPDATE `{t}` SET hold_count = LAST_INSERT_ID(hold_count - 1) \
+             WHERE name = ? AND owner = ? AND token = ? AND hold_count > 1 AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        extend: s(format!(
+            "UPDATE `{t}` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+             hold_count = hold_count + 0 * LAST_INSERT_ID({MY_REMAINING}) \
+             WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        inspect: s(format!(
+            "SELECT owner, hold_count, token, {MY_REMAINING} FROM `{t}` \
+             WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        list: s(format!(
+            "SELECT name, owner, hold_count, token, {MY_REMAINING} FROM `{t}` \
+             WHERE name >= ? AND name < ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY name LIMIT ?"
+        )),
+        delete_hold: s(format!("DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ?")),
+        sweep: s(format!("DELETE FROM `{t}` WHERE {expired} LIMIT ?")),
+        deletes_return_rows: false,
+        updates_return_rows: false,
+        dialect: Dialect::Mysql,
+        table: t.to_owned(),
+    }
+}
+
+fn postgres(t: &str) -> Statements {
+    let remaining = pg_us("expires_at - now()");
+    let chan = format!("lockkit_{t}");
+    // Deletes announce the freed name (hex) to waiters; delivered at commit.
+    let notify = |cond: &str| {
+        s(format!(
+            "WITH d AS (DELETE FROM \"{t}\" WHERE name = $1 AND owner = $2 AND token = $3{cond} RETURNING name) \
+             SELECT 1::int8 FROM d, pg_notify('{chan}', encode(d.name, 'hex'))"
+        ))
+    };
+    Statements {
+        create: vec![
+            s(format!(
+                "CREATE TABLE IF NOT EXISTS \"{t}\" (\
+                 name BYTEA PRIMARY KEY, \
+                 owner BYTEA NOT NULL, \
+                 hold_count BIGINT NOT NULL, \
+                 token BIGINT NOT NULL, \
+                 expires_at TIMESTAMPTZ NOT NULL, \
+                 acquired_at TIMESTAMPTZ NOT NULL, \
+                 memo TEXT)"
+            )),
+            s(format!("CREATE SEQUENCE IF NOT EXISTS \"{t}_token_seq\"")),
+        ],
+        columns: s(
+            "SELECT column_name::text, data_type::text FROM information_schema.columns \
+                    WHERE table_schema = current_schema() AND table_name = $1"
+                .to_owned(),
+        ),
+        name_types: &["bytea"],
+        claim: s(format!(
+            "WITH claim AS (\
+               INSERT INTO \"{t}\" AS l (name, owner, hold_count, token, expires_at, acquired_at, memo) \
+               VALUES ($1, $2, 1, 0, now() + $3::int8 * interval '1 microsecond', now(), $4::text) \
+               ON CONFLICT (name) DO UPDATE SET \
+                 owner = EXCLUDED.owner, \
+                 hold_count = CASE WHEN l.expires_at <= now() THEN 1 ELSE LEAST(l.hold_count + 1, 4294967295) END, \
+                 token = CASE WHEN l.expires_at <= now() THEN 0 ELSE l.token END, \
+                 acquired_at = CASE WHEN l.expires_at <= now() THEN now() ELSE l.acquired_at END, \
+                 memo = CASE WHEN l.expires_at <= now() THEN EXCLUDED.memo ELSE l.memo END, \
+                 expires_at = GREATEST(l.expires_at, EXCLUDED.expires_at) \
+               WHERE l.expires_at <= now() OR l.owner = EXCLUDED.owner \
+               RETURNING hold_count, token, expires_at) \
+             SELECT 1::int8, hold_count, token, {remaining} FROM claim \
+             UNION ALL \
+             SELECT 0::int8, hold_count, token, {remaining} FROM \"{t}\" \
+               WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM claim)"
+        )),
+        claim_shape: ClaimShape::Rows,
+        holder: s(format!("SELECT {remaining} FROM \"{t}\" WHERE name = $1")),
+        own: s(format!(
+            "SELECT hold_count, token, {remaining} FROM \"{t}\" \
+             WHERE name = $1 AND owner = $2 AND expires_at > now()"
+        )),
+        stamp: Stamp::Inline(s(format!(
+            "UPDATE \"{t}\" SET token = nextval('\"{t}_token_seq\"') \
+             WHERE name = $1 AND owner = $2 AND token = 0 AND expires_at > now() RETURNING token"
+        ))),
+        release_last: notify(" AND hold_count <= 1 AND expires_at > now()"),
+        release_one: s(format!(
+            "UPDATE \"{t}\" SET hold_count = hold_count - 1 \
+             WHERE name = $1 AND owner = $2 AND token = $3 AND hold_count > 1 AND expires_at > now() \
+             RETURNING hold_count"
+        )),
+        extend: s(format!(
+            "UPDATE \"{t}\" SET expires_at = GREATEST(expires_at, now() + $1::int8 * interval '1 microsecond') \
+             WHERE name = $2 AND owner = $3 AND token = $4 AND expires_at > now() RETURNING {remaining}"
+        )),
+        inspect: s(format!(
+            "SELECT owner, hold_count, token, {remaining} FROM \"{t}\" WHERE name = $1 AND expires_at > now()"
+        )),
+        list: s(format!(
+            "SELECT name, owner, hold_count, token, {remaining} FROM \"{t}\" \
+             WHERE name >= $1 AND name < $2 AND expires_at > now() ORDER BY name LIMIT $3"
+        )),
+        delete_hold: notify(""),
+        // SKIP LOCKED: concurrent sweepers split the work instead of queueing.
+        sweep: s(format!(
+            "DELETE FROM \"{t}\" WHERE name IN (SELECT name FROM \"{t}\" WHERE expires_at <= now() \
+             LIMIT $1 FOR UPDATE SKIP LOCKED) AND expires_at <= now()"
+        )),
+        deletes_return_rows: true,
+        updates_return_rows: true,
+        dialect: Dialect::Postgres,
+        table: t.to_owned(),
+    }
+}
+
+fn sqlite(t: &str) -> Statements {
+    let now = SQLITE_NOW;
+    Statements {
+        create: vec![
+            s(format!(
+                "CREATE TABLE IF NOT EXISTS \"{t}\" (\
+                 name BLOB PRIMARY KEY NOT NULL, \
+                 owner BLOB NOT NULL, \
+                 hold_count INTEGER NOT NULL, \
+                 token INTEGER NOT NULL, \
+                 expires_at INTEGER NOT NULL, \
+                 acquired_at INTEGER NOT NULL, \
+                 memo TEXT) WITHOUT ROWID"
+            )),
+            s(format!(
+                "CREATE TABLE IF NOT EXISTS \"{t}_tokens\" (bucket INTEGER PRIMARY KEY, last_token INTEGER NOT NULL)"
+            )),
+        ],
+        columns: s("SELECT name, lower(type) FROM pragma_table_info(?1)".to_owned()),
+        name_types: &[],
+        claim: s(format!(
+            "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo) \
+             VALUES (?1, ?2, 1, 0, {now} + ?3, {now}, ?4) \
+             ON CONFLICT (name) DO UPDATE SET \
+               owner = excluded.owner, \
+               hold_count = CASE WHEN \"{t}\".expires_at <= {now} THEN 1 \
+                 ELSE MIN(\"{t}\".hold_count + 1, 4294967295) END, \
+               token = CASE WHEN \"{t}\".expires_at <= {now} THEN 0 ELSE \"{t}\".token END, \
+               acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
+               memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
+               expires_at = MAX(\"{t}\".expires_at, excluded.expires_at) \
+             WHERE \"{t}\".expires_at <= {now} OR \"{t}\".owner = excluded.owner \
+             RETURNING hold_count, token, expires_at - {now}"
+        )),
+        claim_shape: ClaimShape::RowsOrHolder,
+        holder: s(format!("SELECT expires_at - {now} FROM \"{t}\" WHERE name = ?1")),
+        own: s(format!(
+            "SELECT hold_count, token, expires_at - {now} FROM \"{t}\" \
+             WHERE name = ?1 AND owner = ?2 AND expires_at > {now}"
+        )),
+        stamp: Stamp::Draw {
+            draw: s(format!(
+                "INSERT INTO \"{t}_tokens\" (bucket, last_token) VALUES (?1, 1) \
+                 ON CONFLICT (bucket) DO UPDATE SET last_token = last_token + 1 RETURNING last_token"
+            )),
+            draw_returns_row: true,
+            set: s(format!(
+                "UPDATE \"{t}\" SET token = ?1 WHERE name = ?2 AND owner = ?3 AND token = 0 AND expires_at > {now}"
+            )),
+            // One database-wide write lock serializes SQLite anyway.
+            buckets: 1,
+        },
+        release_last: s(format!(
+            "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count <= 1 \
+             AND expires_at > {now}"
+        )),
+        release_one: s(format!(
+            "UPDATE \"{t}\" SET hold_count = hold_count - 1 \
+             WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 1 AND expires_at > {now} \
+             RETURNING hold_count"
+        )),
+        extend: s(format!(
+            "UPDATE \"{t}\" SET expires_at = MAX(expires_at, {now} + ?1) \
+             WHERE name = ?2 AND owner = ?3 AND token = ?4 AND expires_at > {now} RETURNING expires_at - {now}"
+        )),
+        inspect: s(format!(
+            "SELECT owner, hold_count, token, expires_at - {now} FROM \"{t}\" WHERE name = ?1 AND expires_at > {now}"
+        )),
+        list: s(format!(
+            "SELECT name, owner, hold_count, token, expires_at - {now} FROM \"{t}\" \
+             WHERE name >= ?1 AND name < ?2 AND expires_at > {now} ORDER BY name LIMIT ?3"
+        )),
+        delete_hold: s(format!(
+            "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3"
+        )),
+        sweep: s(format!(
+            "DELETE FROM \"{t}\" WHERE name IN (SELECT name FROM \"{t}\" WHERE expires_at <= {now} LIMIT ?1) \
+             AND expires_at <= {now}"
+        )),
+        deletes_return_rows: false,
+        updates_return_rows: true,
+        dialect: Dialect::Sqlite,
+        table: t.to_owned(),
+    }
+}

@@ -1,0 +1,60 @@
+//! The sweeper (seed 000's `clear_timeout_lock`): a background task that
+//! deletes expired rows in small batches, so a crashed holder's row does not
+//! stay in the table forever.
+//!
+//! An expired row is already free — the next acquirer takes it over — so the
+//! sweeper only keeps the table small. Several clients sweeping the same
+//! table at once is safe: each statement deletes only rows that are expired
+//! when it runs (re-checked under the row lock, so a row taken over meanwhile
+//! stays), in batches of `sweep_batch` (Postgres skips rows another sweeper
+//! has locked). The first sweep and every pause are jittered, so clients
+//! started together do not sweep in lockstep. The task stops when the backend
+//! is dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::db::{Arg, Db};
+
+/// Sweeps in a row without a pause at most, when every batch comes back full.
+const MAX_BATCHES_PER_SWEEP: u32 = 100;
+
+pub(crate) fn spawn(db: Db, sweep: Arc<str>, interval: Duration, batch: u64, stop: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            // Between 3/4 of the interval and the whole interval.
+            let pause = interval.mul_f64(0.75 + rand::random::<f64>() / 4.0);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            let mut deleted = 0u64;
+            for _ in 0..MAX_BATCHES_PER_SWEEP {
+                let args = [Arg::Int(batch as i64)];
+                let result = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    r = db.exec(&sweep, &args) => r,
+                };
+                match result {
+                    Ok(done) => {
+                        deleted += done.rows;
+                        if done.rows < batch {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        // Another sweeper, a deadlock, a restart: try next time.
+                        tracing::debug!(error = %e, "lockkit sweep failed; retrying at the next interval");
+                        break;
+                    }
+                }
+            }
+            if deleted > 0 {
+                tracing::debug!(deleted, "lockkit sweeper deleted expired rows");
+            }
+        }
+        db.close().await;
+    });
+}

@@ -1,0 +1,187 @@
+//! Waiting without polling, on a private Redis server: a release hands the
+//! lock to one waiter promptly, and the Redis commands spent per hand-off do
+//! not grow with the number of waiters (counted with `INFO commandstats`).
+#![cfg(feature = "redis")]
+
+#[path = "redis_support.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockkit::{LockClient, LockOptions};
+use support::Server;
+
+/// What one run of hand-offs cost.
+#[derive(Debug)]
+struct Handoffs {
+    /// Redis commands (scripts' inner calls included) per hand-off.
+    commands: f64,
+    /// Script calls (`EVALSHA`) per hand-off.
+    scripts: f64,
+    /// Release-to-acquire latencies, one per hand-off.
+    latencies: Vec<Duration>,
+}
+
+fn total(calls: &BTreeMap<String, u64>) -> u64 {
+    calls
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "info" | "config|resetstat" | "ping"))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// `waiters` owners of one client wait on a name held with a 60 s lease;
+/// once all are waiting, the holder releases and each waiter, when it gets
+/// the lock, releases it at once: `waiters` hand-offs in a chain.
+async fn handoffs(server: &Server, waiters: usize) -> Handoffs {
+    let locks = lockkit::connect(&server.url()).await.expect("connect");
+    let name = format!("handoff-{waiters}");
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(60))
+        .wait(Duration::from_secs(60));
+    let holder = locks.with_new_owner();
+    // Warm up: the server loads each script on its first use.
+    let warm = holder.lock_with("warm-up", &opts).await.expect("lock");
+    let _ = holder.with_new_owner().try_lock("warm-up").await.expect("try_lock");
+    warm.unlock().await.expect("unlock");
+    let guard = holder.lock_with(&name, &opts).await.expect("holder locks");
+
+    let before_waiting = server.command_calls();
+    let released_at = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let acquired_at = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let tasks: Vec<_> = (0..waiters)
+        .map(|_| {
+            let (client, name, opts): (LockClient, _, _) = (locks.with_new_owner(), name.clone(), opts.clone());
+            let (released_at, acquired_at) = (released_at.clone(), acquired_at.clone());
+            tokio::spawn(async move {
+                let g = client.lock_with(&name, &opts).await.expect("waiter locks");
+                acquired_at.lock().unwrap().push(Instant::now());
+                released_at.lock().unwrap().push(Instant::now());
+                g.unlock().await.expect("waiter unlocks");
+            })
+        })
+        .collect();
+    // Every waiter tries twice before it sleeps: once, then again after it
+    // subscribed. Wait (on the server's own count) until all have.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let calls = server.command_calls();
+        let evalsha = calls.get("evalsha").copied().unwrap_or(0) - before_waiting.get("evalsha").copied().unwrap_or(0);
+        if evalsha >= 2 * waiters as u64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "waiters did not all start waiting");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A moment to make sure nobody is mid-attempt, then count from here.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = server.command_calls();
+    released_at.lock().unwrap().push(Instant::now());
+    assert!(guard.unlock().await.expect("holder unlocks").is_free());
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("every waiter gets the lock promptly, not at the 60 s expiry")
+            .expect("waiter task");
+    }
+    let after = server.command_calls();
+    if std::env::var("LOCKKIT_DEBUG_HANDOFF").is_ok() {
+        for (k, v) in &after {
+            let b = before.get(k).copied().unwrap_or(0);
+            if *v != b {
+                eprintln!("  {k}: {}", v - b);
+            }
+        }
+    }
+    let n = waiters as f64;
+    let released = released_at.lock().unwrap().clone();
+    let mut acquired = acquired_at.lock().unwrap().clone();
+    acquired.sort();
+    let mut released = released;
+    released.sort();
+    let latencies = acquired.iter().zip(&released).map(|(a, r)| *a - *r).collect();
+    let evalsha = |m: &BTreeMap<String, u64>| m.get("evalsha").copied().unwrap_or(0);
+    Handoffs {
+        commands: (total(&after) - total(&before)) as f64 / n,
+        scripts: (evalsha(&after) - evalsha(&before)) as f64 / n,
+        latencies,
+    }
+}
+
+fn describe(waiters: usize, h: &Handoffs) -> String {
+    let mut l = h.latencies.clone();
+    l.sort();
+    let median = l[l.len() / 2];
+    let max = *l.last().unwrap();
+    format!(
+        "{waiters:>2} waiters: {:.2} commands ({:.2} scripts) per hand-off; hand-off latency median {median:?}, max {max:?}",
+        h.commands, h.scripts
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_cost_does_not_grow_with_waiters() {
+    if !support::available("handoff_cost_does_not_grow_with_waiters") {
+        return;
+    }
+    let server = Server::start();
+    let two = handoffs(&server, 2).await;
+    let sixteen = handoffs(&server, 16).await;
+    eprintln!("{}", describe(2, &two));
+    eprintln!("{}", describe(16, &sixteen));
+    // One release and one acquisition per hand-off: a woken herd would show
+    // up as one attempt per waiter.
+    assert!(
+        sixteen.scripts <= 2.5,
+        "16 waiters: {:.2} scripts per hand-off",
+        sixteen.scripts
+    );
+    assert!(two.scripts <= 2.5, "2 waiters: {:.2} scripts per hand-off", two.scripts);
+    assert!(
+        sixteen.commands <= two.commands * 1.25 + 1.0,
+        "commands per hand-off grew with the waiters: {:.2} with 2, {:.2} with 16",
+        two.commands,
+        sixteen.commands
+    );
+    // Nobody waited for the holder's 60 s expiry.
+    for l in sixteen.latencies.iter().chain(&two.latencies) {
+        assert!(*l < Duration::from_secs(10), "a hand-off took {l:?}");
+    }
+    // The last waiter leaving unsubscribed.
+    let channels = server.cli(&["PUBSUB", "CHANNELS"]);
+    assert!(channels.trim().is_empty(), "subscriptions left behind: {channels}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_waiters_leave_no_subscription() {
+    if !support::available("dropped_waiters_leave_no_subscription") {
+        return;
+    }
+    let server = Server::start();
+    let locks = lockkit::connect(&server.url()).await.expect("connect");
+    let opts = LockOptions::new().ttl(Duration::from_secs(60));
+    let guard = locks.lock_with("held", &opts).await.expect("lock");
+    let other = locks.with_new_owner();
+    for give_up in [5u64, 20, 50, 100] {
+        let r = tokio::time::timeout(Duration::from_millis(give_up), other.lock_with("held", &opts)).await;
+        assert!(r.is_err(), "the lock is held: the waiter must still be waiting");
+    }
+    // Unsubscribing runs in the background right after the drop.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.cli(&["PUBSUB", "CHANNELS"]).trim().is_empty() {
+        assert!(Instant::now() < deadline, "a dropped waiter left its subscription");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // And a later waiter subscribes again and is woken by the release.
+    let waiter = tokio::spawn(async move { other.lock_with("held", &opts).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.unlock().await.expect("unlock");
+    let g = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken by the release")
+        .expect("task")
+        .expect("lock");
+    g.unlock().await.expect("unlock");
+}

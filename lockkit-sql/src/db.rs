@@ -188,13 +188,18 @@ impl Db {
     /// reports a failing connect only as a timeout, this gives the cause
     /// (refused, bad password, unknown database).
     pub async fn probe(config: &SqlConfig) -> Result<(), sqlx::Error> {
-        use sqlx::Connection;
         let connect = async {
             match config.dialect {
                 #[cfg(feature = "mysql")]
-                Dialect::Mysql => sqlx::MySqlConnection::connect(&config.database).await?.close().await,
+                Dialect::Mysql => {
+                    use sqlx::Connection;
+                    sqlx::MySqlConnection::connect(&config.database).await?.close().await
+                }
                 #[cfg(feature = "postgres")]
-                Dialect::Postgres => sqlx::PgConnection::connect(&config.database).await?.close().await,
+                Dialect::Postgres => {
+                    use sqlx::Connection;
+                    sqlx::PgConnection::connect(&config.database).await?.close().await
+                }
                 _ => Ok(()),
             }
         };

@@ -41,14 +41,15 @@ use lockkit_core::url::{ConnectUrl, Scheme};
 use lockkit_core::{LockError, detach};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, Error as ZkError, EventType};
+use zookeeper_client::{Error as ZkError, EventType};
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, ForeignNode, is_session_end, zk};
-use crate::nodes::{Child, NodeData, child_prefix, child_stem, owner_tag, parent_path, queue};
-use crate::session::{CONTENDER, Counters, PARENT, Session, Sessions};
-
-type ZkResult<T> = Result<T, ZkError>;
+use crate::nodes::{NodeData, decode_name, owner_tag, parent_path, queue};
+use crate::queue::{
+    Changed, Cleanup, Known, Plan, ZkResult, change_count, enqueue, holder, list, plan, read, refresh, remove_node,
+};
+use crate::session::{Counters, Session, Sessions};
 
 /// How often an operation starts over with a new session when its session
 /// ends under it, before it gives up.
@@ -190,7 +191,7 @@ impl LockBackend for ZkBackend {
 
     fn capabilities(&self) -> Capabilities {
         // Zxids keep growing across restarts and leader changes.
-        Capabilities::session(true)
+        Capabilities::session(true).with_admin()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -225,47 +226,14 @@ impl LockBackend for ZkBackend {
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         self.inner.inspect(name).await
     }
-}
 
-/// A contender's node, and the queue as last listed.
-struct Queued {
-    parent: String,
-    me: Child,
-    path: String,
-    czxid: i64,
-    queue: Vec<Child>,
-    /// The connection epoch the listing was made in.
-    epoch: CancellationToken,
-}
-
-/// What a contender does next, from the last listing.
-enum Plan {
-    /// Its node is gone (session ended, or deleted by somebody).
-    Gone,
-    /// It is first: it holds the lock.
-    Holder,
-    /// The holder's node carries this owner's tag: re-enter it.
-    Reenter(Child),
-    /// Wait for this node to go.
-    Wait(Child),
-}
-
-fn plan(q: &Queued, tag: u64, foreign: Option<i64>) -> Plan {
-    let Some(me) = q.queue.iter().position(|c| c.seq == q.me.seq && c.name == q.me.name) else {
-        return Plan::Gone;
-    };
-    if me == 0 {
-        return Plan::Holder;
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        self.inner.list(prefix, limit).await
     }
-    let lowest = &q.queue[0];
-    if lowest.owner_tag == tag && foreign != Some(lowest.seq) {
-        return Plan::Reenter(lowest.clone());
+
+    async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        self.inner.force_release(name).await
     }
-    // A node of this owner further ahead becomes the holder when its own
-    // predecessor goes: watch that one, so re-entry is not missed.
-    // Otherwise (always, unless one owner queues twice) the direct predecessor.
-    let watch = q.queue[1..me].iter().position(|c| c.owner_tag == tag).unwrap_or(me - 1);
-    Plan::Wait(q.queue[watch].clone())
 }
 
 /// How a wait in one session ended.
@@ -724,6 +692,51 @@ impl Inner {
         }
         Err(session_kept_ending("inspect", name))
     }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        for _ in 0..SESSION_RESTARTS {
+            let session = self.sessions.get().await?;
+            match list_held(&session, prefix, limit).await {
+                Ok(held) => return Ok(held),
+                Err(e) if is_session_end(&e) => session.end(&e),
+                Err(ZkError::ConnectionLoss) => {}
+                Err(e) => return Err(zk("list", None, e)),
+            }
+        }
+        Err(LockError::backend(
+            BACKEND,
+            "list",
+            None,
+            true,
+            "the ZooKeeper connection was lost again and again",
+        ))
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        for _ in 0..SESSION_RESTARTS {
+            let session = self.sessions.get().await?;
+            match delete_holder(&session, name).await {
+                Ok(Some((path, info))) => {
+                    self.forget(name, &path);
+                    tracing::warn!(backend = BACKEND, lock = %name, owner = %info.owner, token = info.token, "lock force-released");
+                    return Ok(Some(info));
+                }
+                Ok(None) => return Ok(None),
+                Err(DeleteError::Zk(e)) if is_session_end(&e) => session.end(&e),
+                Err(DeleteError::Zk(e)) => return Err(zk("force_release", Some(name), e)),
+                Err(DeleteError::Foreign(path)) => {
+                    return Err(LockError::backend(
+                        BACKEND,
+                        "force_release",
+                        Some(name),
+                        false,
+                        ForeignNode { path },
+                    ));
+                }
+            }
+        }
+        Err(session_kept_ending("force_release", name))
+    }
 }
 
 fn session_kept_ending(operation: &'static str, name: &str) -> LockError {
@@ -743,290 +756,107 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// The children of `parent` (none if it does not exist), retried over
-/// connection losses (a retry waits for the reconnection).
-async fn list(client: &Client, parent: &str) -> ZkResult<Vec<String>> {
-    loop {
-        match client.list_children(parent).await {
-            Err(ZkError::NoNode) => return Ok(Vec::new()),
-            Err(ZkError::ConnectionLoss) => continue,
-            other => return other,
-        }
-    }
-}
-
-/// The holder of the lock whose parent is `parent`: the first in line.
-async fn holder(client: &Client, parent: &str) -> ZkResult<Option<Child>> {
-    Ok(queue(&list(client, parent).await?).into_iter().next())
-}
-
-/// A node's data (`None` inside if it is not lockkit's), czxid and data
-/// version; `None` if the node does not exist.
-async fn read(client: &Client, path: &str) -> ZkResult<Option<(Option<NodeData>, i64, i32)>> {
-    loop {
-        match client.get_data(path).await {
-            Ok((data, stat)) => return Ok(Some((NodeData::decode(&data), stat.czxid, stat.version))),
-            Err(ZkError::NoNode) => return Ok(None),
-            Err(ZkError::ConnectionLoss) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Lists the parent again, noting the connection epoch first.
-async fn refresh(session: &Session, q: &mut Queued) -> ZkResult<()> {
-    q.epoch = session.epoch();
-    q.queue = queue(&list(&session.client, &q.parent).await?);
-    Ok(())
-}
-
-/// Creates this contender's node (and the parent, if needed) and lists the
-/// parent in the same round trip. A create whose answer was lost with the
-/// connection is found again by its random attempt id.
-async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u64) -> ZkResult<Queued> {
-    let attempt = rand::random::<u64>();
-    let prefix = child_prefix(parent, tag, attempt);
-    let stem = child_stem(tag, attempt);
-    let data = NodeData::encode(owner, 1);
+/// Held names starting with `prefix`, in name order, at most `limit`: the
+/// chroot's lock parents, their first children and those children's data,
+/// each step pipelined over a batch of names.
+async fn list_held(session: &Session, prefix: &str, limit: usize) -> ZkResult<Vec<LockInfo>> {
     let client = &session.client;
-    loop {
-        let epoch = session.epoch();
-        // Sent now, answered in order: the listing includes our node.
-        let create = client.create(&prefix, &data, &CONTENDER);
-        let listing = client.list_children(parent);
-        let (name, czxid) = match create.await {
-            Ok((stat, seq)) => (format!("{stem}{seq}"), stat.czxid),
-            Err(ZkError::NoNode) => match client.create(parent, &[], &PARENT).await {
-                Ok(_) | Err(ZkError::NodeExists | ZkError::ConnectionLoss) => continue,
-                Err(e) => return Err(e),
-            },
-            Err(ZkError::ConnectionLoss) => {
-                let children = list(client, parent).await?;
-                let Some(name) = children.into_iter().find(|c| c.starts_with(&stem)) else {
-                    continue;
-                };
-                match read(client, &format!("{parent}/{name}")).await? {
-                    Some((_, czxid, _)) => (name, czxid),
-                    None => continue,
-                }
-            }
-            Err(e) => return Err(e),
-        };
-        let children = match listing.await {
-            Ok(children) => children,
-            Err(_) => list(client, parent).await?,
-        };
-        let me = Child::parse(&name).ok_or_else(|| ZkError::UnexpectedError(format!("created node {name}")))?;
-        return Ok(Queued {
-            parent: parent.to_owned(),
-            path: me.path(parent),
-            me,
-            czxid,
-            queue: queue(&children),
-            epoch,
-        });
-    }
-}
-
-/// A node's data as last known: skips the read before a versioned write.
-#[derive(Debug, Clone, Copy)]
-struct Known {
-    count: u32,
-    version: i32,
-    czxid: i64,
-}
-
-/// A hold count after a change; `version` is `None` once the node is deleted.
-#[derive(Debug, Clone, Copy)]
-struct Changed {
-    count: u32,
-    version: Option<i32>,
-    czxid: i64,
-}
-
-impl Changed {
-    /// A contender's own node, as created: count 1, data version 0.
-    fn created(czxid: i64) -> Self {
-        Changed {
-            count: 1,
-            version: Some(0),
-            czxid,
+    let mut names: Vec<String> = list(client, "/")
+        .await?
+        .iter()
+        .filter_map(|segment| decode_name(segment))
+        .filter(|name| name.starts_with(prefix))
+        .collect();
+    names.sort();
+    let mut held = Vec::new();
+    for batch in names.chunks(64) {
+        if held.len() >= limit {
+            break;
         }
-    }
-}
-
-/// Changes the hold count in the node at `path` by `delta`, deleting the
-/// node at zero — only if `owner` holds it (and, with `token`, under that
-/// creation zxid). Every write is versioned and retried on a version
-/// conflict. `None`: not held that way (or the node is gone).
-///
-/// A write whose answer was lost with the connection is recognised on the
-/// next read: the node gone after a delete, or the data version one up with
-/// the count we wrote.
-async fn change_count(
-    client: &Client,
-    path: &str,
-    owner: &str,
-    token: Option<i64>,
-    mut known: Option<Known>,
-    delta: i32,
-) -> ZkResult<Option<Changed>> {
-    enum Lost {
-        Delete,
-        Set { count: u32, version: i32 },
-    }
-    let mut lost: Option<Lost> = None;
-    loop {
-        let current = match known.take() {
-            Some(k) => k,
-            None => match client.get_data(path).await {
+        let parents: Vec<String> = batch.iter().map(|n| parent_path(n)).collect();
+        // Requests go out when made: all of a batch before the first answer.
+        let listings: Vec<_> = parents.iter().map(|p| client.list_children(p)).collect();
+        let mut holders = Vec::new();
+        for ((name, parent), listing) in batch.iter().zip(&parents).zip(listings) {
+            match listing.await {
+                Ok(children) => {
+                    if let Some(first) = queue(&children).into_iter().next() {
+                        holders.push((name, first.path(parent)));
+                    }
+                }
+                Err(ZkError::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let reads: Vec<_> = holders.iter().map(|(_, path)| client.get_data(path)).collect();
+        for ((name, _), read) in holders.iter().zip(reads) {
+            match read.await {
                 Ok((data, stat)) => {
-                    let data = NodeData::decode(&data);
-                    let mine = data.as_ref().is_some_and(|d| d.owner == owner) && token.is_none_or(|t| t == stat.czxid);
-                    let Some(data) = data.filter(|_| mine) else {
-                        return Ok(None);
-                    };
-                    if let Some(Lost::Set { count, version }) = lost.take()
-                        && stat.version == version
-                        && data.count == count
-                    {
-                        return Ok(Some(Changed {
-                            count,
-                            version: Some(version),
-                            czxid: stat.czxid,
-                        }));
-                    }
-                    Known {
-                        count: data.count,
-                        version: stat.version,
-                        czxid: stat.czxid,
+                    if let Some(data) = NodeData::decode(&data) {
+                        held.push(LockInfo {
+                            name: (*name).clone(),
+                            owner: data.owner,
+                            hold_count: data.count,
+                            token: stat.czxid as u64,
+                            remaining: None,
+                        });
                     }
                 }
-                Err(ZkError::NoNode) => {
-                    return Ok(match lost {
-                        Some(Lost::Delete) => Some(Changed {
-                            count: 0,
-                            version: None,
-                            czxid: token.unwrap_or_default(),
-                        }),
-                        _ => None,
-                    });
-                }
-                Err(ZkError::ConnectionLoss) => continue,
+                // Released between the listing and the read.
+                Err(ZkError::NoNode) => {}
                 Err(e) => return Err(e),
-            },
-        };
-        let next = i64::from(current.count) + i64::from(delta);
-        let result = if next <= 0 {
-            client.delete(path, Some(current.version)).await.map(|()| Changed {
-                count: 0,
-                version: None,
-                czxid: current.czxid,
-            })
-        } else {
-            let count = u32::try_from(next).unwrap_or(u32::MAX);
-            client
-                .set_data(path, &NodeData::encode(owner, count), Some(current.version))
-                .await
-                .map(|stat| Changed {
-                    count,
-                    version: Some(stat.version),
-                    czxid: current.czxid,
-                })
-        };
-        match result {
-            Ok(changed) => return Ok(Some(changed)),
-            Err(ZkError::BadVersion) => {}
-            Err(ZkError::NoNode) => return Ok(None),
-            Err(ZkError::ConnectionLoss) => {
-                lost = Some(if next <= 0 {
-                    Lost::Delete
-                } else {
-                    Lost::Set {
-                        count: u32::try_from(next).unwrap_or(u32::MAX),
-                        version: current.version.wrapping_add(1),
-                    }
-                });
             }
-            Err(e) => return Err(e),
         }
     }
+    held.truncate(limit);
+    Ok(held)
 }
 
-/// Takes a contender's node out of the queue: deleted, or (if it became the
-/// holder and a peer of the same owner re-entered it meanwhile) its count
-/// decremented.
-async fn remove_node(session: Arc<Session>, path: String, owner: String, czxid: i64) {
-    if session.is_dead() {
-        return;
-    }
-    let queued = Known {
-        count: 1,
-        version: 0,
-        czxid,
-    };
-    if let Err(error) = change_count(&session.client, &path, &owner, Some(czxid), Some(queued), -1).await {
-        tracing::debug!(backend = BACKEND, node = %path, %error, "could not delete a queued node; it goes with the session");
+/// Why the holder node could not be deleted.
+enum DeleteError {
+    Zk(ZkError),
+    Foreign(String),
+}
+
+impl From<ZkError> for DeleteError {
+    fn from(e: ZkError) -> Self {
+        DeleteError::Zk(e)
     }
 }
 
-/// A queued node to take out of the queue unless the acquisition took the
-/// lock with it: at once on a give-up, in the background when the waiting
-/// future is dropped.
-struct Cleanup {
-    session: Arc<Session>,
-    path: String,
-    owner: String,
-    czxid: i64,
-    armed: bool,
-}
-
-impl Cleanup {
-    fn new(session: &Arc<Session>, q: &Queued, owner: &str) -> Self {
-        Cleanup {
-            session: session.clone(),
-            path: q.path.clone(),
-            owner: owner.to_owned(),
-            czxid: q.czxid,
-            armed: true,
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-
-    async fn run(mut self) {
-        self.armed = false;
-        remove_node(
-            self.session.clone(),
-            std::mem::take(&mut self.path),
-            std::mem::take(&mut self.owner),
-            self.czxid,
-        )
-        .await;
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let work = remove_node(
-            self.session.clone(),
-            std::mem::take(&mut self.path),
-            std::mem::take(&mut self.owner),
-            self.czxid,
-        );
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(work);
+/// Deletes the holder node of `name`, whoever holds it; returns its path and
+/// what it held. A delete whose answer was lost is checked by reading the
+/// node again, so a retry never deletes the next holder too.
+async fn delete_holder(session: &Session, name: &str) -> Result<Option<(String, LockInfo)>, DeleteError> {
+    let client = &session.client;
+    let parent = parent_path(name);
+    loop {
+        let Some(first) = holder(client, &parent).await? else {
+            return Ok(None);
+        };
+        let path = first.path(&parent);
+        let Some((data, czxid, version)) = read(client, &path).await? else {
+            continue;
+        };
+        let data = data.ok_or_else(|| DeleteError::Foreign(path.clone()))?;
+        let info = LockInfo {
+            name: name.to_owned(),
+            owner: data.owner,
+            hold_count: data.count,
+            token: czxid as u64,
+            remaining: None,
+        };
+        loop {
+            match client.delete(&path, Some(version)).await {
+                Ok(()) => return Ok(Some((path, info))),
+                Err(ZkError::ConnectionLoss) => match read(client, &path).await? {
+                    None => return Ok(Some((path, info))),
+                    Some((_, c, v)) if c == czxid && v == version => continue,
+                    Some(_) => break,
+                },
+                Err(ZkError::BadVersion | ZkError::NoNode) => break,
+                Err(e) => return Err(e.into()),
             }
-            Err(_) => tracing::debug!(
-                backend = BACKEND,
-                "no runtime to delete a queued node; it goes with the session"
-            ),
         }
     }
 }

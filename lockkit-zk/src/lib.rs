@@ -40,6 +40,7 @@ mod backend;
 mod config;
 mod error;
 mod nodes;
+mod queue;
 mod session;
 
 pub use backend::{ZkBackend, ZkStats, connect};

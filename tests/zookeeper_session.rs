@@ -69,7 +69,15 @@ async fn session_alive(addr: SocketAddr, id: i64) -> bool {
 
 /// A holder connected through a proxy, and its client.
 async fn holder_through(proxy: &FaultProxy, chroot: &str) -> (ZkBackend, LockClient) {
-    let url = format!("zk://{}{chroot}?session_timeout=4s", proxy.addr());
+    client_through(proxy, chroot, SESSION_TIMEOUT).await
+}
+
+async fn client_through(proxy: &FaultProxy, chroot: &str, session_timeout: Duration) -> (ZkBackend, LockClient) {
+    let url = format!(
+        "zk://{}{chroot}?session_timeout={}s",
+        proxy.addr(),
+        session_timeout.as_secs()
+    );
     let backend = ZkBackend::from_url(&url).await.expect("connect through the proxy");
     let client = LockClient::new(backend.clone(), LockOptions::new().wait(BOUND)).unwrap();
     (backend, client)
@@ -182,4 +190,67 @@ async fn a_short_cut_fires_the_lost_signal_but_the_session_keeps_the_hold() {
     let again = holder.lock(&name).await.expect("lock again");
     assert!(!again.is_lost(), "a hold taken after the reconnection is not lost");
     again.unlock().await.unwrap();
+}
+
+/// While the connection is suspended, requests wait for the reconnection;
+/// neither a bounded `lock` nor a `try_lock` may wait with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_stay_bounded_while_the_connection_is_suspended() {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    // A long session, so that waiting for it to end would show.
+    let session_timeout = Duration::from_secs(10);
+    let (backend, waiter) = client_through(&proxy, &server.chroot, session_timeout).await;
+    let holder = lockkit::connect(&server.url).await.expect("connect");
+    let probe = ZkBackend::from_url(&server.url).await.expect("connect");
+    let name = unique("session_bounded_wait");
+    let held = holder.lock(&name).await.expect("lock a free name");
+
+    let wait = Duration::from_secs(3);
+    let started = Instant::now();
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move { waiter.lock_with(&name, &waiter.options().wait(wait)).await })
+    };
+    let deadline = Instant::now() + BOUND;
+    while backend.stats().watches < 1 {
+        assert!(Instant::now() < deadline, "the waiter did not queue");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.set(Fault::Down);
+    while backend.stats().suspensions < 1 {
+        assert!(Instant::now() < deadline, "the waiter's connection was not suspended");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let tried = Instant::now();
+    match waiter.try_lock(&name).await {
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+        Ok(r) => panic!("try_lock on a suspended connection: {r:?}"),
+    }
+    assert!(
+        tried.elapsed() < session_timeout,
+        "try_lock waited for the reconnection"
+    );
+
+    match timeout(BOUND, waiting).await.expect("the wait ends").unwrap() {
+        Err(LockError::WaitTimeout { .. }) => {}
+        other => panic!("expected WaitTimeout, got {other:?}"),
+    }
+    let waited = started.elapsed();
+    assert!(waited >= wait, "gave up before the bound: {waited:?}");
+    assert!(
+        waited < session_timeout,
+        "the {wait:?} wait took {waited:?}: it waited for the suspended connection"
+    );
+
+    // Reconnected, the waiter's node is taken out of the queue.
+    proxy.set(Fault::Pass);
+    while probe.contenders(&name).await.unwrap() != 1 {
+        assert!(Instant::now() < deadline, "the given-up waiter's node stays queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(backend.stats().sessions, 1, "the session survived");
+    held.unlock().await.unwrap();
+    let g = waiter.try_lock(&name).await.unwrap().expect("free");
+    g.unlock().await.unwrap();
 }

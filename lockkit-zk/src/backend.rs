@@ -29,6 +29,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -353,6 +354,11 @@ impl Inner {
     }
 
     async fn try_acquire(self: &Arc<Self>, name: &str, owner: &str) -> Result<TryAcquire, LockError> {
+        // While suspended, requests wait for the reconnection: a try that
+        // must not wait says so instead.
+        if self.sessions.peek().is_some_and(|s| s.epoch().is_cancelled()) {
+            return Err(zk("acquire", Some(name), ZkError::ConnectionLoss));
+        }
         if let Some(lease) = self.reenter_cached(name, owner).await? {
             return Ok(TryAcquire::Acquired(lease));
         }
@@ -429,29 +435,33 @@ impl Inner {
                     inner.release_orphan(name, owner, lease.token).await;
                 }
             },
-        )
-        .await??;
-        if let Some(lease) = cached {
+        );
+        let Some(cached) = until(deadline, cached).await else {
+            return Ok(None);
+        };
+        if let Some(lease) = cached?? {
             return Ok(Some(lease));
         }
         let mut restarts = 0;
         loop {
-            let session = self.sessions.get().await?;
-            match self.wait_in_session(&session, name, owner, deadline).await? {
+            let Some(session) = until(deadline, self.sessions.get()).await else {
+                return Ok(None);
+            };
+            match self.wait_in_session(&session?, name, owner, deadline).await? {
                 Waited::Acquired(lease) => return Ok(Some(lease)),
                 Waited::TimedOut => return Ok(None),
                 Waited::Restart => {
                     restarts += 1;
                     tracing::debug!(backend = BACKEND, lock = %name, restarts, "queueing again in a new session");
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(None);
-                    }
                 }
             }
         }
     }
 
     /// Queues in `session` and waits there for the lock, up to `deadline`.
+    /// Every network step is bounded by the deadline too, so a suspended
+    /// connection (whose requests wait for the reconnection) cannot stretch
+    /// the wait.
     async fn wait_in_session(
         self: &Arc<Self>,
         session: &Arc<Session>,
@@ -471,20 +481,31 @@ impl Inner {
                     remove_node(orphan_session, q.path, orphan_owner, q.czxid).await;
                 }
             },
-        )
-        .await?;
-        let mut q = step!(session, name, Waited::Restart, queued);
+        );
+        // Giving up here leaves the node to the detached attempt's clean-up.
+        let Some(queued) = until(deadline, queued).await else {
+            return Ok(Waited::TimedOut);
+        };
+        let mut q = step!(session, name, Waited::Restart, queued?);
         let mut cleanup = Cleanup::new(session, &q, owner);
         let mut foreign = None;
+        // A network step, bounded by the deadline; a session that ended means
+        // start over.
+        macro_rules! bounded {
+            ($e:expr) => {
+                match until(deadline, $e).await {
+                    Some(r) => step!(session, name, Waited::Restart, r),
+                    None => return Ok(give_up(session, cleanup).await),
+                }
+            };
+        }
         loop {
             match plan(&q, tag, foreign) {
                 Plan::Gone => {
                     cleanup.disarm();
                     return Ok(Waited::Restart);
                 }
-                Plan::Holder if q.epoch.is_cancelled() => {
-                    step!(session, name, Waited::Restart, refresh(session, &mut q).await);
-                }
+                Plan::Holder if q.epoch.is_cancelled() => bounded!(refresh(session, &mut q)),
                 Plan::Holder => {
                     cleanup.disarm();
                     let lease = self.lease(session, name, owner, &q.path, Changed::created(q.czxid), &q.epoch);
@@ -503,35 +524,30 @@ impl Inner {
                                 inner.release_orphan(name, owner, lease.token).await;
                             }
                         },
-                    )
-                    .await?;
-                    match step!(session, name, Waited::Restart, reentered) {
+                    );
+                    let Some(reentered) = until(deadline, reentered).await else {
+                        return Ok(give_up(session, cleanup).await);
+                    };
+                    match step!(session, name, Waited::Restart, reentered?) {
                         Some(lease) => {
                             cleanup.run().await;
                             return Ok(Waited::Acquired(lease));
                         }
                         None => {
                             foreign = Some(lowest.seq);
-                            step!(session, name, Waited::Restart, refresh(session, &mut q).await);
+                            bounded!(refresh(session, &mut q));
                         }
                     }
                 }
                 Plan::Wait(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
-                    // The bound ran out: one last look, then leave the queue.
-                    step!(session, name, Waited::Restart, refresh(session, &mut q).await);
-                    if matches!(plan(&q, tag, foreign), Plan::Holder) && !q.epoch.is_cancelled() {
-                        cleanup.disarm();
-                        let lease = self.lease(session, name, owner, &q.path, Changed::created(q.czxid), &q.epoch);
-                        return Ok(Waited::Acquired(lease));
-                    }
-                    cleanup.run().await;
-                    return Ok(Waited::TimedOut);
+                    return Ok(give_up(session, cleanup).await);
                 }
                 Plan::Wait(pred) => {
                     Counters::bump(&self.counters.watches);
-                    let armed = session.client.get_and_watch_data(&pred.path(&q.parent)).await;
+                    let armed = until(deadline, session.client.get_and_watch_data(&pred.path(&q.parent))).await;
                     match armed {
-                        Ok((_, _, watcher)) => {
+                        None => return Ok(give_up(session, cleanup).await),
+                        Some(Ok((_, _, watcher))) => {
                             tokio::select! {
                                 event = watcher.changed() => {
                                     Counters::bump(&self.counters.wakeups);
@@ -541,15 +557,15 @@ impl Inner {
                                         return Ok(Waited::Restart);
                                     }
                                 }
-                                _ = sleep_until(deadline) => {}
+                                _ = sleep_until(deadline) => return Ok(give_up(session, cleanup).await),
                                 _ = session.ended() => return Ok(Waited::Restart),
                             }
                         }
                         // Gone already, or the answer was lost: look again.
-                        Err(ZkError::NoNode | ZkError::ConnectionLoss) => {}
-                        Err(e) => step!(session, name, Waited::Restart, Err::<(), _>(e)),
+                        Some(Err(ZkError::NoNode | ZkError::ConnectionLoss)) => {}
+                        Some(Err(e)) => step!(session, name, Waited::Restart, Err::<(), _>(e)),
                     }
-                    step!(session, name, Waited::Restart, refresh(session, &mut q).await);
+                    bounded!(refresh(session, &mut q));
                 }
             }
         }
@@ -747,6 +763,26 @@ fn session_kept_ending(operation: &'static str, name: &str) -> LockError {
         true,
         "the ZooKeeper session ended again and again",
     )
+}
+
+/// `fut`'s output, unless `deadline` passes first.
+async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+/// Leaves the queue after the wait ran out: at once while connected (so no
+/// node is left when `lock` returns), in the background while the
+/// connection is suspended (its requests would wait for the reconnection).
+async fn give_up(session: &Session, cleanup: Cleanup) -> Waited {
+    if session.epoch().is_cancelled() {
+        drop(cleanup);
+    } else {
+        cleanup.run().await;
+    }
+    Waited::TimedOut
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

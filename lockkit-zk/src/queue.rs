@@ -340,3 +340,59 @@ impl Drop for Cleanup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: u64 = 1;
+    const OTHER: u64 = 2;
+
+    fn child(tag: u64, seq: i64) -> Child {
+        Child::parse(&format!("{}{seq:010}", child_stem(tag, seq as u64))).unwrap()
+    }
+
+    /// The queue `line` (owner tags in order, sequences 1, 2, …) with this
+    /// contender at `me`.
+    fn queued(line: &[u64], me: usize) -> Queued {
+        let queue: Vec<Child> = line.iter().enumerate().map(|(i, t)| child(*t, i as i64 + 1)).collect();
+        Queued {
+            parent: "/lock-x".into(),
+            me: queue[me].clone(),
+            path: queue[me].path("/lock-x"),
+            czxid: 1,
+            queue,
+            epoch: CancellationToken::new(),
+        }
+    }
+
+    fn waits_for(p: Plan) -> i64 {
+        match p {
+            Plan::Wait(c) => c.seq,
+            _ => panic!("expected to wait"),
+        }
+    }
+
+    #[test]
+    fn first_holds_others_watch_their_predecessor() {
+        assert!(matches!(plan(&queued(&[ME, OTHER], 0), ME, None), Plan::Holder));
+        assert_eq!(waits_for(plan(&queued(&[OTHER, OTHER, ME], 2), ME, None)), 2);
+        assert_eq!(waits_for(plan(&queued(&[OTHER, ME], 1), ME, None)), 1);
+        let mut gone = queued(&[OTHER, ME], 1);
+        gone.queue.pop();
+        assert!(matches!(plan(&gone, ME, None), Plan::Gone));
+    }
+
+    #[test]
+    fn the_same_owner_reenters_or_watches_for_its_own_turn() {
+        match plan(&queued(&[ME, OTHER, ME], 2), ME, None) {
+            Plan::Reenter(c) => assert_eq!(c.seq, 1),
+            _ => panic!("the holder is this owner: re-enter"),
+        }
+        // The tag matched but the data said otherwise: wait like anybody.
+        assert_eq!(waits_for(plan(&queued(&[ME, OTHER, ME], 2), ME, Some(1))), 2);
+        // This owner's other node becomes the holder when *its* predecessor
+        // goes: watch that one.
+        assert_eq!(waits_for(plan(&queued(&[OTHER, OTHER, ME, OTHER, ME], 4), ME, None)), 2);
+    }
+}

@@ -159,15 +159,12 @@ impl SqlBackend {
                 config,
             }),
         };
-        if let Err(e) = backend.migrate().await {
-            // The pool only says it timed out; a direct connection says why.
-            if let LockError::Backend { retryable: true, .. } = e
-                && let Err(cause) = Db::probe(&backend.inner.config).await
-            {
-                return Err(backend_error(kind, "connect", None, cause));
-            }
-            return Err(e);
-        }
+        // A direct connection first: the pool would report a refused
+        // connection or a bad password only as a timeout, this says why.
+        Db::probe(&backend.inner.config)
+            .await
+            .map_err(|e| backend_error(kind, "connect", None, e))?;
+        backend.migrate().await?;
         let inner = &backend.inner;
         if let Some(interval) = inner.config.sweep_interval {
             crate::sweeper::spawn(

@@ -184,9 +184,9 @@ impl Db {
         }
     }
 
-    /// Opens one connection outside the pool and closes it again: the pool
-    /// reports a failing connect only as a timeout, this gives the cause
-    /// (refused, bad password, unknown database).
+    /// Opens one connection outside the pool and closes it again (MySQL,
+    /// Postgres): the pool reports a failing connect only as a timeout, this
+    /// gives the cause (refused, bad password, unknown database).
     pub async fn probe(config: &SqlConfig) -> Result<(), sqlx::Error> {
         let connect = async {
             match config.dialect {

@@ -1,0 +1,227 @@
+//! The SQL backend's configuration and schema handling: table names are
+//! validated as identifiers, existing tables are checked and never
+//! clobbered, names compare as exact bytes, connection failures are typed.
+
+#![cfg(any(feature = "sqlite", feature = "mysql", feature = "postgres"))]
+
+use std::time::Duration;
+
+use lockkit::LockError;
+use lockkit_core::testkit::services_required;
+
+fn config_part(e: LockError) -> String {
+    match e {
+        LockError::InvalidConfig { part, .. } => part,
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+fn server_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if services_required() => panic!("{var} is not set and LOCKKIT_REQUIRE_SERVICES=1"),
+        _ => {
+            eprintln!("skipped: {var} is not set");
+            None
+        }
+    }
+}
+
+fn tag() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{:x}", nanos ^ (u128::from(std::process::id()) << 64))
+}
+
+#[tokio::test]
+async fn hostile_table_names_are_invalid_config() {
+    let mut urls = vec![];
+    #[cfg(feature = "sqlite")]
+    urls.push("sqlite::memory:");
+    #[cfg(feature = "mysql")]
+    urls.push("mysql://u:p@127.0.0.1:1/db");
+    #[cfg(feature = "postgres")]
+    urls.push("postgres://u:p@127.0.0.1:1/db");
+    for base in urls {
+        for table in [
+            "locks;%20DROP%20TABLE%20x",
+            "a.b",
+            "%22quoted%22",
+            "1locks",
+            "l%60x",
+            "",
+        ] {
+            let e = lockkit::connect(&format!("{base}?table={table}"))
+                .await
+                .expect_err("refused");
+            assert_eq!(config_part(e), "query parameter table", "{base} table={table}");
+        }
+        let e = lockkit::connect(&format!("{base}?sweep_interval=soon"))
+            .await
+            .expect_err("bad duration");
+        assert_eq!(config_part(e), "query parameter sweep_interval");
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_existing_tables_are_checked_not_clobbered() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+    sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, what TEXT)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO orders (what) VALUES ('keep me')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let url = format!("sqlite://{}", path.display());
+    let e = lockkit::connect(&format!("{url}?tabel=locks")).await.expect_err("typo");
+    assert_eq!(config_part(e), "query parameter tabel");
+    let e = lockkit::connect(&format!("{url}?table=orders"))
+        .await
+        .expect_err("not a lock table");
+    assert!(e.to_string().contains("missing columns"), "{e}");
+    assert_eq!(config_part(e), "query parameter table");
+    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1, "the existing table is untouched");
+
+    let e = lockkit::connect(&format!("{url}?table=missing&create_table=false"))
+        .await
+        .expect_err("missing table");
+    assert!(e.to_string().contains("does not exist"), "{e}");
+
+    // A lock table made by one client is used by the next, tokens and all.
+    let a = lockkit::connect(&format!("{url}?table=my_locks")).await.unwrap();
+    let g = a.lock("x").await.unwrap();
+    let token = g.fencing_token();
+    g.unlock().await.unwrap();
+    drop(a);
+    let b = lockkit::connect(&format!("{url}?table=my_locks")).await.unwrap();
+    assert!(b.capabilities().durable_tokens, "a SQLite file keeps its tokens");
+    let g = b.lock("x").await.unwrap();
+    assert!(g.fencing_token() > token, "tokens survive a reconnect");
+    g.unlock().await.unwrap();
+    pool.close().await;
+
+    let memory = lockkit::connect("sqlite::memory:").await.unwrap();
+    assert!(!memory.capabilities().durable_tokens, "an in-memory database does not");
+    let g = memory.lock("x").await.unwrap();
+    assert!(
+        memory.with_new_owner().try_lock("x").await.unwrap().is_none(),
+        "one in-memory database per backend, shared by its connections"
+    );
+    g.unlock().await.unwrap();
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn mysql_names_compare_as_exact_bytes() {
+    let Some(url) = server_url("LOCKKIT_MYSQL_URL") else {
+        return;
+    };
+    // MariaDB's default collation is case- and accent-insensitive and pads
+    // trailing spaces; lock names must not be.
+    let (a, b) = (
+        lockkit::connect(&url).await.unwrap(),
+        lockkit::connect(&url).await.unwrap(),
+    );
+    let t = tag();
+    let ga = a.lock(&format!("Case/{t}")).await.unwrap();
+    for other in [format!("case/{t}"), format!("Case/{t} "), format!("Cäse/{t}")] {
+        let g = b
+            .try_lock(&other)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{other:?} is a different lock"));
+        g.unlock().await.unwrap();
+    }
+    ga.unlock().await.unwrap();
+
+    // A table whose name column compares case-insensitively is refused.
+    let table = format!("lockkit_ci_{}", &t[t.len() - 8..]);
+    let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE `{table}` (name VARCHAR(255) PRIMARY KEY, owner VARBINARY(255), hold_count BIGINT, \
+         token BIGINT, expires_at DATETIME(6), acquired_at DATETIME(6), memo TEXT) \
+         CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let e = lockkit::connect(&format!("{url}?table={table}"))
+        .await
+        .expect_err("case-insensitive names are refused");
+    assert!(e.to_string().contains("exact bytes"), "{e}");
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE `{table}`")))
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn mysql_connection_failures_are_typed() {
+    let Some(url) = server_url("LOCKKIT_MYSQL_URL") else {
+        return;
+    };
+    let e = lockkit::connect("mysql://lockkit:lockkit@127.0.0.1:1/lockkit?connect_timeout=2s")
+        .await
+        .expect_err("nothing listens on port 1");
+    assert!(
+        matches!(e, LockError::Backend { retryable: true, .. }),
+        "refused is retryable: {e:?}"
+    );
+    let wrong = url.replacen("lockkit:lockkit@", "lockkit:wrong@", 1);
+    let e = lockkit::connect(&format!("{wrong}?connect_timeout=5s"))
+        .await
+        .expect_err("bad password");
+    match &e {
+        LockError::Backend { retryable, .. } => assert!(!retryable, "a bad password is not retryable"),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    let cause = std::error::Error::source(&e)
+        .expect("the driver error is chained")
+        .to_string();
+    assert!(cause.contains("denied"), "the cause is given: {cause}");
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_names_keep_nul_bytes() {
+    let Some(url) = server_url("LOCKKIT_POSTGRES_URL") else {
+        return;
+    };
+    let (a, b) = (
+        lockkit::connect(&url).await.unwrap(),
+        lockkit::connect(&url).await.unwrap(),
+    );
+    let t = tag();
+    let name = format!("nul\0{t}");
+    let g = a.lock(&name).await.unwrap();
+    assert_eq!(a.inspect(&name).await.unwrap().unwrap().name, name);
+    let cut = format!("nul\0{}", &t[..t.len() - 1]);
+    let other = b.try_lock(&cut).await.unwrap().expect("a prefix is a different lock");
+    other.unlock().await.unwrap();
+    let listed = b.list("nul\0", 1000).await.unwrap();
+    assert!(listed.iter().any(|i| i.name == name), "list by a prefix with NUL");
+    g.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while a.inspect(&name).await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("released");
+}

@@ -46,9 +46,10 @@ use zookeeper_client::{Error as ZkError, EventType};
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, ForeignNode, is_session_end, zk};
-use crate::nodes::{NodeData, decode_name, owner_tag, parent_path, queue};
+use crate::nodes::{owner_tag, parent_path, queue};
 use crate::queue::{
-    Changed, Cleanup, Known, Plan, ZkResult, change_count, enqueue, holder, list, plan, read, refresh, remove_node,
+    Changed, Cleanup, DeleteError, Known, Plan, ZkResult, change_count, delete_holder, enqueue, holder, list,
+    list_held, plan, read, refresh, remove_node,
 };
 use crate::session::{Counters, Session, Sessions};
 
@@ -99,7 +100,15 @@ struct Inner {
     /// The nodes this backend holds, by lock name: where they are and what
     /// their data was after our last write, so release and re-entry skip a
     /// read. A stale entry only costs a failed versioned write.
-    held: Mutex<HashMap<String, HeldNode>>,
+    held: Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    /// The session the entries were last purged for: entries of earlier
+    /// sessions are dropped when a new one records its first hold.
+    session: i64,
+    nodes: HashMap<String, HeldNode>,
 }
 
 #[derive(Debug, Clone)]
@@ -132,7 +141,7 @@ impl ZkBackend {
         let inner = Arc::new(Inner {
             sessions: Sessions::new(config, counters.clone()),
             counters,
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(Held::default()),
         });
         inner.sessions.get().await?;
         Ok(ZkBackend { inner })
@@ -261,16 +270,21 @@ macro_rules! step {
 }
 
 impl Inner {
-    fn held(&self) -> MutexGuard<'_, HashMap<String, HeldNode>> {
+    fn held(&self) -> MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records what a hold looks like after our write (`count` 0: gone).
     fn remember(&self, name: &str, path: &str, owner: &str, changed: &Changed, session: i64) {
         let mut held = self.held();
+        if held.session != session && self.sessions.peek().is_some_and(|s| s.id == session) {
+            // The nodes of an ended session went with it.
+            held.nodes.retain(|_, h| h.session == session);
+            held.session = session;
+        }
         match changed.version {
             Some(version) if changed.count > 0 => {
-                held.insert(
+                held.nodes.insert(
                     name.to_owned(),
                     HeldNode {
                         path: path.to_owned(),
@@ -283,8 +297,8 @@ impl Inner {
                 );
             }
             _ => {
-                if held.get(name).is_some_and(|h| h.path == path) {
-                    held.remove(name);
+                if held.nodes.get(name).is_some_and(|h| h.path == path) {
+                    held.nodes.remove(name);
                 }
             }
         }
@@ -292,8 +306,8 @@ impl Inner {
 
     fn forget(&self, name: &str, path: &str) {
         let mut held = self.held();
-        if held.get(name).is_some_and(|h| h.path == path) {
-            held.remove(name);
+        if held.nodes.get(name).is_some_and(|h| h.path == path) {
+            held.nodes.remove(name);
         }
     }
 
@@ -318,7 +332,7 @@ impl Inner {
     /// Re-entry of a hold this backend already has for `owner`: one
     /// versioned write.
     async fn reenter_cached(&self, name: &str, owner: &str) -> Result<Option<Lease>, LockError> {
-        let Some(h) = self.held().get(name).filter(|h| h.owner == owner).cloned() else {
+        let Some(h) = self.held().nodes.get(name).filter(|h| h.owner == owner).cloned() else {
             return Ok(None);
         };
         let Some(session) = self.sessions.peek().filter(|s| s.id == h.session) else {
@@ -586,7 +600,7 @@ impl Inner {
 
     /// Where `hold` is: this backend's record of it, or the holder node.
     async fn locate(&self, session: &Session, hold: &Hold, token: i64) -> ZkResult<Option<(String, Option<Known>)>> {
-        let cached = self.held().get(&hold.name).cloned();
+        let cached = self.held().nodes.get(&hold.name).cloned();
         if let Some(h) = cached.filter(|h| h.owner == hold.owner && h.czxid == token) {
             if h.session == session.id {
                 let known = Known {
@@ -789,110 +803,5 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Held names starting with `prefix`, in name order, at most `limit`: the
-/// chroot's lock parents, their first children and those children's data,
-/// each step pipelined over a batch of names.
-async fn list_held(session: &Session, prefix: &str, limit: usize) -> ZkResult<Vec<LockInfo>> {
-    let client = &session.client;
-    let mut names: Vec<String> = list(client, "/")
-        .await?
-        .iter()
-        .filter_map(|segment| decode_name(segment))
-        .filter(|name| name.starts_with(prefix))
-        .collect();
-    names.sort();
-    let mut held = Vec::new();
-    for batch in names.chunks(64) {
-        if held.len() >= limit {
-            break;
-        }
-        let parents: Vec<String> = batch.iter().map(|n| parent_path(n)).collect();
-        // Requests go out when made: all of a batch before the first answer.
-        let listings: Vec<_> = parents.iter().map(|p| client.list_children(p)).collect();
-        let mut holders = Vec::new();
-        for ((name, parent), listing) in batch.iter().zip(&parents).zip(listings) {
-            match listing.await {
-                Ok(children) => {
-                    if let Some(first) = queue(&children).into_iter().next() {
-                        holders.push((name, first.path(parent)));
-                    }
-                }
-                Err(ZkError::NoNode) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let reads: Vec<_> = holders.iter().map(|(_, path)| client.get_data(path)).collect();
-        for ((name, _), read) in holders.iter().zip(reads) {
-            match read.await {
-                Ok((data, stat)) => {
-                    if let Some(data) = NodeData::decode(&data) {
-                        held.push(LockInfo {
-                            name: (*name).clone(),
-                            owner: data.owner,
-                            hold_count: data.count,
-                            token: stat.czxid as u64,
-                            remaining: None,
-                        });
-                    }
-                }
-                // Released between the listing and the read.
-                Err(ZkError::NoNode) => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    held.truncate(limit);
-    Ok(held)
-}
-
-/// Why the holder node could not be deleted.
-enum DeleteError {
-    Zk(ZkError),
-    Foreign(String),
-}
-
-impl From<ZkError> for DeleteError {
-    fn from(e: ZkError) -> Self {
-        DeleteError::Zk(e)
-    }
-}
-
-/// Deletes the holder node of `name`, whoever holds it; returns its path and
-/// what it held. A delete whose answer was lost is checked by reading the
-/// node again, so a retry never deletes the next holder too.
-async fn delete_holder(session: &Session, name: &str) -> Result<Option<(String, LockInfo)>, DeleteError> {
-    let client = &session.client;
-    let parent = parent_path(name);
-    loop {
-        let Some(first) = holder(client, &parent).await? else {
-            return Ok(None);
-        };
-        let path = first.path(&parent);
-        let Some((data, czxid, version)) = read(client, &path).await? else {
-            continue;
-        };
-        let data = data.ok_or_else(|| DeleteError::Foreign(path.clone()))?;
-        let info = LockInfo {
-            name: name.to_owned(),
-            owner: data.owner,
-            hold_count: data.count,
-            token: czxid as u64,
-            remaining: None,
-        };
-        loop {
-            match client.delete(&path, Some(version)).await {
-                Ok(()) => return Ok(Some((path, info))),
-                Err(ZkError::ConnectionLoss) => match read(client, &path).await? {
-                    None => return Ok(Some((path, info))),
-                    Some((_, c, v)) if c == czxid && v == version => continue,
-                    Some(_) => break,
-                },
-                Err(ZkError::BadVersion | ZkError::NoNode) => break,
-                Err(e) => return Err(e.into()),
-            }
-        }
     }
 }

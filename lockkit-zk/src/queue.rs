@@ -1,13 +1,15 @@
-//! The contender queue of one lock name: joining it, reading it, and
-//! changing the hold count in a node, all on ZooKeeper primitives.
+//! The contender queue of one lock name on ZooKeeper primitives: joining
+//! it, reading it, changing the hold count in a node, and the operator's
+//! listing and forced release.
 
 use std::sync::Arc;
 
+use lockkit_core::LockInfo;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, Error as ZkError};
 
 use crate::error::BACKEND;
-use crate::nodes::{Child, NodeData, child_prefix, child_stem, queue};
+use crate::nodes::{Child, NodeData, child_prefix, child_stem, decode_name, parent_path, queue};
 use crate::session::{CONTENDER, PARENT, Session};
 
 pub(crate) type ZkResult<T> = Result<T, ZkError>;
@@ -337,6 +339,111 @@ impl Drop for Cleanup {
                 backend = BACKEND,
                 "no runtime to delete a queued node; it goes with the session"
             ),
+        }
+    }
+}
+
+/// Held names starting with `prefix`, in name order, at most `limit`: the
+/// chroot's lock parents, their first children and those children's data,
+/// each step pipelined over a batch of names.
+pub(crate) async fn list_held(session: &Session, prefix: &str, limit: usize) -> ZkResult<Vec<LockInfo>> {
+    let client = &session.client;
+    let mut names: Vec<String> = list(client, "/")
+        .await?
+        .iter()
+        .filter_map(|segment| decode_name(segment))
+        .filter(|name| name.starts_with(prefix))
+        .collect();
+    names.sort();
+    let mut held = Vec::new();
+    for batch in names.chunks(64) {
+        if held.len() >= limit {
+            break;
+        }
+        let parents: Vec<String> = batch.iter().map(|n| parent_path(n)).collect();
+        // Requests go out when made: all of a batch before the first answer.
+        let listings: Vec<_> = parents.iter().map(|p| client.list_children(p)).collect();
+        let mut holders = Vec::new();
+        for ((name, parent), listing) in batch.iter().zip(&parents).zip(listings) {
+            match listing.await {
+                Ok(children) => {
+                    if let Some(first) = queue(&children).into_iter().next() {
+                        holders.push((name, first.path(parent)));
+                    }
+                }
+                Err(ZkError::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let reads: Vec<_> = holders.iter().map(|(_, path)| client.get_data(path)).collect();
+        for ((name, _), read) in holders.iter().zip(reads) {
+            match read.await {
+                Ok((data, stat)) => {
+                    if let Some(data) = NodeData::decode(&data) {
+                        held.push(LockInfo {
+                            name: (*name).clone(),
+                            owner: data.owner,
+                            hold_count: data.count,
+                            token: stat.czxid as u64,
+                            remaining: None,
+                        });
+                    }
+                }
+                // Released between the listing and the read.
+                Err(ZkError::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    held.truncate(limit);
+    Ok(held)
+}
+
+/// Why the holder node could not be deleted.
+pub(crate) enum DeleteError {
+    Zk(ZkError),
+    Foreign(String),
+}
+
+impl From<ZkError> for DeleteError {
+    fn from(e: ZkError) -> Self {
+        DeleteError::Zk(e)
+    }
+}
+
+/// Deletes the holder node of `name`, whoever holds it; returns its path and
+/// what it held. A delete whose answer was lost is checked by reading the
+/// node again, so a retry never deletes the next holder too.
+pub(crate) async fn delete_holder(session: &Session, name: &str) -> Result<Option<(String, LockInfo)>, DeleteError> {
+    let client = &session.client;
+    let parent = parent_path(name);
+    loop {
+        let Some(first) = holder(client, &parent).await? else {
+            return Ok(None);
+        };
+        let path = first.path(&parent);
+        let Some((data, czxid, version)) = read(client, &path).await? else {
+            continue;
+        };
+        let data = data.ok_or_else(|| DeleteError::Foreign(path.clone()))?;
+        let info = LockInfo {
+            name: name.to_owned(),
+            owner: data.owner,
+            hold_count: data.count,
+            token: czxid as u64,
+            remaining: None,
+        };
+        loop {
+            match client.delete(&path, Some(version)).await {
+                Ok(()) => return Ok(Some((path, info))),
+                Err(ZkError::ConnectionLoss) => match read(client, &path).await? {
+                    None => return Ok(Some((path, info))),
+                    Some((_, c, v)) if c == czxid && v == version => continue,
+                    Some(_) => break,
+                },
+                Err(ZkError::BadVersion | ZkError::NoNode) => break,
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 }

@@ -41,7 +41,8 @@ pub struct Server {
     extra: Vec<String>,
 }
 
-fn free_port() -> u16 {
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -115,6 +116,11 @@ impl Server {
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's own temporary directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     /// `127.0.0.1:PORT`.

@@ -221,6 +221,8 @@ fn redis_settings(cfg: &RedisConfig) -> RedisConnectionInfo {
 
 #[cfg(feature = "tls")]
 fn tls_addr(node: &Node, insecure: bool) -> Result<ConnectionAddr, LockError> {
+    // One process-wide rustls provider; keep one that is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     Ok(ConnectionAddr::TcpTls {
         host: node.host.clone(),
         port: node.port,
@@ -231,15 +233,43 @@ fn tls_addr(node: &Node, insecure: bool) -> Result<ConnectionAddr, LockError> {
 
 #[cfg(not(feature = "tls"))]
 fn tls_addr(_: &Node, _: bool) -> Result<ConnectionAddr, LockError> {
-    Err(tls_disabled())
-}
-
-#[cfg(not(feature = "tls"))]
-pub(crate) fn tls_disabled() -> LockError {
-    LockError::config(
+    Err(LockError::config(
         "url scheme",
         "TLS needs the `tls` cargo feature of lockkit-redis, which is not enabled",
-    )
+    ))
+}
+
+/// The CA and client certificate files named in the URL, read now.
+#[cfg(feature = "tls")]
+pub(crate) fn tls_certificates(cfg: &RedisConfig) -> Result<Option<redis::TlsCertificates>, LockError> {
+    if cfg.tls_ca.is_none() && cfg.tls_client.is_none() {
+        return Ok(None);
+    }
+    let read = |param: &str, path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| LockError::config(format!("query parameter {param}"), format!("{}: {e}", path.display())))
+    };
+    Ok(Some(redis::TlsCertificates {
+        root_cert: cfg.tls_ca.as_deref().map(|p| read("tls_ca", p)).transpose()?,
+        client_tls: match &cfg.tls_client {
+            Some((cert, key)) => Some(redis::ClientTlsConfig {
+                client_cert: read("tls_cert", cert)?,
+                client_key: read("tls_key", key)?,
+            }),
+            None => None,
+        },
+    }))
+}
+
+/// A client for one node, with the URL's certificates if any.
+pub(crate) fn open_client(cfg: &RedisConfig, node: &Node) -> Result<Client, LockError> {
+    let info = connection_info(cfg, node)?;
+    #[cfg(feature = "tls")]
+    if let Some(certs) = tls_certificates(cfg)? {
+        return Client::build_with_tls(info, certs)
+            .map_err(|e| LockError::config("query parameter tls_ca", format!("{node}: {e}")));
+    }
+    Client::open(info).map_err(|e| LockError::config("url host", format!("{node}: {e}")))
 }
 
 /// How every connection manager of the backend reconnects: quickly, and
@@ -291,8 +321,7 @@ impl RedisBackend {
         let (ct, rt) = (config.connect_timeout, config.response_timeout);
         let conn = match &config.mode {
             Mode::Single => {
-                let info = connection_info(&config, &config.nodes[0])?;
-                let client = Client::open(info.clone()).map_err(|e| connect_error(kind, e))?;
+                let client = open_client(&config, &config.nodes[0])?;
                 let manager = ConnectionManager::new_with_config(client.clone(), manager_config(ct, rt))
                     .await
                     .map_err(|e| connect_error(kind, e))?;
@@ -319,8 +348,21 @@ impl RedisBackend {
                     if let Some(p) = &config.password {
                         b = b.password(p);
                     }
+                    #[cfg(feature = "tls")]
+                    if config.tls != Tls::Off {
+                        b = b.tls(if config.tls == Tls::Insecure {
+                            redis::TlsMode::Insecure
+                        } else {
+                            redis::TlsMode::Secure
+                        });
+                        if let Ok(Some(certs)) = tls_certificates(&config) {
+                            b = b.certs(certs);
+                        }
+                    }
                     b
                 };
+                #[cfg(feature = "tls")]
+                tls_certificates(&config)?;
                 let client = builder(seeds.clone()).build().map_err(|e| connect_error(kind, e))?;
                 let conn = client
                     .get_async_connection()

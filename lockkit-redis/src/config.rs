@@ -21,9 +21,12 @@
 //! | `retry_delay` | `50ms` | Redlock: upper bound of the random delay after a split vote |
 //! | `tls` | from scheme | Redlock: `true` to use TLS with every node |
 //! | `tls_insecure` | `false` | TLS without certificate/host name checks (tests only) |
+//! | `tls_ca` | system roots | PEM file of the CA(s) to trust instead of the system's |
+//! | `tls_cert`, `tls_key` | none | PEM files of a client certificate and its key (mutual TLS) |
 //! | `sentinel_username`, `sentinel_password` | none | credentials of the sentinels themselves |
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lockkit_core::LockError;
@@ -121,6 +124,12 @@ pub struct RedisConfig {
     /// Redlock: upper bound of the random delay before retrying after a split
     /// vote (default 50 ms).
     pub retry_delay: Duration,
+    /// PEM file of the certificate authorities to trust (default: the
+    /// system's roots).
+    pub tls_ca: Option<PathBuf>,
+    /// PEM files of a client certificate and its private key, for servers
+    /// that authenticate clients by certificate.
+    pub tls_client: Option<(PathBuf, PathBuf)>,
     /// Sentinel mode: user name for the sentinels themselves.
     pub sentinel_username: Option<String>,
     /// Sentinel mode: password for the sentinels themselves.
@@ -134,6 +143,8 @@ impl fmt::Debug for RedisConfig {
             .field("mode", &self.mode)
             .field("nodes", &self.nodes.iter().map(Node::to_string).collect::<Vec<_>>())
             .field("tls", &self.tls)
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_client", &self.tls_client)
             .field("username", &self.username)
             .field("password", &hide(&self.password))
             .field("db", &self.db)
@@ -168,6 +179,8 @@ impl RedisConfig {
             node_timeout: DEFAULT_NODE_TIMEOUT,
             drift: Duration::ZERO,
             retry_delay: DEFAULT_RETRY_DELAY,
+            tls_ca: None,
+            tls_client: None,
             sentinel_username: None,
             sentinel_password: None,
         }
@@ -253,6 +266,24 @@ impl RedisConfig {
             (true, false) => Tls::On,
             (true, true) => Tls::Insecure,
         };
+
+        cfg.tls_ca = url.take("tls_ca").map(PathBuf::from);
+        cfg.tls_client = match (url.take("tls_cert"), url.take("tls_key")) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert.into(), key.into())),
+            _ => {
+                return Err(LockError::config(
+                    "query parameter tls_cert",
+                    "a client certificate needs both tls_cert and tls_key",
+                ));
+            }
+        };
+        if (cfg.tls_ca.is_some() || cfg.tls_client.is_some()) && cfg.tls == Tls::Off {
+            return Err(LockError::config(
+                "query parameter tls_ca",
+                "certificates are only used with TLS (rediss://, or tls=true for redlock://)",
+            ));
+        }
 
         let segments: Vec<String> = url
             .url
@@ -451,8 +482,10 @@ mod tests {
         assert_eq!(c.nodes[0].port, 26379);
         assert_eq!(c.db, 4);
         assert!(!format!("{c:?}").contains("spw"));
-        let c = parse("redlock://a,b,c?tls=true").unwrap();
+        let c = parse("redlock://a,b,c?tls=true&tls_ca=/etc/ca.pem&tls_cert=c.pem&tls_key=k.pem").unwrap();
         assert_eq!(c.tls, Tls::On);
+        assert_eq!(c.tls_ca, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(c.tls_client, Some(("c.pem".into(), "k.pem".into())));
     }
 
     #[test]
@@ -475,6 +508,14 @@ mod tests {
         );
         assert_eq!(part(parse("redis://h?bogus=1").unwrap_err()), "query parameter bogus");
         assert_eq!(part(parse("redis://h#what").unwrap_err()), "url fragment");
+        assert_eq!(
+            part(parse("redis://h?tls_ca=x.pem").unwrap_err()),
+            "query parameter tls_ca"
+        );
+        assert_eq!(
+            part(parse("rediss://h?tls_cert=x.pem").unwrap_err()),
+            "query parameter tls_cert"
+        );
         assert_eq!(
             part(parse("redlock://a,b,c?node_timeout=0s").unwrap_err()),
             "query parameter node_timeout"

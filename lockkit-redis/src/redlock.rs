@@ -12,10 +12,9 @@ use lockkit_core::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
 };
 use lockkit_core::{LockError, detach, lease, ttl_millis};
-use redis::Client;
 use redis::aio::ConnectionManager;
 
-use crate::backend::{UNKNOWN_LEASE_RECHECK, connection_info, manager_config, millis, pubsub_config};
+use crate::backend::{UNKNOWN_LEASE_RECHECK, manager_config, millis, open_client, pubsub_config};
 use crate::config::RedisConfig;
 use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
 use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Stored};
@@ -328,8 +327,7 @@ impl RedlockBackend {
         let mut nodes = Vec::with_capacity(n);
         let mut pubsubs = Vec::with_capacity(n);
         for (i, node) in config.nodes.iter().enumerate() {
-            let client =
-                Client::open(connection_info(&config, node)?).map_err(|e| redis_error(KIND, "connect", None, e))?;
+            let client = open_client(&config, node)?;
             let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config(ct, rt))
                 .map_err(|e| redis_error(KIND, "connect", None, e))?;
             let pubsub = ConnectionManager::new_lazy_with_config(client, pubsub_config(ct, rt, &waiters, i))

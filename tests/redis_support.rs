@@ -134,12 +134,13 @@ impl Server {
     }
 
     fn try_cli(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .ok()?;
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        // A server started with --requirepass: redis-cli logs in as default.
+        if let Some(i) = self.extra.iter().position(|a| a == "--requirepass") {
+            cmd.args(["--no-auth-warning", "-a", &self.extra[i + 1]]);
+        }
+        let out = cmd.args(args).stdin(Stdio::null()).output().ok()?;
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())

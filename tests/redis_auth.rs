@@ -1,0 +1,115 @@
+//! Passwords and ACL users through the URL, on a private Redis server.
+#![cfg(feature = "redis")]
+
+#[path = "redis_support.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockkit::{LockError, LockOptions};
+use support::Server;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_and_acl_users() {
+    if !support::available("passwords_and_acl_users") {
+        return;
+    }
+    let server = Server::start_with(&["--requirepass", "top secret"]);
+    let p = server.port;
+    // A user for the lock keys and their channels, and one without channels.
+    server.cli(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        ">app pass",
+        "~lockkit:*",
+        "&lockkit:*",
+        "+@all",
+    ]);
+    server.cli(&[
+        "ACL",
+        "SETUSER",
+        "quiet",
+        "on",
+        ">quiet pass",
+        "~lockkit:*",
+        "resetchannels",
+        "+@all",
+    ]);
+
+    let default_user = lockkit::connect(&format!("redis://:top%20secret@127.0.0.1:{p}"))
+        .await
+        .expect("password");
+    default_user
+        .lock("auth")
+        .await
+        .expect("lock")
+        .unlock()
+        .await
+        .expect("unlock");
+    assert!(
+        !format!("{default_user:?}").contains("top secret"),
+        "the password must not be shown"
+    );
+
+    for url in [
+        format!("redis://:wrong@127.0.0.1:{p}"),
+        format!("redis://app:wrong@127.0.0.1:{p}"),
+        format!("redis://127.0.0.1:{p}"),
+    ] {
+        let e = lockkit::connect(&url).await.expect_err("refused");
+        assert!(
+            matches!(e, LockError::Backend { retryable: false, .. }),
+            "{url}: a wrong or missing password is not retryable, got {e:?}"
+        );
+    }
+
+    // The ACL user: locks, and a waiter is woken by the release message.
+    let url = format!("redis://app:app%20pass@127.0.0.1:{p}");
+    let (a, b) = (
+        lockkit::connect(&url).await.expect("acl user"),
+        lockkit::connect(&url).await.expect("acl user"),
+    );
+    let held = LockOptions::new().ttl(Duration::from_secs(60));
+    let g = a.lock_with("auth", &held).await.expect("lock");
+    let waiter = tokio::spawn({
+        let (b, held) = (b.clone(), held.clone());
+        async move { b.lock_with("auth", &held).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    g.unlock().await.expect("unlock");
+    let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken by the release")
+        .expect("task")
+        .expect("lock");
+    gb.unlock().await.expect("unlock");
+
+    // A user without channel permissions still locks and releases; its
+    // waiters wake when the holder's lease ends instead of on a message.
+    let url = format!("redis://quiet:quiet%20pass@127.0.0.1:{p}");
+    let (a, b) = (
+        lockkit::connect(&url).await.expect("user"),
+        lockkit::connect(&url).await.expect("user"),
+    );
+    let short = LockOptions::new().ttl(Duration::from_secs(1)).auto_extend(false);
+    let g = a.lock_with("quiet", &short).await.expect("lock");
+    let started = Instant::now();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.lock_with("quiet", &LockOptions::new().wait(Duration::from_secs(20)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(g.unlock().await.expect("release without publish permission").is_free());
+    let gb = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("the waiter wakes at the old lease's end")
+        .expect("task")
+        .expect("lock");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    gb.unlock().await.expect("unlock");
+}

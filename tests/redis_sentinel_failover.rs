@@ -1,0 +1,175 @@
+//! Sentinel mode across a failover, on private processes: a master, its
+//! replica and one sentinel. After `SENTINEL FAILOVER` the same client
+//! finds the new master, keeps its hold, and its waiters still hear
+//! releases.
+#![cfg(feature = "redis")]
+
+#[path = "redis_support.rs"]
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lockkit::{LockClient, LockGuard, LockOptions};
+use support::Server;
+
+struct Sentinel {
+    port: u16,
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Sentinel {
+    fn start(master: &Server) -> Sentinel {
+        let port = support::free_port();
+        let dir = master.dir().join("sentinel");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "bind 127.0.0.1\nport {port}\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+                 sentinel monitor m 127.0.0.1 {master} 1\n\
+                 sentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 5000\n",
+                dir = dir.display(),
+                master = master.port
+            ),
+        )
+        .expect("sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sentinel");
+        Sentinel { port, child, dir }
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn master_port(&self) -> Option<u16> {
+        self.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"])
+            .lines()
+            .nth(1)
+            .and_then(|p| p.trim().parse().ok())
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(t) = f().await {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn lock_retrying(client: &LockClient, name: &str, opts: &LockOptions) -> LockGuard {
+    eventually(&format!("lock {name}"), || async {
+        match client.lock_with(name, opts).await {
+            Ok(g) => Some(g),
+            Err(e) if e.is_retryable() => None,
+            Err(e) => panic!("lock {name}: {e:?}"),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_follows_a_failover() {
+    if !support::available("the_client_follows_a_failover") {
+        return;
+    }
+    let master = Server::start();
+    let replica_of = master.port.to_string();
+    let replica = Server::start_with(&["--replicaof", "127.0.0.1", &replica_of]);
+    let sentinel = Sentinel::start(&master);
+    eventually("the sentinel sees the master and its replica", || async {
+        (sentinel.master_port() == Some(master.port) && sentinel.cli(&["SENTINEL", "REPLICAS", "m"]).contains("slave"))
+            .then_some(())
+    })
+    .await;
+    let url = format!("redis+sentinel://127.0.0.1:{}/m", sentinel.port);
+    let (a, b) = (
+        lockkit::connect(&url).await.expect("connect"),
+        lockkit::connect(&url).await.expect("connect"),
+    );
+    let opts = LockOptions::new().ttl(Duration::from_secs(30));
+    let held = a.lock_with("kept", &opts).await.expect("lock");
+    let g = a.lock_with("before", &opts).await.expect("lock");
+    let before = g.fencing_token();
+    g.unlock().await.expect("unlock");
+    eventually("the replica has the hold", || async {
+        (replica
+            .cli(&["EXISTS", &format!("lockkit:{}:kept", tag("kept"))])
+            .trim()
+            == "1")
+            .then_some(())
+    })
+    .await;
+
+    sentinel.cli(&["SENTINEL", "FAILOVER", "m"]);
+    eventually("the sentinel names the replica as master", || async {
+        (sentinel.master_port() == Some(replica.port)).then_some(())
+    })
+    .await;
+
+    // The same clients work on the new master.
+    let g = lock_retrying(&a, "after", &opts).await;
+    assert!(g.fencing_token() > before, "tokens keep growing across the failover");
+    // The hold taken before the failover is still there, and still A's.
+    let info = eventually("inspect on the new master", || async {
+        b.inspect("kept").await.ok().flatten()
+    })
+    .await;
+    assert_eq!((info.owner.as_str(), info.token), (a.owner(), held.fencing_token()));
+    held.extend(Duration::from_secs(30))
+        .await
+        .expect("the hold extends on the new master");
+    // A waiter on the new master is woken by the release.
+    let waiter = tokio::spawn({
+        let (b, opts) = (b.clone(), opts.clone());
+        async move { b.lock_with("after", &opts).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    g.unlock().await.expect("unlock");
+    let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken by the release on the new master")
+        .expect("task")
+        .expect("lock");
+    gb.unlock().await.expect("unlock");
+    held.unlock().await.expect("unlock");
+    assert_eq!(replica.cli(&["ROLE"]).lines().next(), Some("master"));
+}
+
+/// The hash tag lockkit puts before a name (see lockkit-redis' key layout).
+fn tag(name: &str) -> String {
+    let h = name
+        .bytes()
+        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    format!("{{{:03x}}}", h % 4096)
+}

@@ -679,13 +679,7 @@ impl LockBackend for SqlBackend {
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let subscription = self.inner.waiters.subscribe(req.name.as_bytes());
-        // With LISTEN/NOTIFY a release wakes the waiter; the backoff only
-        // covers notifications lost to a reconnect.
-        let cap = match self.inner.config.dialect {
-            Dialect::Postgres => Duration::from_secs(1),
-            _ => Duration::from_millis(250),
-        };
-        let backoff = Backoff::new(Duration::from_millis(2), cap);
+        let backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_backoff);
         lockkit_core::backoff::acquire_with_backoff(wait, backoff, Some(subscription.notify()), || {
             self.detached_attempt(req)
         })

@@ -55,6 +55,7 @@ pub const MAX_TABLE_LEN: usize = 48;
 /// | `sweep_batch` | `100` | rows deleted per sweep statement |
 /// | `max_connections` | `10` (SQLite `4`) | connection pool size |
 /// | `connect_timeout` | `5s` | bound on getting a connection |
+/// | `max_backoff` | `250ms` (Postgres `1s`) | longest sleep of a waiter between two attempts |
 /// | `create_table` | `true` | create missing tables; `false` only checks them |
 /// | `memo` | none | text stored with every hold this client takes (who/why) |
 ///
@@ -76,6 +77,10 @@ pub struct SqlConfig {
     pub max_connections: u32,
     /// Bound on getting a connection from the pool.
     pub connect_timeout: Duration,
+    /// The longest a waiting `lock` sleeps between two attempts (it sleeps
+    /// less when the holder's lease ends sooner, and on Postgres it is woken
+    /// by the release itself).
+    pub max_backoff: Duration,
     /// Create missing tables (otherwise only check them).
     pub create_table: bool,
     /// Stored in the `memo` column of each hold this client takes.
@@ -92,6 +97,7 @@ impl fmt::Debug for SqlConfig {
             .field("sweep_batch", &self.sweep_batch)
             .field("max_connections", &self.max_connections)
             .field("connect_timeout", &self.connect_timeout)
+            .field("max_backoff", &self.max_backoff)
             .field("create_table", &self.create_table)
             .field("memo", &self.memo)
             .finish()
@@ -122,6 +128,11 @@ impl SqlConfig {
                 _ => DEFAULT_MAX_CONNECTIONS,
             },
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_backoff: match dialect {
+                // Releases wake waiters through LISTEN/NOTIFY; polling is the fallback.
+                Dialect::Postgres => Duration::from_secs(1),
+                _ => Duration::from_millis(250),
+            },
             create_table: true,
             memo: None,
         }
@@ -172,6 +183,15 @@ impl SqlConfig {
                 return Err(LockError::config("query parameter connect_timeout", "must be above 0"));
             }
             config.connect_timeout = timeout;
+        }
+        if let Some(backoff) = url.take_duration("max_backoff")? {
+            if backoff < Duration::from_millis(1) || backoff > Duration::from_secs(60) {
+                return Err(LockError::config(
+                    "query parameter max_backoff",
+                    "must be between 1ms and 60s",
+                ));
+            }
+            config.max_backoff = backoff;
         }
         if let Some(create) = url.take_bool("create_table")? {
             config.create_table = create;

@@ -1,0 +1,131 @@
+//! How SQL waiters wake: never later than the holder's lease end, and on
+//! Postgres at the release itself (LISTEN/NOTIFY), even with a backoff that
+//! would otherwise sleep for many seconds (`max_backoff=30s`).
+
+#![cfg(any(feature = "sqlite", feature = "mysql", feature = "postgres"))]
+
+use std::time::{Duration, Instant};
+
+use lockkit_core::testkit::services_required;
+
+fn server_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if services_required() => panic!("{var} is not set and LOCKKIT_REQUIRE_SERVICES=1"),
+        _ => {
+            eprintln!("skipped: {var} is not set");
+            None
+        }
+    }
+}
+
+fn unique(case: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "lockkit-test/{case}/{:x}",
+        nanos ^ (u128::from(std::process::id()) << 64)
+    )
+}
+
+fn with_params(url: &str, params: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{params}")
+}
+
+/// A waiter whose backoff could sleep 30 s still tries again right after
+/// the holder's lease ends: its sleeps are bounded by the remaining lease.
+async fn lease_end_bounds_the_wait(url: String) {
+    let url = with_params(&url, "max_backoff=30s");
+    let (a, b) = (
+        lockkit::connect(&url).await.unwrap(),
+        lockkit::connect(&url).await.unwrap(),
+    );
+    let name = unique("lease_end");
+    let ttl = Duration::from_millis(1500);
+    let held = a
+        .lock_with(&name, &a.options().ttl(ttl).auto_extend(false))
+        .await
+        .unwrap();
+    let lease_end = held.valid_until().expect("ttl lease");
+    let waiter = b
+        .lock_with(&name, &b.options().wait(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let acquired = Instant::now();
+    assert!(acquired >= lease_end, "acquired before the holder's lease ended");
+    assert!(
+        acquired < lease_end + Duration::from_secs(2),
+        "the waiter slept {:?} past the lease end",
+        acquired - lease_end
+    );
+    assert!(held.is_lost());
+    assert!(waiter.fencing_token() > held.fencing_token());
+    waiter.unlock().await.unwrap();
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_lease_end_bounds_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    lease_end_bounds_the_wait(format!("sqlite://{}/locks.db", dir.path().display())).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_lease_end_bounds_the_wait() {
+    if let Some(url) = server_url("LOCKKIT_MYSQL_URL") {
+        lease_end_bounds_the_wait(url).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_lease_end_bounds_the_wait() {
+    if let Some(url) = server_url("LOCKKIT_POSTGRES_URL") {
+        lease_end_bounds_the_wait(url).await;
+    }
+}
+
+/// A release in one client wakes a waiter in another at once. The waiter's
+/// backoff has grown to seconds by then, so without the notification it would
+/// usually sleep on; three rounds make a pass by luck unlikely.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_release_notifies_waiters() {
+    let Some(url) = server_url("LOCKKIT_POSTGRES_URL") else {
+        return;
+    };
+    let url = with_params(&url, "max_backoff=30s");
+    let (a, b) = (
+        lockkit::connect(&url).await.unwrap(),
+        lockkit::connect(&url).await.unwrap(),
+    );
+    let mut fast = 0;
+    for _ in 0..3 {
+        let name = unique("notify");
+        let held = a
+            .lock_with(&name, &a.options().ttl(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        let (b2, n2) = (b.clone(), name.clone());
+        let waiter = tokio::spawn(async move { b2.lock_with(&n2, &b2.options().wait(Duration::from_secs(60))).await });
+        // Let the waiter's backoff grow to seconds.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(!waiter.is_finished());
+        held.unlock().await.unwrap();
+        let released = Instant::now();
+        let g = tokio::time::timeout(Duration::from_secs(60), waiter)
+            .await
+            .expect("the waiter gets the lock")
+            .unwrap()
+            .unwrap();
+        if released.elapsed() < Duration::from_millis(300) {
+            fast += 1;
+        }
+        g.unlock().await.unwrap();
+    }
+    assert_eq!(fast, 3, "every release woke the waiter within 300 ms");
+}

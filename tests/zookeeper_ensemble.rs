@@ -5,8 +5,9 @@
 //! Servers are stopped and started with `scripts/services down|up
 //! zk-ensemble:N`, only followers (the quorum of two stays up), and always
 //! started again when a test ends, also when it fails. The tests here take
-//! turns; cargo runs test binaries one at a time, so the ensemble's
-//! conformance run (tests/zookeeper.rs) never sees a server go.
+//! turns, and each holds an exclusive file lock that the ensemble's
+//! conformance run (tests/zookeeper.rs) holds shared: even from two cargo
+//! invocations, no conformance case sees a server go.
 #![cfg(feature = "zookeeper")]
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -27,6 +28,18 @@ const BOUND: Duration = Duration::from_secs(30);
 
 /// The tests of this binary stop servers: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits until no other process uses the ensemble, and keeps it so.
+async fn exclusive_use() -> std::fs::File {
+    let path = std::env::temp_dir().join("lockkit-zk-ensemble.lock");
+    let file = std::fs::File::create(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    tokio::task::spawn_blocking(move || {
+        file.lock().expect("lock the ensemble");
+        file
+    })
+    .await
+    .unwrap()
+}
 
 struct Ensemble {
     url: String,
@@ -164,6 +177,7 @@ async fn a_follower(e: &Ensemble) -> usize {
 async fn locks_keep_working_with_one_server_down() {
     let Some(e) = ensemble() else { return };
     let _serial = SERIAL.lock().await;
+    let _exclusive = exclusive_use().await;
     all_serving(&e).await;
     let stopped = Stopped::stop(&e, a_follower(&e).await);
 
@@ -223,6 +237,7 @@ async fn locks_keep_working_with_one_server_down() {
 async fn a_holder_survives_the_loss_of_a_non_leader_server() {
     let Some(e) = ensemble() else { return };
     let _serial = SERIAL.lock().await;
+    let _exclusive = exclusive_use().await;
     all_serving(&e).await;
     let holder_url = format!("{}?session_timeout=10s", e.url);
 

@@ -16,6 +16,7 @@ use lockkit_core::{LockError, detach, lease, ttl_millis};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     Client, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisConnectionInfo,
@@ -493,6 +494,39 @@ impl RedisBackend {
         })
     }
 
+    /// The lock keys of names starting with `prefix`, on every primary.
+    async fn lock_keys(&self, prefix: &str) -> Result<Vec<Vec<u8>>, Fault> {
+        let pattern = self.inner.keys.scan_pattern(prefix);
+        let pattern = &pattern;
+        let Conn::Cluster(cluster) = &self.inner.conn else {
+            let conn = &self.inner.conn;
+            return scripts::scan(pattern, |cmd| {
+                let mut c = conn.clone();
+                async move { cmd.query_async(&mut c).await }
+            })
+            .await;
+        };
+        let scans = cluster_primaries(cluster)
+            .await?
+            .into_iter()
+            .map(|(host, port)| async move {
+                scripts::scan(pattern, |cmd| {
+                    let mut c = cluster.clone();
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port,
+                    });
+                    async move { c.route_command(cmd, route).await }
+                })
+                .await
+            });
+        let mut keys = Vec::new();
+        for r in join_all(scans).await {
+            keys.extend(r?);
+        }
+        Ok(keys)
+    }
+
     async fn extend_items(&self, items: &[ExtendItem<'_>]) -> Vec<Result<Option<i64>, Fault>> {
         let mut conn = self.inner.conn.clone();
         if !matches!(conn, Conn::Cluster(_)) {
@@ -543,6 +577,40 @@ impl RedisBackend {
     }
 }
 
+/// The primaries of a cluster, from `CLUSTER SLOTS`.
+async fn cluster_primaries(conn: &ClusterConnection) -> Result<Vec<(String, u16)>, Fault> {
+    let reply = conn
+        .clone()
+        .route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await?;
+    let mut primaries = Vec::new();
+    if let Value::Array(ranges) = &reply {
+        for range in ranges {
+            if let Value::Array(parts) = range
+                && let Some(Value::Array(node)) = parts.get(2)
+                && let [host, Value::Int(port), ..] = node.as_slice()
+            {
+                let host = match host {
+                    Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    Value::SimpleString(s) => s.clone(),
+                    _ => continue,
+                };
+                let entry = (host, u16::try_from(*port).unwrap_or(0));
+                if !primaries.contains(&entry) {
+                    primaries.push(entry);
+                }
+            }
+        }
+    }
+    if primaries.is_empty() {
+        return Err(crate::error::UnexpectedReply(format!("CLUSTER SLOTS: {reply:?}")).into());
+    }
+    Ok(primaries)
+}
+
 /// Whether the server writes an append-only file (`INFO persistence`), so
 /// its counters survive a restart without relying on its clock.
 async fn append_only(conn: &Conn) -> bool {
@@ -589,7 +657,7 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, self.inner.durable_tokens)
+        Capabilities::ttl(true, self.inner.durable_tokens).with_admin()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -674,6 +742,44 @@ impl LockBackend for RedisBackend {
             .await
             .map_err(|f| self.error("inspect", name, f))?;
         Ok(stored.map(|s| LockInfo {
+            name: name.to_owned(),
+            owner: s.owner,
+            hold_count: s.count,
+            token: s.token,
+            remaining: (s.pttl >= 0).then(|| millis(s.pttl)),
+        }))
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        let keys = self
+            .lock_keys(prefix)
+            .await
+            .map_err(|f| f.into_error(self.inner.kind, "list", None))?;
+        let mut names: Vec<String> = keys
+            .iter()
+            .filter_map(|k| self.inner.keys.name_of(k))
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut out = Vec::new();
+        for chunk in names.chunks(64) {
+            if out.len() >= limit {
+                break;
+            }
+            for info in join_all(chunk.iter().map(|n| self.inspect(n))).await {
+                out.extend(info?);
+            }
+        }
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let removed = scripts::force_release(&mut self.inner.conn.clone(), &self.inner.keys, name, self.inner.publish)
+            .await
+            .map_err(|f| self.error("force_release", name, f))?;
+        Ok(removed.map(|s| LockInfo {
             name: name.to_owned(),
             owner: s.owner,
             hold_count: s.count,

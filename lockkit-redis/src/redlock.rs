@@ -401,6 +401,47 @@ impl RedlockBackend {
         Ok(outcome)
     }
 
+    /// The holder a quorum of nodes agrees on. With `quorum_only` false
+    /// (what a forced release removed) the hold most nodes had counts too.
+    fn holder(
+        &self,
+        operation: &'static str,
+        name: &str,
+        results: &[Result<Option<Stored>, Fault>],
+        quorum_only: bool,
+    ) -> Result<Option<LockInfo>, LockError> {
+        let inner = &self.inner;
+        let mut groups: HashMap<(&str, u64), Vec<&Stored>> = HashMap::new();
+        let mut failures = Vec::new();
+        for r in results {
+            match r {
+                Ok(Some(s)) => groups.entry((s.owner.as_str(), s.token)).or_default().push(s),
+                Ok(None) => {}
+                Err(f) => failures.push(f),
+            }
+        }
+        let best = groups
+            .into_iter()
+            .max_by_key(|((_, token), nodes)| (nodes.len(), *token))
+            .filter(|(_, nodes)| !quorum_only || nodes.len() >= inner.quorum);
+        if let Some(((owner, token), nodes)) = best {
+            let mut pttls: Vec<i64> = nodes.iter().map(|s| s.pttl).collect();
+            pttls.sort_unstable_by(|a, b| b.cmp(a));
+            let rem = pttls[inner.quorum.min(pttls.len()) - 1];
+            return Ok(Some(LockInfo {
+                name: name.to_owned(),
+                owner: owner.to_owned(),
+                hold_count: nodes.iter().map(|s| s.count).max().unwrap_or(1),
+                token,
+                remaining: (rem >= 0).then(|| millis(rem)),
+            }));
+        }
+        if failures.len() > inner.n() - inner.quorum {
+            return Err(self.failed(operation, name, inner.quorum_error(&failures)));
+        }
+        Ok(None)
+    }
+
     /// The random retry delay after a split vote: up to `retry_delay`.
     fn backoff(&self) -> Duration {
         let max = u64::try_from(self.inner.config.retry_delay.as_micros())
@@ -417,7 +458,7 @@ impl LockBackend for RedlockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, false)
+        Capabilities::ttl(true, false).with_admin()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -554,30 +595,62 @@ impl LockBackend for RedlockBackend {
         let results = inner
             .all(|_, mut c| async move { scripts::inspect(&mut c, &inner.keys, name).await })
             .await;
-        let mut groups: HashMap<(String, u64), Vec<&Stored>> = HashMap::new();
-        let mut failures = Vec::new();
-        for r in &results {
-            match r {
-                Ok(Some(s)) => groups.entry((s.owner.clone(), s.token)).or_default().push(s),
-                Ok(None) => {}
-                Err(f) => failures.push(f),
+        self.holder("inspect", name, &results, true)
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        let inner = &self.inner;
+        let pattern = inner.keys.scan_pattern(prefix);
+        let timeout = inner.config.response_timeout;
+        let scans = join_all(inner.nodes.iter().map(|node| {
+            let pattern = &pattern;
+            async move {
+                let scan = scripts::scan(pattern, |cmd| {
+                    let mut c = node.conn.clone();
+                    async move { cmd.query_async(&mut c).await }
+                });
+                match tokio::time::timeout(timeout, scan).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Fault::Timeout(NodeTimeout {
+                        node: node.addr.clone(),
+                        timeout,
+                    })),
+                }
+            }
+        }))
+        .await;
+        let failures: Vec<&Fault> = scans.iter().filter_map(|r| r.as_ref().err()).collect();
+        if failures.len() > inner.n() - inner.quorum {
+            let e = inner.quorum_error(&failures);
+            return Err(LockError::backend(KIND, "list", None, e.retryable, e));
+        }
+        let mut names: Vec<String> = scans
+            .iter()
+            .flatten()
+            .flatten()
+            .filter_map(|k| inner.keys.name_of(k))
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut out = Vec::new();
+        for chunk in names.chunks(16) {
+            if out.len() >= limit {
+                break;
+            }
+            for info in join_all(chunk.iter().map(|n| self.inspect(n))).await {
+                out.extend(info?);
             }
         }
-        if let Some(((owner, token), nodes)) = groups.into_iter().find(|(_, nodes)| nodes.len() >= inner.quorum) {
-            let mut pttls: Vec<i64> = nodes.iter().map(|s| s.pttl).collect();
-            pttls.sort_unstable_by(|a, b| b.cmp(a));
-            let rem = pttls[inner.quorum - 1];
-            return Ok(Some(LockInfo {
-                name: name.to_owned(),
-                owner,
-                hold_count: nodes.iter().map(|s| s.count).max().unwrap_or(1),
-                token,
-                remaining: (rem >= 0).then(|| millis(rem)),
-            }));
-        }
-        if failures.len() > inner.n() - inner.quorum {
-            return Err(self.failed("inspect", name, inner.quorum_error(&failures)));
-        }
-        Ok(None)
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let inner = &self.inner;
+        let results = inner
+            .all(|_, mut c| async move { scripts::force_release(&mut c, &inner.keys, name, Publish::Classic).await })
+            .await;
+        self.holder("force_release", name, &results, false)
     }
 }

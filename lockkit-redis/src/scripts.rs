@@ -75,6 +75,36 @@ impl Keys {
         k
     }
 
+    /// A `SCAN MATCH` pattern for the lock keys of names starting with
+    /// `name_prefix` (glob characters escaped).
+    pub fn scan_pattern(&self, name_prefix: &str) -> Vec<u8> {
+        let mut p = Vec::with_capacity(self.prefix.len() + name_prefix.len() + 8);
+        let escape = |p: &mut Vec<u8>, bytes: &[u8]| {
+            for b in bytes {
+                if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                    p.push(b'\\');
+                }
+                p.push(*b);
+            }
+        };
+        escape(&mut p, &self.prefix);
+        p.extend_from_slice(b"{???}:");
+        escape(&mut p, name_prefix.as_bytes());
+        p.push(b'*');
+        p
+    }
+
+    /// The name a lock key belongs to, if it is one of this prefix's lock
+    /// keys and its name is UTF-8.
+    pub fn name_of(&self, key: &[u8]) -> Option<String> {
+        let rest = key.strip_prefix(self.prefix.as_slice())?;
+        let name = rest
+            .get(6..)
+            .filter(|_| rest.first() == Some(&b'{') && rest.get(4..6) == Some(b"}:"))?;
+        let name = String::from_utf8(name.to_vec()).ok()?;
+        (self.lock(&name) == key).then_some(name)
+    }
+
     /// `P{TAG}fence`.
     pub fn counter(&self, name: &str) -> Vec<u8> {
         let mut k = Vec::with_capacity(self.prefix.len() + 10);
@@ -170,6 +200,18 @@ if not h[1] then return {} end
 return {h[1], h[2], h[3], redis.call('PTTL', KEYS[1])}
 "#;
 
+/// Removes a hold whoever holds it (operator override) and publishes the
+/// release. KEYS: lock. ARGV: channel, `PUBLISH` or `SPUBLISH`.
+/// Returns what was removed, like [`INSPECT`], or `{}`.
+const FORCE: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't')
+if not h[1] then return {} end
+local pttl = redis.call('PTTL', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.pcall(ARGV[2], ARGV[1], h[3])
+return {h[1], h[2], h[3], pttl}
+"#;
+
 /// Redlock: give a fresh node hold the quorum's token and raise the node's
 /// counter to it, so the next quorum's token is greater.
 ///
@@ -212,6 +254,7 @@ pub(crate) struct Scripts {
     pub release: Script,
     pub extend: Script,
     pub inspect: Script,
+    pub force: Script,
     pub seal: Script,
     pub undo: Script,
 }
@@ -221,6 +264,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release: Script::new(RELEASE),
     extend: Script::new(EXTEND),
     inspect: Script::new(INSPECT),
+    force: Script::new(FORCE),
     seal: Script::new(SEAL),
     undo: Script::new(UNDO),
 });
@@ -474,6 +518,55 @@ pub(crate) async fn inspect<C: ConnectionLike + Send>(
     Ok(parse_inspect(&v)?)
 }
 
+/// Removes the hold on `name` whoever holds it; what was removed.
+pub(crate) async fn force_release<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    publish: Publish,
+) -> Result<Option<Stored>, Fault> {
+    let key = keys.lock(name);
+    let v: Value = SCRIPTS
+        .force
+        .key(&key)
+        .arg(&key)
+        .arg(publish.command())
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_inspect(&v)?)
+}
+
+/// The lock keys matching `pattern` on one server (`SCAN`, so it does not
+/// block the server); `exec` sends one command to that server.
+pub(crate) async fn scan<F, Fut>(pattern: &[u8], mut exec: F) -> Result<Vec<Vec<u8>>, Fault>
+where
+    F: FnMut(redis::Cmd) -> Fut,
+    Fut: std::future::Future<Output = redis::RedisResult<Value>>,
+{
+    let mut cursor = 0u64;
+    let mut keys = Vec::new();
+    loop {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
+        let reply = exec(cmd).await?;
+        let bad = || unexpected("scan", &reply);
+        let Value::Array(parts) = &reply else {
+            return Err(bad().into());
+        };
+        let [next, Value::Array(batch)] = parts.as_slice() else {
+            return Err(bad().into());
+        };
+        cursor = int(next).and_then(|c| u64::try_from(c).ok()).ok_or_else(bad)?;
+        keys.extend(batch.iter().filter_map(|k| match k {
+            Value::BulkString(b) => Some(b.clone()),
+            _ => None,
+        }));
+        if cursor == 0 {
+            return Ok(keys);
+        }
+    }
+}
+
 /// Redlock: seals a fresh node hold with the quorum token.
 pub(crate) async fn seal<C: ConnectionLike + Send>(
     conn: &mut C,
@@ -542,6 +635,10 @@ mod tests {
         assert_eq!(&key[8..13], &Keys::tag(odd));
         assert!(key.ends_with(odd.as_bytes()));
         assert_eq!(Keys::new("").lock("a"), b"{92c}:a");
+        assert_eq!(k.name_of(&k.lock(odd)).as_deref(), Some(odd));
+        assert_eq!(k.name_of(b"lockkit:{92c}:b"), None, "wrong tag for the name");
+        assert_eq!(k.name_of(&k.counter("a")), None);
+        assert_eq!(k.scan_pattern("a*[b]"), b"lockkit:{???}:a\\*\\[b\\]*");
     }
 
     #[test]

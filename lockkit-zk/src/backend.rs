@@ -21,7 +21,16 @@
 //! compare-and-set on the node's data version), and delete the node at zero,
 //! only if owner and token match. This backend remembers the nodes it holds
 //! (path, count, version), so an uncontended acquire + release costs two
-//! round trips, like a bare create + delete.
+//! round trips, like a bare create + delete: the create (with the listing
+//! pipelined behind it) and the versioned delete. Each hold also arms one
+//! get-data watch on its own node, off the acquisition's path, so that a
+//! node deleted under its holder fires the lost signal.
+//!
+//! Reads are answered by the server a session is connected to, which may lag
+//! the leader; a contender's own listing always includes its own create and
+//! everything committed before it, so "lowest node" is decided on a state at
+//! least as new as the contender's node. `inspect` and `list` may briefly
+//! show a holder that has just released.
 //!
 //! The crate's own `Client::lock` recipe was not used: it has no way to try
 //! without waiting, no hold count shared by an owner across processes, and no

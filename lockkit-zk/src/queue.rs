@@ -345,7 +345,9 @@ impl Drop for Cleanup {
 
 /// Held names starting with `prefix`, in name order, at most `limit`: the
 /// chroot's lock parents, their first children and those children's data,
-/// each step pipelined over a batch of names.
+/// each step pipelined over a batch of names. The chroot's children come in
+/// one answer, bounded by the server's `jute.maxbuffer` (1 MB by default:
+/// tens of thousands of lock names of ordinary length).
 pub(crate) async fn list_held(session: &Session, prefix: &str, limit: usize) -> ZkResult<Vec<LockInfo>> {
     let client = &session.client;
     let mut names: Vec<String> = list(client, "/")

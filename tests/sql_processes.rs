@@ -18,6 +18,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::services_required;
 
 const ROLE: &str = "LOCKKIT_SQL_CHILD";
@@ -118,6 +119,7 @@ fn with_params(url: &str, params: &str) -> String {
     format!("{url}{sep}{params}")
 }
 
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 fn server_url(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(url) if !url.trim().is_empty() => Some(url),

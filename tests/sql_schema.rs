@@ -4,9 +4,8 @@
 
 #![cfg(any(feature = "sqlite", feature = "mysql", feature = "postgres"))]
 
-use std::time::Duration;
-
 use lockkit::LockError;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::services_required;
 
 fn config_part(e: LockError) -> String {
@@ -16,6 +15,7 @@ fn config_part(e: LockError) -> String {
     }
 }
 
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 fn server_url(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(url) if !url.trim().is_empty() => Some(url),
@@ -27,6 +27,7 @@ fn server_url(var: &str) -> Option<String> {
     }
 }
 
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 fn tag() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -217,9 +218,9 @@ async fn postgres_names_keep_nul_bytes() {
     let listed = b.list("nul\0", 1000).await.unwrap();
     assert!(listed.iter().any(|i| i.name == name), "list by a prefix with NUL");
     g.unlock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(15), async {
+    tokio::time::timeout(std::time::Duration::from_secs(15), async {
         while a.inspect(&name).await.unwrap().is_some() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     })
     .await

@@ -6,8 +6,10 @@
 
 use std::time::{Duration, Instant};
 
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::services_required;
 
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 fn server_url(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(url) if !url.trim().is_empty() => Some(url),

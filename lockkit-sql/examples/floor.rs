@@ -128,7 +128,7 @@ async fn raw_floor(
                     sqlx::sqlite::SqliteConnectOptions::new()
                         .filename(database)
                         .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-                        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+                        .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
                 )
                 .await?,
             "INSERT INTO lockkit_floor (name, owner, hold_count, token, expires_at, acquired_at) \

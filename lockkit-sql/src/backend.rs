@@ -14,7 +14,9 @@
 //!    per name: whoever held the name before drew its token before it
 //!    released, so before our claim, so before our draw. (Drawing inside the
 //!    insert would not: a value drawn before the insert reaches the row can be
-//!    overtaken by a whole acquire + release of another client.)
+//!    overtaken by a whole acquire + release of another client.) SQLite
+//!    is the exception: one writer runs at a time, so its claim reads the
+//!    counter and a trigger moves it, all in the one statement.
 //!
 //! Release deletes the row (last hold) or decrements it, only where name,
 //! owner and token match and the lease runs; extend moves the expiry out,
@@ -275,6 +277,9 @@ impl SqlBackend {
                     inner.sql.name_types.join(" or ")
                 ),
             ));
+        }
+        for stmt in &inner.sql.prepare {
+            inner.retry("create table", None, || inner.db.exec(stmt, &[])).await?;
         }
         Ok(())
     }

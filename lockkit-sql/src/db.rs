@@ -166,7 +166,7 @@ impl Db {
                         .filename(&config.database)
                         .create_if_missing(true)
                         .journal_mode(SqliteJournalMode::Wal)
-                        .synchronous(SqliteSynchronous::Normal)
+                        .synchronous(SqliteSynchronous::Full)
                 };
                 let opts = opts.busy_timeout(config.connect_timeout.max(Duration::from_secs(5)));
                 let mut pool = options::<sqlx::Sqlite>(config);

@@ -53,6 +53,9 @@ pub(crate) enum Stamp {
 pub(crate) struct Statements {
     /// DDL run by `migrate`, in order.
     pub create: Vec<Arc<str>>,
+    /// Run by `migrate` once the lock table is checked, also with
+    /// `create_table=false` (SQLite's token counter row and triggers).
+    pub prepare: Vec<Arc<str>>,
     /// `(table)` → rows `(column_name TEXT, data_type TEXT)`.
     pub columns: Arc<str>,
     /// The data type the name column must have (lowercase), if checked.
@@ -199,6 +202,7 @@ fn mysql(t: &str) -> Statements {
                  COMMENT='lockkit: fencing token counters, one per bucket of names'"
             )),
         ],
+        prepare: vec![],
         columns: s(
             "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR) FROM information_schema.columns \
                     WHERE table_schema = DATABASE() AND table_name = ?"
@@ -290,6 +294,7 @@ fn postgres(t: &str) -> Statements {
             )),
             s(format!("CREATE SEQUENCE IF NOT EXISTS \"{t}_token_seq\"")),
         ],
+        prepare: vec![],
         columns: s(
             "SELECT column_name::text, data_type::text FROM information_schema.columns \
                     WHERE table_schema = current_schema() AND table_name = $1"
@@ -356,6 +361,9 @@ fn postgres(t: &str) -> Statements {
 
 fn sqlite(t: &str) -> Statements {
     let now = SQLITE_NOW;
+    // The whole statement holds SQLite's write lock, so a token read from the
+    // counter here cannot be overtaken by another acquire + release.
+    let next = format!("(SELECT last_token + 1 FROM \"{t}_tokens\" WHERE bucket = 0)");
     Statements {
         create: vec![
             s(format!(
@@ -372,16 +380,34 @@ fn sqlite(t: &str) -> Statements {
                 "CREATE TABLE IF NOT EXISTS \"{t}_tokens\" (bucket INTEGER PRIMARY KEY, last_token INTEGER NOT NULL)"
             )),
         ],
+        prepare: vec![
+            s(format!(
+                "INSERT OR IGNORE INTO \"{t}_tokens\" (bucket, last_token) \
+                 VALUES (0, (SELECT COALESCE(MAX(token), 0) FROM \"{t}\"))"
+            )),
+            // Every token written to the table moves the counter, in the same
+            // statement: SQLite runs one writer at a time, so the claim can
+            // take its token directly (no separate stamp).
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_token_insert\" AFTER INSERT ON \"{t}\" BEGIN \
+                 UPDATE \"{t}_tokens\" SET last_token = MAX(last_token, NEW.token) WHERE bucket = 0; END"
+            )),
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_token_update\" AFTER UPDATE OF token ON \"{t}\" \
+                 WHEN NEW.token > OLD.token BEGIN \
+                 UPDATE \"{t}_tokens\" SET last_token = MAX(last_token, NEW.token) WHERE bucket = 0; END"
+            )),
+        ],
         columns: s("SELECT name, lower(type) FROM pragma_table_info(?1)".to_owned()),
         name_types: &[],
         claim: s(format!(
             "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo) \
-             VALUES (?1, ?2, 1, 0, {now} + ?3, {now}, ?4) \
+             VALUES (?1, ?2, 1, {next}, {now} + ?3, {now}, ?4) \
              ON CONFLICT (name) DO UPDATE SET \
                owner = excluded.owner, \
                hold_count = CASE WHEN \"{t}\".expires_at <= {now} THEN 1 \
                  ELSE MIN(\"{t}\".hold_count + 1, 4294967295) END, \
-               token = CASE WHEN \"{t}\".expires_at <= {now} THEN 0 ELSE \"{t}\".token END, \
+               token = CASE WHEN \"{t}\".expires_at <= {now} THEN {next} ELSE \"{t}\".token END, \
                acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
                memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
                expires_at = MAX(\"{t}\".expires_at, excluded.expires_at) \
@@ -394,6 +420,7 @@ fn sqlite(t: &str) -> Statements {
             "SELECT hold_count, token, expires_at - {now} FROM \"{t}\" \
              WHERE name = ?1 AND owner = ?2 AND expires_at > {now}"
         )),
+        // Only for rows some other client left at token 0.
         stamp: Stamp::Draw {
             draw: s(format!(
                 "INSERT INTO \"{t}_tokens\" (bucket, last_token) VALUES (?1, 1) \

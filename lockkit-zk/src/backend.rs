@@ -313,6 +313,11 @@ impl Inner {
         }
     }
 
+    /// Whether this backend has a record of holding `name` for `owner`.
+    fn holds(&self, name: &str, owner: &str) -> bool {
+        self.held().nodes.get(name).is_some_and(|h| h.owner == owner)
+    }
+
     fn forget(&self, name: &str, path: &str) {
         let mut held = self.held();
         if held.nodes.get(name).is_some_and(|h| h.path == path) {
@@ -447,23 +452,25 @@ impl Inner {
         owner: &str,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let (inner, n, o) = (self.clone(), name.to_owned(), owner.to_owned());
-        let orphan = (self.clone(), name.to_owned(), owner.to_owned());
-        let cached = detach(
-            BACKEND,
-            async move { inner.reenter_cached(&n, &o).await },
-            move |r| async move {
-                if let Ok(Some(lease)) = r {
-                    let (inner, name, owner) = orphan;
-                    inner.release_orphan(name, owner, lease.token).await;
-                }
-            },
-        );
-        let Some(cached) = until(deadline, cached).await else {
-            return Ok(None);
-        };
-        if let Some(lease) = cached?? {
-            return Ok(Some(lease));
+        if self.holds(name, owner) {
+            let (inner, n, o) = (self.clone(), name.to_owned(), owner.to_owned());
+            let orphan = (self.clone(), name.to_owned(), owner.to_owned());
+            let cached = detach(
+                BACKEND,
+                async move { inner.reenter_cached(&n, &o).await },
+                move |r| async move {
+                    if let Ok(Some(lease)) = r {
+                        let (inner, name, owner) = orphan;
+                        inner.release_orphan(name, owner, lease.token).await;
+                    }
+                },
+            );
+            let Some(cached) = until(deadline, cached).await else {
+                return Ok(None);
+            };
+            if let Some(lease) = cached?? {
+                return Ok(Some(lease));
+            }
         }
         let mut restarts = 0;
         loop {

@@ -356,32 +356,41 @@ impl Inner {
         let op = "acquire";
         let n = Some(name);
         Ok(match sql.claim_shape {
-            ClaimShape::OkPacket => {
-                let done = self.retry(op, n, || self.db.exec(&sql.claim, &args)).await?;
-                match (done.rows, done.last_id) {
-                    // Inserted.
-                    (1, 0) => Claim::Held {
-                        count: 1,
-                        token: Some(0),
-                        remaining: Some(ttl),
+            #[cfg(feature = "mysql")]
+            ClaimShape::Batch => {
+                let buckets = match &sql.stamp {
+                    Stamp::Draw { buckets, .. } => *buckets,
+                    Stamp::Inline(_) => 1,
+                };
+                let cols = [Col::Int, Col::Int, Col::Int];
+                let (done, rows) = self
+                    .retry(op, n, || {
+                        let batch = sql.mysql_claim_batch(
+                            name.as_bytes(),
+                            owner.as_bytes(),
+                            us(ttl),
+                            memo,
+                            bucket(name, buckets),
+                        );
+                        self.db.mysql_batch(batch, &cols)
+                    })
+                    .await?;
+                match (rows.first().map(Vec::as_slice), done.get(1)) {
+                    // Ours: fresh, taken over or re-entered, stamped in the batch.
+                    (Some([c, t, r]), _) => Claim::Held {
+                        count: count(c.int()),
+                        token: Some(t.int() as u64),
+                        remaining: Some(from_us(r.int())),
                     },
-                    // Unchanged: another owner holds it this much longer.
-                    (1, remaining) => Claim::Busy(Some(Duration::from_micros(remaining))),
-                    // Took over an expired row.
-                    (2, 1) => Claim::Held {
-                        count: 1,
-                        token: Some(0),
-                        remaining: Some(ttl),
-                    },
-                    // Re-entered.
-                    (2, c) => Claim::Held {
-                        count: u32::try_from(c).unwrap_or(u32::MAX),
-                        token: None,
-                        remaining: None,
-                    },
+                    // The claim left the holder's row unchanged: its remaining lease.
+                    (_, Some(claim)) if claim.rows == 1 && claim.last_id > 0 => {
+                        Claim::Busy(Some(Duration::from_micros(claim.last_id)))
+                    }
                     _ => Claim::Busy(None),
                 }
             }
+            #[cfg(not(feature = "mysql"))]
+            ClaimShape::Batch => Claim::Busy(None),
             ClaimShape::Rows => {
                 let cols = [Col::Int, Col::Int, Col::Int, Col::Int];
                 let row = self

@@ -267,6 +267,54 @@ impl Db {
         })
     }
 
+    /// MySQL: runs a multi-statement text batch on one connection; the
+    /// result of every statement and the rows (decoded as `cols`) of any
+    /// that return rows. If it fails part-way the connection is closed, not
+    /// returned to the pool, so the server rolls back whatever the batch left
+    /// open.
+    #[cfg(feature = "mysql")]
+    pub async fn mysql_batch(&self, sql: String, cols: &[Col]) -> Result<(Vec<Done>, Vec<Vec<Val>>), sqlx::Error> {
+        use futures_util::TryStreamExt;
+        use sqlx::Either;
+        use sqlx::Row;
+        #[allow(irrefutable_let_patterns)]
+        let Db::Mysql(pool) = self else {
+            return Err(sqlx::Error::Configuration("a MySQL batch on another database".into()));
+        };
+        let mut conn = pool.acquire().await?;
+        let mut done = Vec::new();
+        let mut rows = Vec::new();
+        let result: Result<(), sqlx::Error> = async {
+            let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_many(&mut *conn);
+            while let Some(item) = stream.try_next().await? {
+                match item {
+                    Either::Left(r) => done.push(Done {
+                        rows: r.rows_affected(),
+                        last_id: r.last_insert_id(),
+                    }),
+                    Either::Right(row) => {
+                        let mut vals = Vec::with_capacity(cols.len());
+                        for (i, col) in cols.iter().enumerate() {
+                            vals.push(match col {
+                                Col::Int => Val::Int(row.try_get::<Option<i64>, _>(i)?.unwrap_or(0)),
+                                Col::Bytes => Val::Bytes(row.try_get::<Vec<u8>, _>(i)?),
+                                Col::Text => Val::Text(row.try_get::<String, _>(i)?),
+                            });
+                        }
+                        rows.push(vals);
+                    }
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            conn.close_on_drop();
+            return Err(e);
+        }
+        Ok((done, rows))
+    }
+
     /// Runs a query for at most one row.
     pub async fn fetch_one(
         &self,

@@ -23,12 +23,14 @@ pub(crate) enum ClaimShape {
     /// One row `(hold_count, token, remaining_us)` if we hold it; no row:
     /// busy, ask [`Statements::holder`].
     RowsOrHolder,
-    /// MySQL: no `RETURNING`, so the statement reports through the OK packet.
-    /// Affected rows (with `CLIENT_FOUND_ROWS`, which sqlx sets): 1 for an
-    /// insert or an unchanged row, 2 for an update. `LAST_INSERT_ID(x)` in
-    /// the update carries the new hold count (updates) or the holder's
-    /// remaining microseconds (unchanged row: busy); 0 after an insert.
-    OkPacket,
+    /// MySQL, which has no `RETURNING`: one round trip carrying a whole
+    /// transaction (see [`Statements::mysql_claim_batch`]), giving a row
+    /// `(hold_count, token, remaining_us)` if we hold the name, and the
+    /// claim's OK packet. Its affected rows (with `CLIENT_FOUND_ROWS`, which
+    /// sqlx sets): 1 for an insert or an unchanged row, 2 for an update;
+    /// `LAST_INSERT_ID(x)` in the update carries the holder's remaining
+    /// microseconds when the row is left unchanged (busy).
+    Batch,
 }
 
 /// How a fresh hold gets its fencing token.
@@ -61,7 +63,8 @@ pub(crate) struct Statements {
     /// The data type the name column must have (lowercase), if checked.
     pub name_types: &'static [&'static str],
     /// `(name, owner, ttl_us, memo)`: insert, take over an expired row, or
-    /// re-enter one's own; see [`ClaimShape`].
+    /// re-enter one's own; see [`ClaimShape`]. (MySQL: the template of the
+    /// batch's claim.)
     pub claim: Arc<str>,
     pub claim_shape: ClaimShape,
     /// `(name)` → `(remaining_us)` of the current row.
@@ -94,6 +97,18 @@ pub(crate) struct Statements {
     table: String,
 }
 
+/// A MySQL hex literal: `X'…'` (`X''` for no bytes).
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2 + 3);
+    out.push_str("X'");
+    for b in bytes {
+        out.push_str(&format!("{b:02X}"));
+    }
+    out.push('\'');
+    out
+}
+
 fn s(text: String) -> Arc<str> {
     text.into()
 }
@@ -122,6 +137,36 @@ impl Statements {
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub fn channel(&self) -> String {
         format!("lockkit_{}", self.table)
+    }
+
+    /// MySQL's acquisition as one multi-statement round trip: claim, then —
+    /// only if the row is ours and unstamped — draw from the name's counter
+    /// bucket and stamp, then read our hold back, in one transaction. The
+    /// name's row lock is taken first and held to the commit, so the token is
+    /// drawn after every earlier holder's. Values are spliced in as hex and
+    /// decimal literals (the text protocol has no bind parameters), which
+    /// cannot change the statements: nothing but `[0-9A-F]` and digits.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub fn mysql_claim_batch(&self, name: &[u8], owner: &[u8], ttl_us: i64, memo: Option<&str>, bucket: i64) -> String {
+        let t = &self.table;
+        let (n, o) = (hex(name), hex(owner));
+        let memo = memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes()));
+        let claim = self.claim.replacen(
+            "VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)",
+            &format!(
+                "VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), {memo})"
+            ),
+            1,
+        );
+        format!(
+            "BEGIN; {claim}; \
+             INSERT INTO `{t}_tokens` (bucket, last_token) \
+               SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
+               ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
+             UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0; \
+             SELECT hold_count, token, {MY_REMAINING} FROM `{t}` WHERE name = {n} AND owner = {o}; \
+             COMMIT"
+        )
     }
 
     /// `extend_many` for `n` holds with one ttl: `(ttl_us, (name, owner,
@@ -222,7 +267,7 @@ fn mysql(t: &str) -> Statements {
              owner = IF({expired}, VALUES(owner), owner), \
              expires_at = IF(owner = VALUES(owner), GREATEST(expires_at, VALUES(expires_at)), expires_at)"
         )),
-        claim_shape: ClaimShape::OkPacket,
+        claim_shape: ClaimShape::Batch,
         holder: s(format!("SELECT {MY_REMAINING} FROM `{t}` WHERE name = ?")),
         own: s(format!(
             "SELECT hold_count, token, {MY_REMAINING} FROM `{t}` \
@@ -464,5 +509,21 @@ fn sqlite(t: &str) -> Statements {
         updates_return_rows: true,
         dialect: Dialect::Sqlite,
         table: t.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mysql_batch_splices_only_literals() {
+        let sql = Statements::new(Dialect::Mysql, "locks");
+        let batch = sql.mysql_claim_batch("a'; DROP TABLE x; --".as_bytes(), b"o", 1500, Some("m"), 7);
+        assert!(!batch.contains('?'), "every placeholder is filled: {batch}");
+        assert!(!batch.contains("DROP"), "the name is hex: {batch}");
+        assert!(batch.contains("X'61273B2044524F50205441424C4520783B202D2D'"));
+        assert!(batch.contains("INTERVAL 1500 MICROSECOND") && batch.contains("SELECT 7,"));
+        assert_eq!(hex(b""), "X''");
     }
 }

@@ -467,7 +467,7 @@ impl RedisBackend {
         let inner = self.inner.clone();
         let work = async move {
             let sent_at = Instant::now();
-            let r = scripts::acquire(&mut inner.conn.clone(), &inner.keys, &name, &owner, ttl_ms, "").await;
+            let r = scripts::acquire(&mut inner.conn.clone(), &inner.keys, &name, &owner, ttl_ms, "", None).await;
             (sent_at, r, inner, name, owner)
         };
         let (sent_at, reply, ..) = detach(self.inner.kind, work, |(_, reply, inner, name, owner)| async move {

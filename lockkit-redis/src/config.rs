@@ -15,10 +15,10 @@
 //! |---|---|---|
 //! | `prefix` | `lockkit:` | start of every key and channel; no `{` or `}` |
 //! | `connect_timeout` | `5s` | bound of one connection attempt |
-//! | `response_timeout` | `5s` | bound of one command (not Redlock) |
-//! | `node_timeout` | `100ms` | Redlock: bound of one request to one node |
+//! | `response_timeout` | `5s`; Redlock `1s` | bound of one command; Redlock: of waiting for a quorum to answer |
+//! | `node_timeout` | `100ms` | Redlock: how long a node may take once a quorum answered |
 //! | `drift` | `0s` | Redlock: clock drift allowed beyond lockkit's 1 % + 2 ms |
-//! | `retry_delay` | `50ms` | Redlock: upper bound of the random delay after a split vote |
+//! | `retry_delay` | `50ms` | Redlock: most random delay after split votes (it starts at 1 ms and doubles) |
 //! | `tls` | from scheme | Redlock: `true` to use TLS with every node |
 //! | `tls_insecure` | `false` | TLS without certificate/host name checks (tests only) |
 //! | `tls_ca` | system roots | PEM file of the CA(s) to trust instead of the system's |
@@ -38,8 +38,10 @@ pub const DEFAULT_PREFIX: &str = "lockkit:";
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default bound of one command.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default bound of one request to one Redlock node.
+/// The default time a Redlock node may take to answer once a quorum has.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// The default bound of waiting for a quorum of Redlock nodes to answer.
+pub const DEFAULT_REDLOCK_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The default upper bound of Redlock's random retry delay.
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 
@@ -114,10 +116,12 @@ pub struct RedisConfig {
     pub prefix: String,
     /// Bound of one connection attempt (default 5 s).
     pub connect_timeout: Duration,
-    /// Bound of one command (default 5 s); Redlock uses `node_timeout`.
+    /// Bound of one command (default 5 s). Redlock: bound of waiting for a
+    /// quorum of nodes to answer (default 1 s).
     pub response_timeout: Duration,
-    /// Redlock: bound of one request to one node (default 100 ms). Keep it
-    /// far below the ttl: a slow node only costs its vote.
+    /// Redlock: how long the other nodes may take once a quorum has answered
+    /// (default 100 ms): a slow or hung node only costs its vote. Keep it
+    /// far below the ttl.
     pub node_timeout: Duration,
     /// Redlock: clock drift allowed on top of lockkit's 1 % + 2 ms (default 0).
     pub drift: Duration,
@@ -344,6 +348,9 @@ impl RedisConfig {
         };
         if let Some(d) = positive("connect_timeout", url.take_duration("connect_timeout")?)? {
             cfg.connect_timeout = d;
+        }
+        if matches!(cfg.mode, Mode::Redlock) {
+            cfg.response_timeout = DEFAULT_REDLOCK_RESPONSE_TIMEOUT;
         }
         if let Some(d) = positive("response_timeout", url.take_duration("response_timeout")?)? {
             cfg.response_timeout = d;

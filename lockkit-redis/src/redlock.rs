@@ -4,10 +4,13 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use lockkit_core::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
 };
@@ -22,11 +25,18 @@ use crate::waiters::{Attempt, PubSubConn, Waiters, wait_loop};
 
 const KIND: &str = "redlock";
 
+/// How far ahead of this process's clock a token proposal is made: node
+/// clocks up to this much ahead still take the proposal.
+const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
+
 /// Locks over N independent Redis masters (`redlock://h1,h2,h3,…`). Cheap to
 /// clone.
 ///
-/// Every operation goes to all nodes at once, each request bounded by the
-/// short `node_timeout`; it succeeds when a quorum (N/2 + 1) of nodes agree.
+/// Every operation goes to all nodes at once and counts when a quorum
+/// (N/2 + 1) of them agree. It is decided as soon as a quorum has answered
+/// and `node_timeout` (default 100 ms) has passed, so a slow or hung node
+/// costs at most that; a quorum that is slow to answer (a busy client or
+/// network) is waited for up to `response_timeout` (default 1 s).
 /// Each node runs the same Lua scripts as the single-server backend, so
 /// re-entry, hold counts and compare-and-delete work per node.
 ///
@@ -48,10 +58,12 @@ const KIND: &str = "redlock";
 /// # Fencing tokens: what they promise, and what not
 ///
 /// A first acquisition takes a token from every node's counter (the
-/// single-server rule: `max(counter + 1, the node's clock in µs)`), uses the
-/// **maximum over the quorum** as the hold's token, writes it into the hold
-/// on those nodes and raises their counters to it (one extra round trip,
-/// first acquisitions only). Re-entries return that token.
+/// single-server rule, `max(counter + 1, the node's clock in µs)`, where the
+/// client also proposes its own clock + 1 s as a floor so that the nodes
+/// normally agree) and uses the **maximum over the quorum** as the hold's
+/// token. Nodes that answered a smaller value get the maximum written into
+/// their hold and their counter raised to it (a second round trip, needed
+/// only when they disagreed). Re-entries return that token.
 ///
 /// * **Promised**: a token is strictly greater than every token issued
 ///   before for the name, as long as every quorum that ever held it shares a
@@ -128,26 +140,71 @@ impl Inner {
         self.nodes.len()
     }
 
-    /// Runs `f` on every node at once, each bounded by the node timeout.
+    /// Runs `f` on every node at once, and collects the answers: once
+    /// `node_timeout` has passed and a quorum answered, stragglers are not
+    /// waited for (they count as timed out); a quorum that is slow to answer
+    /// (a busy client, a slow network) is waited for up to
+    /// `response_timeout`. With `wait_all`, every node is waited for up to
+    /// `response_timeout` (cleanup that should reach every node).
+    async fn on_nodes<T, F, Fut>(&self, wait_all: bool, f: F) -> Vec<Result<T, Fault>>
+    where
+        F: Fn(usize, ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T, Fault>>,
+    {
+        let (short, long) = (
+            self.config.node_timeout,
+            self.config.response_timeout.max(self.config.node_timeout),
+        );
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let call = f(i, node.conn.clone());
+                async move { (i, call.await) }
+            })
+            .collect();
+        let mut results: Vec<Option<Result<T, Fault>>> = self.nodes.iter().map(|_| None).collect();
+        let (mut answered, mut ok) = (0, 0);
+        let short_over = tokio::time::sleep(short);
+        let long_over = tokio::time::sleep(long);
+        tokio::pin!(short_over, long_over);
+        let mut past_short = false;
+        while answered < self.n() {
+            if past_short && !wait_all && ok >= self.quorum {
+                break;
+            }
+            tokio::select! {
+                Some((i, r)) = pending.next() => {
+                    answered += 1;
+                    ok += usize::from(r.is_ok());
+                    results[i] = Some(r);
+                }
+                _ = &mut short_over, if !past_short => past_short = true,
+                _ = &mut long_over => break,
+            }
+        }
+        let waited = if past_short && ok >= self.quorum { short } else { long };
+        results
+            .into_iter()
+            .zip(&self.nodes)
+            .map(|(r, node)| {
+                r.unwrap_or_else(|| {
+                    Err(Fault::Timeout(NodeTimeout {
+                        node: node.addr.clone(),
+                        timeout: waited,
+                    }))
+                })
+            })
+            .collect()
+    }
+
     async fn all<T, F, Fut>(&self, f: F) -> Vec<Result<T, Fault>>
     where
         F: Fn(usize, ConnectionManager) -> Fut,
         Fut: Future<Output = Result<T, Fault>>,
     {
-        let timeout = self.config.node_timeout;
-        join_all(self.nodes.iter().enumerate().map(|(i, node)| {
-            let call = f(i, node.conn.clone());
-            async move {
-                match tokio::time::timeout(timeout, call).await {
-                    Ok(r) => r,
-                    Err(_) => Err(Fault::Timeout(NodeTimeout {
-                        node: node.addr.clone(),
-                        timeout,
-                    })),
-                }
-            }
-        }))
-        .await
+        self.on_nodes(false, f).await
     }
 
     /// The deadline a quorum of these remaining leases (ms) guarantees,
@@ -175,12 +232,18 @@ impl Inner {
     /// One attempt: acquire on every node; seal or undo.
     async fn attempt(self: &Arc<Self>, name: &str, owner: &str, ttl_ms: u64) -> Outcome {
         let nonce = format!("{:016x}", rand::random::<u64>());
+        // Every node gets the same proposal (this clock + a margin for
+        // skew), so a first acquisition usually needs no sealing round.
+        let proposal = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| u64::try_from((d + PROPOSAL_LEAD).as_micros()).ok());
         let keys = &self.keys;
         let sent_at = Instant::now();
         let replies = self
             .all(|_, mut c| {
                 let nonce = &nonce;
-                async move { scripts::acquire(&mut c, keys, name, owner, ttl_ms, nonce).await }
+                async move { scripts::acquire(&mut c, keys, name, owner, ttl_ms, nonce, proposal).await }
             })
             .await;
         let mut held = Vec::new();
@@ -257,7 +320,7 @@ impl Inner {
             let keys = &self.keys;
             let by_node: HashMap<usize, u64> = to_seal.iter().map(|(i, t)| (held[*i].node, *t)).collect();
             let sealed = self
-                .all(|node, mut c| {
+                .on_nodes(true, |node, mut c| {
                     let node_token = by_node.get(&node).copied();
                     async move {
                         match node_token {
@@ -291,7 +354,7 @@ impl Inner {
             return;
         }
         let keys = &self.keys;
-        self.all(|node, mut c| async move {
+        self.on_nodes(true, |node, mut c| async move {
             match targets.get(&node) {
                 Some(token) => scripts::undo(&mut c, keys, name, owner, nonce, *token).await,
                 None => Ok(false),
@@ -442,12 +505,14 @@ impl RedlockBackend {
         Ok(None)
     }
 
-    /// The random retry delay after a split vote: up to `retry_delay`.
-    fn backoff(&self) -> Duration {
-        let max = u64::try_from(self.inner.config.retry_delay.as_micros())
-            .unwrap_or(u64::MAX)
-            .max(2);
-        Duration::from_micros(rand::random_range(max / 4..=max))
+    /// The random retry delay after the `splits`-th split vote in a row:
+    /// uniform up to 1 ms × 2^splits, at most `retry_delay` — short while
+    /// contenders are few and the network fast, longer when they keep
+    /// colliding.
+    fn backoff(&self, splits: u32) -> Duration {
+        let cap = u64::try_from(self.inner.config.retry_delay.as_micros()).unwrap_or(u64::MAX);
+        let max = (1000u64 << splits.min(20)).min(cap).max(2);
+        Duration::from_micros(rand::random_range(0..=max))
     }
 }
 
@@ -471,7 +536,11 @@ impl LockBackend for RedlockBackend {
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        let splits = AtomicU32::new(0);
         let step = |outcome: Outcome| -> Result<Attempt<Lease>, LockError> {
+            if !matches!(outcome, Outcome::Busy { split: true, .. }) {
+                splits.store(0, Ordering::Relaxed);
+            }
             Ok(match outcome {
                 Outcome::Acquired(lease) => Attempt::Done(lease),
                 // Held by another owner: a release message, or the quorum's
@@ -480,7 +549,7 @@ impl LockBackend for RedlockBackend {
                     retry_in: Some(r),
                     split: false,
                 } => Attempt::Busy {
-                    retry_in: r + self.backoff() / 4,
+                    retry_in: r + self.backoff(0),
                 },
                 Outcome::Busy {
                     retry_in: None,
@@ -489,7 +558,9 @@ impl LockBackend for RedlockBackend {
                     retry_in: UNKNOWN_LEASE_RECHECK,
                 },
                 // Split vote: everybody backs off for a random while.
-                Outcome::Busy { split: true, .. } => Attempt::Backoff { after: self.backoff() },
+                Outcome::Busy { split: true, .. } => Attempt::Backoff {
+                    after: self.backoff(splits.fetch_add(1, Ordering::Relaxed) + 1),
+                },
                 Outcome::Failed(e) => return Err(self.failed("acquire", req.name, e)),
             })
         };

@@ -118,7 +118,10 @@ impl Keys {
 /// Acquire, re-enter, or report the holder's remaining lease.
 ///
 /// KEYS: lock, counter. ARGV: owner, ttl ms, nonce (`''`: none; Redlock
-/// records it so a timed-out attempt can be undone).
+/// records it so a timed-out attempt can be undone), token proposal (`''`:
+/// none; Redlock proposes the same value to every node so that they agree
+/// on the token without a second round trip; a node takes it only as a
+/// floor, and only when it is less than a minute ahead of its own clock).
 /// Returns `{1, token, count, pttl}` when held by the caller now, or
 /// `{0, '', 0, pttl}` when another owner holds it.
 const ACQUIRE: &str = r#"
@@ -127,6 +130,10 @@ local ttl = tonumber(ARGV[2])
 if not h[1] then
   local now = redis.call('TIME')
   local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  if ARGV[4] ~= '' then
+    local p = tonumber(ARGV[4])
+    if p > floor and p < floor + 60000000 then floor = p end
+  end
   local t = redis.call('INCR', KEYS[2])
   if t < floor then
     t = floor
@@ -416,6 +423,7 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
     owner: &str,
     ttl_ms: u64,
     nonce: &str,
+    proposal: Option<u64>,
 ) -> Result<AcquireReply, Fault> {
     let v: Value = SCRIPTS
         .acquire
@@ -424,6 +432,7 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
         .arg(owner)
         .arg(ttl_ms)
         .arg(nonce)
+        .arg(proposal.map(|p| p.to_string()).unwrap_or_default())
         .invoke_async(conn)
         .await?;
     Ok(parse_acquire(&v)?)

@@ -1,5 +1,5 @@
-//! Redlock under node faults, on five private Redis masters started by the
-//! test (the shared services are left alone).
+//! Redlock on five private Redis masters started by the test (the shared
+//! services are left alone): node faults, token growth, round trips.
 #![cfg(feature = "redis")]
 
 #[path = "redis_support.rs"]
@@ -206,4 +206,38 @@ async fn tokens_keep_growing_when_every_node_loses_its_counters() {
         g.fencing_token()
     );
     g.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_acquisition_takes_one_round_trip() {
+    if !support::available("a_first_acquisition_takes_one_round_trip") {
+        return;
+    }
+    let nodes = five();
+    let (a, b) = (client(&nodes).await, client(&nodes).await);
+    // Warm up: every node loads the scripts once.
+    a.lock("warm-up").await.expect("lock").unlock().await.expect("unlock");
+    let before: Vec<u64> = nodes
+        .iter()
+        .map(|n| n.command_calls().get("evalsha").copied().unwrap_or(0))
+        .collect();
+    let cycles = 10;
+    let mut last = 0;
+    for i in 0..cycles {
+        let c = if i % 2 == 0 { &a } else { &b };
+        let g = c.lock_with("job", &long()).await.expect("lock");
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.unlock().await.expect("unlock");
+    }
+    for (node, before) in nodes.iter().zip(before) {
+        let calls = node.command_calls().get("evalsha").copied().unwrap_or(0) - before;
+        // One acquire and one release script per cycle; sealing (a second
+        // round) only when the nodes disagree on the token.
+        assert!(
+            calls <= 2 * cycles + 2,
+            "{calls} script calls on {} for {cycles} lock/unlock cycles",
+            node.addr()
+        );
+    }
 }

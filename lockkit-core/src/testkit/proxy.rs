@@ -149,9 +149,10 @@ async fn pump(
     }
 }
 
+/// Resolves when the proxy goes down (or is dropped), so idle connections
+/// are reset at once, not at their next chunk of traffic.
 async fn wait_down(watch: &mut watch::Receiver<Fault>) {
     let _ = watch.wait_for(|f| *f == Fault::Down).await;
-    std::future::pending::<()>().await;
 }
 
 #[cfg(test)]
@@ -202,6 +203,12 @@ mod tests {
             .unwrap()
             .unwrap();
         proxy.set(Fault::Down);
+        // An idle connection is closed at once, without traffic to notice it.
+        let mut one = [0u8; 1];
+        let idle = tokio::time::timeout(Duration::from_secs(10), s.read(&mut one))
+            .await
+            .expect("closed promptly");
+        assert!(matches!(idle, Ok(0) | Err(_)), "{idle:?}");
         let r = tokio::time::timeout(Duration::from_secs(10), roundtrip(&mut s))
             .await
             .unwrap();

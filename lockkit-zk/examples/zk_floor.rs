@@ -2,7 +2,7 @@
 //! acquire + release needs, sent with the same client crate.
 //!
 //! ```text
-//! cargo run --release -p lockkit-zk --example floor -- zk://127.0.0.1:12181/lockkit [SECONDS]
+//! cargo run --release -p lockkit-zk --example zk_floor -- zk://127.0.0.1:12181/lockkit [SECONDS]
 //! ```
 //!
 //! Prints, for SECONDS each (default 5; the uncontended measurements run in

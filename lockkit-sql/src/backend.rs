@@ -3,20 +3,25 @@
 //!
 //! # How a lock is taken
 //!
-//! 1. **Claim** — one statement inserts the row, takes over an expired row
-//!    or re-enters one's own (count + 1, lease never shortened), and reports
-//!    the hold count and remaining lease, or the holder's remaining lease when
-//!    busy. A new hold is written with token 0.
-//! 2. **Stamp** — a new hold then draws its fencing token from a durable
-//!    counter (a Postgres sequence; a counter row per bucket of names on
-//!    MySQL and SQLite) and stores it, only where the row is still ours with
-//!    token 0. Drawing *after* the claim is what makes tokens strictly grow
-//!    per name: whoever held the name before drew its token before it
-//!    released, so before our claim, so before our draw. (Drawing inside the
-//!    insert would not: a value drawn before the insert reaches the row can be
-//!    overtaken by a whole acquire + release of another client.) SQLite
-//!    is the exception: one writer runs at a time, so its claim reads the
-//!    counter and a trigger moves it, all in the one statement.
+//! One **claim** inserts the row, takes over an expired row or re-enters
+//! one's own (count + 1, lease never shortened), and reports the hold count,
+//! token and remaining lease — or the holder's remaining lease when busy.
+//!
+//! A new hold's fencing token comes from a durable counter (a Postgres
+//! sequence; `<table>_tokens` rows on MySQL and SQLite), and *when* it is
+//! drawn is what makes tokens strictly grow per name: it must be drawn while
+//! the name is held against every other acquirer, through the commit. A value
+//! drawn before the row is reached could be overtaken by another client's
+//! whole acquire + release in between. So each dialect draws under a lock on
+//! the name that lasts to the commit:
+//!
+//! - **MySQL**: claim, draw (from one of 64 counter rows, by the name's
+//!   hash) and stamp run as one transaction, sent as one multi-statement
+//!   round trip; the claim's row lock on the name comes first.
+//! - **Postgres**: one statement; it takes a transaction-scoped advisory lock
+//!   on the name before `nextval`.
+//! - **SQLite**: one statement; SQLite runs one writer at a time, and a
+//!   trigger moves the counter as the token is written.
 //!
 //! Release deletes the row (last hold) or decrements it, only where name,
 //! owner and token match and the lease runs; extend moves the expiry out,
@@ -40,7 +45,7 @@ use crate::config::{Dialect, SqlConfig};
 use crate::db::{Arg, Col, Db, Val};
 use crate::error::{Class, backend_error, classify, schema_error};
 use crate::listener::Waiters;
-use crate::sql::{ClaimShape, Stamp, Statements};
+use crate::sql::{ClaimShape, Statements};
 
 /// Connects to the database a `mysql://`, `mariadb://`, `postgres://` or
 /// `sqlite://` URL names, taking this backend's query parameters from it
@@ -87,12 +92,11 @@ impl fmt::Debug for SqlBackend {
 enum Claim {
     /// Another owner holds the name for this long (if known).
     Busy(Option<Duration>),
-    /// We hold it `count` times; `token`: `Some(0)` means not stamped yet,
-    /// `None` unknown (read it back).
+    /// We hold it `count` times under `token`, for `remaining`.
     Held {
         count: u32,
-        token: Option<u64>,
-        remaining: Option<Duration>,
+        token: u64,
+        remaining: Duration,
     },
 }
 
@@ -120,6 +124,7 @@ fn count(v: i64) -> u32 {
 }
 
 /// FNV-1a: a stable hash of a name, for its token counter bucket.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 fn bucket(name: &str, buckets: u64) -> i64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.bytes() {
@@ -358,10 +363,7 @@ impl Inner {
         Ok(match sql.claim_shape {
             #[cfg(feature = "mysql")]
             ClaimShape::Batch => {
-                let buckets = match &sql.stamp {
-                    Stamp::Draw { buckets, .. } => *buckets,
-                    Stamp::Inline(_) => 1,
-                };
+                let buckets = sql.buckets;
                 let cols = [Col::Int, Col::Int, Col::Int];
                 let (done, rows) = self
                     .retry(op, n, || {
@@ -379,8 +381,8 @@ impl Inner {
                     // Ours: fresh, taken over or re-entered, stamped in the batch.
                     (Some([c, t, r]), _) => Claim::Held {
                         count: count(c.int()),
-                        token: Some(t.int() as u64),
-                        remaining: Some(from_us(r.int())),
+                        token: t.int() as u64,
+                        remaining: from_us(r.int()),
                     },
                     // The claim left the holder's row unchanged: its remaining lease.
                     (_, Some(claim)) if claim.rows == 1 && claim.last_id > 0 => {
@@ -399,8 +401,8 @@ impl Inner {
                 match row.as_deref() {
                     Some([acquired, c, t, r]) if acquired.int() == 1 => Claim::Held {
                         count: count(c.int()),
-                        token: Some(t.int() as u64),
-                        remaining: Some(from_us(r.int())),
+                        token: t.int() as u64,
+                        remaining: from_us(r.int()),
                     },
                     Some([_, _, _, r]) => Claim::Busy(Some(from_us(r.int()))),
                     _ => Claim::Busy(None),
@@ -414,8 +416,8 @@ impl Inner {
                 match row.as_deref() {
                     Some([c, t, r]) => Claim::Held {
                         count: count(c.int()),
-                        token: Some(t.int() as u64),
-                        remaining: Some(from_us(r.int())),
+                        token: t.int() as u64,
+                        remaining: from_us(r.int()),
                     },
                     _ => {
                         let args = [Arg::Bytes(name.as_bytes())];
@@ -429,104 +431,26 @@ impl Inner {
         })
     }
 
-    /// Our own live hold of `name`: `(count, token, remaining)`.
-    async fn own(&self, name: &str, owner: &str) -> Result<Option<(u32, u64, Duration)>, LockError> {
-        let args = [Arg::Bytes(name.as_bytes()), Arg::Bytes(owner.as_bytes())];
-        let row = self
-            .retry("acquire", Some(name), || {
-                self.db.fetch_one(&self.sql.own, &args, &[Col::Int, Col::Int, Col::Int])
-            })
-            .await?;
-        Ok(row.map(|r| (count(r[0].int()), r[1].int() as u64, from_us(r[2].int()))))
-    }
-
-    /// Draws a token for our unstamped hold and stores it; `None` if the row
-    /// is no longer ours with token 0.
-    async fn stamp(&self, name: &str, owner: &str) -> Result<Option<u64>, LockError> {
-        let n = Some(name);
-        let (name_b, owner_b) = (name.as_bytes(), owner.as_bytes());
-        match &self.sql.stamp {
-            Stamp::Inline(sql) => {
-                let args = [Arg::Bytes(name_b), Arg::Bytes(owner_b)];
-                let row = self
-                    .retry("acquire", n, || self.db.fetch_one(sql, &args, &[Col::Int]))
-                    .await?;
-                Ok(row.map(|r| r[0].int() as u64))
-            }
-            Stamp::Draw {
-                draw,
-                draw_returns_row,
-                set,
-                buckets,
-            } => {
-                let args = [Arg::Int(bucket(name, *buckets))];
-                let token = if *draw_returns_row {
-                    let row = self
-                        .retry("acquire", n, || self.db.fetch_one(draw, &args, &[Col::Int]))
-                        .await?;
-                    row.map_or(0, |r| r[0].int())
-                } else {
-                    self.retry("acquire", n, || self.db.exec(draw, &args)).await?.last_id as i64
-                };
-                if token <= 0 {
-                    return Err(LockError::backend(
-                        self.kind,
-                        "acquire",
-                        n,
-                        false,
-                        "the token counter returned no value",
-                    ));
-                }
-                let args = [Arg::Int(token), Arg::Bytes(name_b), Arg::Bytes(owner_b)];
-                let done = self.retry("acquire", n, || self.db.exec(set, &args)).await?;
-                Ok((done.rows == 1).then_some(token as u64))
-            }
-        }
-    }
-
-    /// One acquisition attempt: claim, then stamp a new hold.
+    /// One acquisition attempt: one claim.
     async fn attempt(&self, name: &str, owner: &str, ttl: Duration) -> Result<TryAcquire, LockError> {
         let ttl = Duration::from_millis(ttl_millis(ttl));
-        // A round repeats only if our fresh hold vanished between two
-        // statements (its lease ran out at once, or a twin owner released it).
-        for _ in 0..4 {
-            let sent_at = Instant::now();
-            let (count, token, remaining) = match self.claim(name, owner, ttl).await? {
-                Claim::Busy(retry_in) => return Ok(TryAcquire::Busy { retry_in }),
-                Claim::Held {
-                    count,
-                    token,
-                    remaining,
-                } => (count, token, remaining),
-            };
-            let (count, token, remaining) = match token {
-                Some(t) if t > 0 => (count, t, remaining),
-                Some(_) => match self.stamp(name, owner).await? {
-                    Some(t) => (count, t, remaining),
-                    // A twin owner stamped it first, or it is gone.
-                    None => match self.own(name, owner).await? {
-                        Some((c, t, r)) if t > 0 => (c, t, Some(r)),
-                        _ => continue,
-                    },
-                },
-                None => match self.own(name, owner).await? {
-                    Some((c, t, r)) if t > 0 => (c, t, Some(r)),
-                    Some((c, _, r)) => match self.stamp(name, owner).await? {
-                        Some(t) => (c, t, Some(r)),
-                        None => continue,
-                    },
-                    None => continue,
-                },
-            };
-            let remaining = remaining.unwrap_or(ttl);
-            return Ok(TryAcquire::Acquired(Lease {
+        let sent_at = Instant::now();
+        Ok(match self.claim(name, owner, ttl).await? {
+            Claim::Held {
+                count,
+                token,
+                remaining,
+            } if token > 0 => TryAcquire::Acquired(Lease {
                 token,
                 hold_count: count,
                 valid_until: Some(lease::valid_until(sent_at, remaining)),
                 lost: None,
-            }));
-        }
-        Ok(TryAcquire::Busy { retry_in: None })
+            }),
+            // Every claim stamps its hold in the same transaction; a row
+            // without a token is not a hold this version of lockkit made.
+            Claim::Held { .. } => TryAcquire::Busy { retry_in: None },
+            Claim::Busy(retry_in) => TryAcquire::Busy { retry_in },
+        })
     }
 
     fn hold_args<'a>(hold: &'a Hold) -> [Arg<'a>; 3] {

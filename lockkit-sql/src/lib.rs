@@ -36,16 +36,18 @@
 //!
 //! # Fencing tokens
 //!
-//! Tokens come from a durable counter drawn *after* the row is claimed (see
-//! [`SqlBackend`] for why that order matters): a sequence on Postgres, and on
-//! MySQL a companion table `<table>_tokens` with one counter row per bucket
-//! of names (64 buckets, so acquisitions of unrelated names rarely meet on
-//! one counter row, and each counter row is locked for one short autocommit
-//! statement only). SQLite runs one writer at a time, so there the claim
-//! takes its token from `<table>_tokens` in the same statement and a trigger
-//! moves the counter. Tokens strictly grow per name, also across restarts and
-//! deleted rows. SQLite files are opened in WAL mode with `synchronous=FULL`,
-//! so a token survives a power loss too, not only a process crash.
+//! Tokens come from a durable counter, drawn while the name is locked
+//! against other acquirers through the commit (see [`SqlBackend`] for why
+//! that matters): a sequence on Postgres (after a transaction advisory lock
+//! on the name), and on MySQL a companion table `<table>_tokens` with one
+//! counter row per bucket of names (64 buckets, so acquisitions of unrelated
+//! names rarely meet on one counter row, and a counter row is locked only for
+//! the short acquiring transaction, never across a network round trip).
+//! SQLite runs one writer at a time, so its claim reads `<table>_tokens` in
+//! the same statement and a trigger moves the counter. Tokens strictly grow
+//! per name, also across restarts and deleted rows. SQLite files are opened
+//! in WAL mode with `synchronous=FULL`, so a token survives a power loss too,
+//! not only a process crash.
 //!
 //! # Waiting
 //!

@@ -33,23 +33,6 @@ pub(crate) enum ClaimShape {
     Batch,
 }
 
-/// How a fresh hold gets its fencing token.
-#[derive(Debug, Clone)]
-pub(crate) enum Stamp {
-    /// One statement `(name, owner)` that draws and stores the token,
-    /// returning `(token)` when it matched.
-    Inline(Arc<str>),
-    /// `draw (bucket)` returns `(token)` as a row or, on MySQL, as the OK
-    /// packet's insert id; then `set (token, name, owner)` stores it, one
-    /// affected row when it matched.
-    Draw {
-        draw: Arc<str>,
-        draw_returns_row: bool,
-        set: Arc<str>,
-        buckets: u64,
-    },
-}
-
 /// One database's statements for one lock table.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
@@ -69,9 +52,9 @@ pub(crate) struct Statements {
     pub claim_shape: ClaimShape,
     /// `(name)` → `(remaining_us)` of the current row.
     pub holder: Arc<str>,
-    /// `(name, owner)` → `(hold_count, token, remaining_us)` if held.
-    pub own: Arc<str>,
-    pub stamp: Stamp,
+    /// MySQL: counter rows in `<table>_tokens`, names hashed over them.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub buckets: u64,
     /// `(name, owner, token)`: delete the last hold; counts rows.
     pub release_last: Arc<str>,
     /// `(name, owner, token)`: decrement a hold count above 1 → `(hold_count)`
@@ -234,7 +217,7 @@ fn mysql(t: &str) -> Statements {
                  name VARBINARY(255) NOT NULL COMMENT 'lock name: UTF-8 bytes, compared exactly', \
                  owner VARBINARY(255) NOT NULL, \
                  hold_count BIGINT NOT NULL, \
-                 token BIGINT NOT NULL COMMENT 'fencing token; 0 while a new hold is being stamped', \
+                 token BIGINT NOT NULL COMMENT 'fencing token', \
                  expires_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock', \
                  acquired_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock', \
                  memo VARCHAR(1024) NULL, \
@@ -269,22 +252,7 @@ fn mysql(t: &str) -> Statements {
         )),
         claim_shape: ClaimShape::Batch,
         holder: s(format!("SELECT {MY_REMAINING} FROM `{t}` WHERE name = ?")),
-        own: s(format!(
-            "SELECT hold_count, token, {MY_REMAINING} FROM `{t}` \
-             WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
-        )),
-        stamp: Stamp::Draw {
-            draw: s(format!(
-                "INSERT INTO `{t}_tokens` (bucket, last_token) VALUES (?, LAST_INSERT_ID(1)) \
-                 ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1)"
-            )),
-            draw_returns_row: false,
-            set: s(format!(
-                "UPDATE `{t}` SET token = ? WHERE name = ? AND owner = ? AND token = 0 \
-                 AND expires_at > UTC_TIMESTAMP(6)"
-            )),
-            buckets: 64,
-        },
+        buckets: 64,
         release_last: s(format!(
             "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND hold_count <= 1 \
              AND expires_at > UTC_TIMESTAMP(6)"
@@ -346,14 +314,19 @@ fn postgres(t: &str) -> Statements {
                 .to_owned(),
         ),
         name_types: &["bytea"],
+        // The token is drawn in the claim itself, after taking a transaction
+        // advisory lock on the name (held to the commit): any earlier holder
+        // drew its token under the same lock, so before ours.
         claim: s(format!(
-            "WITH claim AS (\
+            "WITH guard AS (SELECT pg_advisory_xact_lock(hashtext('lockkit:{t}'), hashtext(encode($1, 'hex')))), \
+             claim AS (\
                INSERT INTO \"{t}\" AS l (name, owner, hold_count, token, expires_at, acquired_at, memo) \
-               VALUES ($1, $2, 1, 0, now() + $3::int8 * interval '1 microsecond', now(), $4::text) \
+               VALUES ($1, $2, 1, (SELECT nextval('\"{t}_token_seq\"') FROM guard), \
+                 now() + $3::int8 * interval '1 microsecond', now(), $4::text) \
                ON CONFLICT (name) DO UPDATE SET \
                  owner = EXCLUDED.owner, \
                  hold_count = CASE WHEN l.expires_at <= now() THEN 1 ELSE LEAST(l.hold_count + 1, 4294967295) END, \
-                 token = CASE WHEN l.expires_at <= now() THEN 0 ELSE l.token END, \
+                 token = CASE WHEN l.expires_at <= now() THEN EXCLUDED.token ELSE l.token END, \
                  acquired_at = CASE WHEN l.expires_at <= now() THEN now() ELSE l.acquired_at END, \
                  memo = CASE WHEN l.expires_at <= now() THEN EXCLUDED.memo ELSE l.memo END, \
                  expires_at = GREATEST(l.expires_at, EXCLUDED.expires_at) \
@@ -366,14 +339,7 @@ fn postgres(t: &str) -> Statements {
         )),
         claim_shape: ClaimShape::Rows,
         holder: s(format!("SELECT {remaining} FROM \"{t}\" WHERE name = $1")),
-        own: s(format!(
-            "SELECT hold_count, token, {remaining} FROM \"{t}\" \
-             WHERE name = $1 AND owner = $2 AND expires_at > now()"
-        )),
-        stamp: Stamp::Inline(s(format!(
-            "UPDATE \"{t}\" SET token = nextval('\"{t}_token_seq\"') \
-             WHERE name = $1 AND owner = $2 AND token = 0 AND expires_at > now() RETURNING token"
-        ))),
+        buckets: 1,
         release_last: notify(" AND hold_count <= 1 AND expires_at > now()"),
         release_one: s(format!(
             "UPDATE \"{t}\" SET hold_count = hold_count - 1 \
@@ -461,23 +427,7 @@ fn sqlite(t: &str) -> Statements {
         )),
         claim_shape: ClaimShape::RowsOrHolder,
         holder: s(format!("SELECT expires_at - {now} FROM \"{t}\" WHERE name = ?1")),
-        own: s(format!(
-            "SELECT hold_count, token, expires_at - {now} FROM \"{t}\" \
-             WHERE name = ?1 AND owner = ?2 AND expires_at > {now}"
-        )),
-        // Only for rows some other client left at token 0.
-        stamp: Stamp::Draw {
-            draw: s(format!(
-                "INSERT INTO \"{t}_tokens\" (bucket, last_token) VALUES (?1, 1) \
-                 ON CONFLICT (bucket) DO UPDATE SET last_token = last_token + 1 RETURNING last_token"
-            )),
-            draw_returns_row: true,
-            set: s(format!(
-                "UPDATE \"{t}\" SET token = ?1 WHERE name = ?2 AND owner = ?3 AND token = 0 AND expires_at > {now}"
-            )),
-            // One database-wide write lock serializes SQLite anyway.
-            buckets: 1,
-        },
+        buckets: 1,
         release_last: s(format!(
             "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count <= 1 \
              AND expires_at > {now}"

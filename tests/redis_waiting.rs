@@ -32,12 +32,22 @@ fn total(calls: &BTreeMap<String, u64>) -> u64 {
         .sum()
 }
 
-/// `waiters` owners of one client wait on a name held with a 60 s lease;
-/// once all are waiting, the holder releases and each waiter, when it gets
-/// the lock, releases it at once: `waiters` hand-offs in a chain.
-async fn handoffs(server: &Server, waiters: usize) -> Handoffs {
+/// `waiters` owners wait on a name held with a 60 s lease — all in one
+/// client (`shared`), or each in its own client (its own connections, like
+/// separate processes); once all are waiting, the holder releases and each
+/// waiter, when it gets the lock, releases it at once: `waiters` hand-offs
+/// in a chain.
+async fn handoffs(server: &Server, waiters: usize, shared: bool) -> Handoffs {
     let locks = lockkit::connect(&server.url()).await.expect("connect");
-    let name = format!("handoff-{waiters}");
+    let name = format!("handoff-{waiters}-{shared}");
+    let mut clients = Vec::new();
+    for _ in 0..waiters {
+        clients.push(if shared {
+            locks.with_new_owner()
+        } else {
+            lockkit::connect(&server.url()).await.expect("connect")
+        });
+    }
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(60))
         .wait(Duration::from_secs(60));
@@ -51,9 +61,10 @@ async fn handoffs(server: &Server, waiters: usize) -> Handoffs {
     let before_waiting = server.command_calls();
     let released_at = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let acquired_at = Arc::new(Mutex::new(Vec::<Instant>::new()));
-    let tasks: Vec<_> = (0..waiters)
-        .map(|_| {
-            let (client, name, opts): (LockClient, _, _) = (locks.with_new_owner(), name.clone(), opts.clone());
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            let (client, name, opts): (LockClient, _, _) = (client, name.clone(), opts.clone());
             let (released_at, acquired_at) = (released_at.clone(), acquired_at.clone());
             tokio::spawn(async move {
                 let g = client.lock_with(&name, &opts).await.expect("waiter locks");
@@ -121,37 +132,50 @@ fn describe(waiters: usize, h: &Handoffs) -> String {
     )
 }
 
+fn check_handoffs(what: &str, two: &Handoffs, sixteen: &Handoffs) {
+    eprintln!("{what}, {}", describe(2, two));
+    eprintln!("{what}, {}", describe(16, sixteen));
+    // One release and one acquisition per hand-off: a woken herd would show
+    // up as one attempt per waiter.
+    for (n, h) in [(2, two), (16, sixteen)] {
+        assert!(
+            h.scripts <= 2.5,
+            "{what}, {n} waiters: {:.2} scripts per hand-off",
+            h.scripts
+        );
+    }
+    assert!(
+        sixteen.commands <= two.commands * 1.25 + 1.0,
+        "{what}: commands per hand-off grew with the waiters: {:.2} with 2, {:.2} with 16",
+        two.commands,
+        sixteen.commands
+    );
+    // Nobody waited for the holder's 60 s expiry.
+    for l in sixteen.latencies.iter().chain(&two.latencies) {
+        assert!(*l < Duration::from_secs(10), "{what}: a hand-off took {l:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoff_cost_does_not_grow_with_waiters() {
     if !support::available("handoff_cost_does_not_grow_with_waiters") {
         return;
     }
     let server = Server::start();
-    let two = handoffs(&server, 2).await;
-    let sixteen = handoffs(&server, 16).await;
-    eprintln!("{}", describe(2, &two));
-    eprintln!("{}", describe(16, &sixteen));
-    // One release and one acquisition per hand-off: a woken herd would show
-    // up as one attempt per waiter.
-    assert!(
-        sixteen.scripts <= 2.5,
-        "16 waiters: {:.2} scripts per hand-off",
-        sixteen.scripts
-    );
-    assert!(two.scripts <= 2.5, "2 waiters: {:.2} scripts per hand-off", two.scripts);
-    assert!(
-        sixteen.commands <= two.commands * 1.25 + 1.0,
-        "commands per hand-off grew with the waiters: {:.2} with 2, {:.2} with 16",
-        two.commands,
-        sixteen.commands
-    );
-    // Nobody waited for the holder's 60 s expiry.
-    for l in sixteen.latencies.iter().chain(&two.latencies) {
-        assert!(*l < Duration::from_secs(10), "a hand-off took {l:?}");
+    let two = handoffs(&server, 2, true).await;
+    let sixteen = handoffs(&server, 16, true).await;
+    check_handoffs("one client", &two, &sixteen);
+    let two = handoffs(&server, 2, false).await;
+    let sixteen = handoffs(&server, 16, false).await;
+    check_handoffs("a client each", &two, &sixteen);
+    // The last waiter leaving unsubscribed and left the queue.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.cli(&["PUBSUB", "CHANNELS"]).trim().is_empty() {
+        assert!(Instant::now() < deadline, "subscriptions left behind");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The last waiter leaving unsubscribed.
-    let channels = server.cli(&["PUBSUB", "CHANNELS"]);
-    assert!(channels.trim().is_empty(), "subscriptions left behind: {channels}");
+    let queues = server.cli(&["--scan", "--pattern", "lockkit:*q:*"]);
+    assert!(queues.trim().is_empty(), "waiter queues left behind: {queues}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,4 +208,55 @@ async fn dropped_waiters_leave_no_subscription() {
         .expect("task")
         .expect("lock");
     g.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_queued_client_only_delays_one_handoff() {
+    if !support::available("a_crashed_queued_client_only_delays_one_handoff") {
+        return;
+    }
+    let server = Server::start();
+    let (holder, waiter) = (
+        lockkit::connect(&server.url()).await.expect("connect"),
+        lockkit::connect(&server.url()).await.expect("connect"),
+    );
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(60))
+        .wait(Duration::from_secs(30));
+    let g = holder.lock_with("crashed", &opts).await.expect("lock");
+    let task = tokio::spawn({
+        let (waiter, opts) = (waiter.clone(), opts.clone());
+        async move { waiter.lock_with("crashed", &opts).await }
+    });
+    // Wait until the waiter queued, then put a client that died while
+    // queued (it never answers) at the head of the queue.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let queue = loop {
+        let keys = server.cli(&["--scan", "--pattern", "lockkit:*q:crashed"]);
+        if let Some(k) = keys.lines().next().filter(|k| !k.is_empty()) {
+            break k.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the waiter did not queue");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    server.cli(&["ZADD", &queue, "1", "dead0000dead0000"]);
+    let released = Instant::now();
+    g.unlock().await.expect("unlock");
+    let gw = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the live waiter takes over after the fallback delay")
+        .expect("task")
+        .expect("lock");
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "hand-off past a dead client took {took:?}"
+    );
+    let members = server.cli(&["ZRANGE", &queue, "0", "-1"]);
+    assert!(
+        !members.contains("dead0000dead0000"),
+        "the dead client was dropped from the queue: {members}"
+    );
+    gw.unlock().await.expect("unlock");
+    eprintln!("hand-off past a dead queued client: {took:?}");
 }

@@ -25,8 +25,8 @@ use redis::{
 
 use crate::config::{Mode, Node, RedisConfig, Tls};
 use crate::error::{Fault, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish};
-use crate::waiters::{Attempt, PubSubConn, Waiters, wait_loop};
+use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing};
+use crate::waiters::{Attempt, PubSubConn, Turn, Waiters, wait_loop};
 
 /// Locks on one Redis: `redis://`, `rediss://`, `redis+sentinel://` or
 /// `redis+cluster://`. Cheap to clone; clones share connections.
@@ -318,7 +318,7 @@ impl RedisBackend {
                 ));
             }
         };
-        let waiters = Waiters::new(1, 1, config.response_timeout);
+        let waiters = Waiters::new(1, 1, config.response_timeout, true);
         let (ct, rt) = (config.connect_timeout, config.response_timeout);
         let conn = match &config.mode {
             Mode::Single => {
@@ -441,6 +441,15 @@ impl RedisBackend {
             }
             Mode::Redlock => unreachable!("refused above"),
         };
+        if let Some(id) = waiters.waiter_id() {
+            let (conn, keys, id) = (conn.clone(), Keys::new(&config.prefix), id.to_owned());
+            waiters.set_leave(Arc::new(move |channel: Vec<u8>| {
+                let (mut conn, queue, id) = (conn.clone(), keys.queue_of_lock(&channel), id.clone());
+                Box::pin(async move {
+                    let _: RedisResult<Value> = redis::cmd("ZREM").arg(queue).arg(id).query_async(&mut conn).await;
+                })
+            }));
+        }
         let durable_tokens = append_only(&conn).await;
         Ok(RedisBackend {
             inner: Arc::new(Inner {
@@ -455,19 +464,48 @@ impl RedisBackend {
         })
     }
 
+    /// How an attempt takes part in the waiter queue: a waiting one (with
+    /// its `turn`) joins it; every acquisition announces itself to it.
+    fn queueing(&self, turn: Option<Turn>) -> Queueing {
+        let publish = Some(self.inner.publish);
+        match turn {
+            Some(turn) => Queueing {
+                waiter: self.inner.waiters.waiter_id().map(str::to_owned),
+                join: true,
+                stay: turn.others_wait,
+                stale: turn.stale,
+                publish,
+            },
+            None => Queueing {
+                publish,
+                ..Queueing::default()
+            },
+        }
+    }
+
     fn error(&self, operation: &'static str, name: &str, f: Fault) -> LockError {
         f.into_error(self.inner.kind, operation, Some(name))
     }
 
     /// One acquisition attempt, run on its own task: if the caller is gone
     /// when the answer comes, a hold it got is released at once.
-    async fn attempt(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
+    async fn attempt(&self, req: &AcquireRequest<'_>, queueing: Queueing) -> Result<TryAcquire, LockError> {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner) = (req.name.to_owned(), req.owner.to_owned());
         let inner = self.inner.clone();
         let work = async move {
             let sent_at = Instant::now();
-            let r = scripts::acquire(&mut inner.conn.clone(), &inner.keys, &name, &owner, ttl_ms, "", None).await;
+            let r = scripts::acquire(
+                &mut inner.conn.clone(),
+                &inner.keys,
+                &name,
+                &owner,
+                ttl_ms,
+                "",
+                None,
+                &queueing,
+            )
+            .await;
             (sent_at, r, inner, name, owner)
         };
         let (sent_at, reply, ..) = detach(self.inner.kind, work, |(_, reply, inner, name, owner)| async move {
@@ -661,21 +699,21 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-        self.attempt(req).await
+        self.attempt(req, self.queueing(None)).await
     }
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
         // Uncontended: one round trip, no subscription.
-        if let TryAcquire::Acquired(lease) = self.attempt(req).await? {
+        if let TryAcquire::Acquired(lease) = self.attempt(req, self.queueing(None)).await? {
             return Ok(Some(lease));
         }
         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             return Ok(None);
         }
         let channel = self.inner.keys.lock(req.name);
-        wait_loop(&self.inner.waiters, &channel, deadline, || async {
-            Ok(match self.attempt(req).await? {
+        wait_loop(&self.inner.waiters, &channel, deadline, |turn| async move {
+            Ok(match self.attempt(req, self.queueing(Some(turn))).await? {
                 TryAcquire::Acquired(lease) => Attempt::Done(lease),
                 TryAcquire::Busy { retry_in } => Attempt::Busy {
                     retry_in: retry_in.unwrap_or(UNKNOWN_LEASE_RECHECK),

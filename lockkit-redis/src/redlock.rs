@@ -20,7 +20,7 @@ use redis::aio::ConnectionManager;
 use crate::backend::{UNKNOWN_LEASE_RECHECK, manager_config, millis, open_client, pubsub_config};
 use crate::config::RedisConfig;
 use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Stored};
+use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Stored};
 use crate::waiters::{Attempt, PubSubConn, Waiters, wait_loop};
 
 const KIND: &str = "redlock";
@@ -243,7 +243,9 @@ impl Inner {
         let replies = self
             .all(|_, mut c| {
                 let nonce = &nonce;
-                async move { scripts::acquire(&mut c, keys, name, owner, ttl_ms, nonce, proposal).await }
+                async move {
+                    scripts::acquire(&mut c, keys, name, owner, ttl_ms, nonce, proposal, &Queueing::default()).await
+                }
             })
             .await;
         let mut held = Vec::new();
@@ -385,7 +387,7 @@ impl RedlockBackend {
     pub async fn connect(config: RedisConfig) -> Result<Self, LockError> {
         let n = config.nodes.len();
         let quorum = config.quorum();
-        let waiters = Waiters::new(n, quorum, config.node_timeout.max(Duration::from_millis(500)));
+        let waiters = Waiters::new(n, quorum, config.node_timeout.max(Duration::from_millis(500)), false);
         let (ct, rt) = (config.connect_timeout, config.response_timeout);
         let mut nodes = Vec::with_capacity(n);
         let mut pubsubs = Vec::with_capacity(n);
@@ -572,7 +574,7 @@ impl LockBackend for RedlockBackend {
             return Ok(None);
         }
         let channel = self.inner.keys.lock(req.name);
-        wait_loop(&self.inner.waiters, &channel, deadline, || async {
+        wait_loop(&self.inner.waiters, &channel, deadline, |_| async {
             step(self.attempt(req).await?)
         })
         .await

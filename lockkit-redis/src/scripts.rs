@@ -9,8 +9,13 @@
 //! |---|---|---|
 //! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token |
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
+//! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, oldest first |
 //!
-//! and releases are published on the channel named like the lock key.
+//! and releases are published on the channel named like the lock key, with
+//! the id of the waiting client whose turn it is (the queue's head, which
+//! then moves to the back): that client retries at once, the others only if
+//! nobody took the lock within a short fallback delay — so a hand-off costs
+//! the same few commands however many processes wait.
 //! `TAG` is three hex digits of the FNV-1a hash of `N` (4096 buckets), so the
 //! lock key, its counter and its channel hash to one cluster slot whatever
 //! `N` contains — braces, NUL, newlines, any UTF-8 are stored as they are,
@@ -105,6 +110,20 @@ impl Keys {
         (self.lock(&name) == key).then_some(name)
     }
 
+    /// `P{TAG}q:NAME`: the waiting clients.
+    pub fn queue(&self, name: &str) -> Vec<u8> {
+        let mut k = self.lock(name);
+        k.splice(self.prefix.len() + 5..self.prefix.len() + 5, [b'q']);
+        k
+    }
+
+    /// The queue key of a lock key (see [`queue`](Self::queue)).
+    pub fn queue_of_lock(&self, lock_key: &[u8]) -> Vec<u8> {
+        let mut k = lock_key.to_vec();
+        k.insert(self.prefix.len() + 5, b'q');
+        k
+    }
+
     /// `P{TAG}fence`.
     pub fn counter(&self, name: &str) -> Vec<u8> {
         let mut k = Vec::with_capacity(self.prefix.len() + 10);
@@ -117,11 +136,20 @@ impl Keys {
 
 /// Acquire, re-enter, or report the holder's remaining lease.
 ///
-/// KEYS: lock, counter. ARGV: owner, ttl ms, nonce (`''`: none; Redlock
-/// records it so a timed-out attempt can be undone), token proposal (`''`:
-/// none; Redlock proposes the same value to every node so that they agree
-/// on the token without a second round trip; a node takes it only as a
-/// floor, and only when it is less than a minute ahead of its own clock).
+/// KEYS: lock, counter, queue. ARGV:
+/// 1. owner, 2. ttl ms,
+/// 3. nonce (`''`: none; Redlock records it so that a timed-out attempt can
+///    be undone),
+/// 4. token proposal (`''`: none; Redlock proposes the same value to every
+///    node so that they agree on the token without a second round trip; a
+///    node takes it only as a floor, and only when it is less than a minute
+///    ahead of its own clock),
+/// 5. the caller's waiter id (`''`: no queue), 6. flags: `w` join the queue
+///    when busy, `k` stay in it after acquiring (others of the same client
+///    still wait), 7. a waiter id to drop from the queue (one that was given
+///    the turn and did not take it; `''`: none), 8. `PUBLISH`/`SPUBLISH` to
+///    announce a taken lock to the queue (`''`: never).
+///
 /// Returns `{1, token, count, pttl}` when held by the caller now, or
 /// `{0, '', 0, pttl}` when another owner holds it.
 const ACQUIRE: &str = r#"
@@ -143,6 +171,13 @@ if not h[1] then
   redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts)
   if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'n', ARGV[3]) end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[8] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
+    if ARGV[7] ~= '' then redis.call('ZREM', KEYS[3], ARGV[7]) end
+    if ARGV[5] ~= '' and not string.find(ARGV[6], 'k', 1, true) then
+      redis.call('ZREM', KEYS[3], ARGV[5])
+    end
+    redis.pcall(ARGV[8], KEYS[1], '+')
+  end
   return {1, ts, 1, ttl}
 end
 if h[1] == ARGV[1] then
@@ -155,13 +190,22 @@ if h[1] == ARGV[1] then
   end
   return {1, h[2], c, pttl}
 end
-return {0, '', 0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', ms), ARGV[5])
+  redis.call('PEXPIRE', KEYS[3], string.format('%.0f', math.max(pttl, 0) + 60000))
+end
+return {0, '', 0, pttl}
 "#;
 
-/// Release one hold: decrement, delete at zero and publish (with `pcall`: a
-/// user without pub/sub permission still releases).
+/// Release one hold: decrement; at zero delete it and publish
+/// `TOKEN|HEAD` — `HEAD` the waiting client whose turn it is (moved to the
+/// back of the queue), or empty when nobody queued. Publishing uses `pcall`:
+/// a user without pub/sub permission still releases.
 ///
-/// KEYS: lock. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`.
+/// KEYS: lock, queue. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`.
 /// Returns the holds left, or -1 when owner and token do not match.
 const RELEASE: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c')
@@ -172,7 +216,15 @@ if c > 0 then
   return c
 end
 redis.call('DEL', KEYS[1])
-redis.pcall(ARGV[4], ARGV[3], ARGV[2])
+local head = ''
+local q = redis.call('ZRANGE', KEYS[2], 0, 0)
+if q[1] then
+  head = q[1]
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  redis.call('ZADD', KEYS[2], 'XX', string.format('%.0f', ms), head)
+end
+redis.pcall(ARGV[4], ARGV[3], ARGV[2] .. '|' .. head)
 return 0
 "#;
 
@@ -407,7 +459,7 @@ pub(crate) enum Publish {
 }
 
 impl Publish {
-    fn command(self) -> &'static str {
+    pub fn command(self) -> &'static str {
         match self {
             Publish::Classic => "PUBLISH",
             Publish::Sharded => "SPUBLISH",
@@ -415,7 +467,23 @@ impl Publish {
     }
 }
 
+/// How an acquire attempt takes part in the waiter queue.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Queueing {
+    /// This client's waiter id (`None`: no queue).
+    pub waiter: Option<String>,
+    /// Join the queue when busy.
+    pub join: bool,
+    /// Stay in the queue after acquiring: more of this client's waiters wait.
+    pub stay: bool,
+    /// A waiter that was given the turn and did not take it.
+    pub stale: Option<String>,
+    /// How to announce a taken lock (`None`: never).
+    pub publish: Option<Publish>,
+}
+
 /// One acquire attempt on one server.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
@@ -424,15 +492,27 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
     ttl_ms: u64,
     nonce: &str,
     proposal: Option<u64>,
+    queueing: &Queueing,
 ) -> Result<AcquireReply, Fault> {
+    let flags = match (queueing.join, queueing.stay) {
+        (true, true) => "wk",
+        (true, false) => "w",
+        (false, true) => "k",
+        (false, false) => "",
+    };
     let v: Value = SCRIPTS
         .acquire
         .key(keys.lock(name))
         .key(keys.counter(name))
+        .key(keys.queue(name))
         .arg(owner)
         .arg(ttl_ms)
         .arg(nonce)
         .arg(proposal.map(|p| p.to_string()).unwrap_or_default())
+        .arg(queueing.waiter.as_deref().unwrap_or(""))
+        .arg(flags)
+        .arg(queueing.stale.as_deref().unwrap_or(""))
+        .arg(queueing.publish.map_or("", Publish::command))
         .invoke_async(conn)
         .await?;
     Ok(parse_acquire(&v)?)
@@ -451,6 +531,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
     let v: Value = SCRIPTS
         .release
         .key(&key)
+        .key(keys.queue(name))
         .arg(owner)
         .arg(token)
         .arg(&key)
@@ -636,6 +717,8 @@ mod tests {
         let k = Keys::new("lockkit:");
         assert_eq!(k.lock("a"), b"lockkit:{92c}:a");
         assert_eq!(k.counter("a"), b"lockkit:{92c}fence");
+        assert_eq!(k.queue("a"), b"lockkit:{92c}q:a");
+        assert_eq!(k.queue_of_lock(&k.lock("a")), k.queue("a"));
         assert_eq!(k.lock("foobar"), b"lockkit:{968}:foobar");
         // Braces and NUL in a name stay after the tag and change nothing.
         let odd = "x{y}z\0{";
@@ -647,6 +730,7 @@ mod tests {
         assert_eq!(k.name_of(&k.lock(odd)).as_deref(), Some(odd));
         assert_eq!(k.name_of(b"lockkit:{92c}:b"), None, "wrong tag for the name");
         assert_eq!(k.name_of(&k.counter("a")), None);
+        assert_eq!(k.name_of(&k.queue("a")), None);
         assert_eq!(k.scan_pattern("a*[b]"), b"lockkit:{???}:a\\*\\[b\\]*");
     }
 

@@ -14,6 +14,13 @@
 //! [`Baton`]: if it gives up without a definite answer (cancelled, or its
 //! attempt failed), the baton wakes the next waiter instead.
 //!
+//! Across processes, the waiting clients queue on the server (see the key
+//! layout in `scripts`): a release message names the client whose turn it
+//! is. That client wakes a waiter at once; every other client only arms a
+//! short fallback timer, cancelled when the lock is announced as taken, so
+//! a client that crashed while queued delays a hand-off by that much once
+//! and is then dropped from the queue.
+//!
 //! When a pub/sub connection drops, messages may be lost while it is down:
 //! after it is back (and resubscribed) every name with waiters gets one
 //! wake-up.
@@ -84,11 +91,24 @@ impl PubSubConn {
 /// is published by every node that held the lock.
 const RECENT_PAYLOADS: usize = 8;
 
+/// How long a client whose turn it is not waits before it tries anyway
+/// (unless the lock is announced as taken first): the base, plus up to as
+/// much again at random.
+const FALLBACK: Duration = Duration::from_millis(50);
+
+/// Removes this client from a lock's waiter queue; given the channel.
+pub(crate) type Leave = Arc<dyn Fn(Vec<u8>) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
+
 struct Slot {
     notify: Arc<Notify>,
     refs: usize,
     subscribed: bool,
     recent: VecDeque<Vec<u8>>,
+    /// Bumped by every message: a fallback timer fires only if no message
+    /// came after the one that armed it.
+    epoch: u64,
+    /// The client that was given the turn when this one armed a fallback.
+    stale: Option<String>,
 }
 
 struct Shared {
@@ -102,6 +122,9 @@ struct Shared {
     timeout: Duration,
     /// Orders subscribe and unsubscribe commands.
     sub_lock: tokio::sync::Mutex<()>,
+    /// This client's waiter id, when the backend queues waiters.
+    waiter_id: Option<String>,
+    leave: OnceLock<Leave>,
 }
 
 impl Shared {
@@ -139,9 +162,11 @@ impl Waiters {
     /// A registry for `connections` pub/sub connections, `required` of which
     /// must confirm a subscription; each subscribe/unsubscribe waits at most
     /// `timeout` per connection.
-    pub fn new(connections: usize, required: usize, timeout: Duration) -> Self {
+    pub fn new(connections: usize, required: usize, timeout: Duration, queued: bool) -> Self {
         Waiters {
             shared: Arc::new(Shared {
+                waiter_id: queued.then(|| format!("{:016x}", rand::random::<u64>())),
+                leave: OnceLock::new(),
                 slots: Mutex::new(HashMap::new()),
                 conns: OnceLock::new(),
                 recovering: (0..connections).map(|_| AtomicBool::new(false)).collect(),
@@ -173,6 +198,16 @@ impl Waiters {
     pub fn set_connections(&self, conns: Vec<PubSubConn>) {
         debug_assert_eq!(conns.len(), self.shared.recovering.len());
         let _ = self.shared.conns.set(conns);
+    }
+
+    /// How this client leaves a waiter queue (once; queued backends only).
+    pub fn set_leave(&self, leave: Leave) {
+        let _ = self.shared.leave.set(leave);
+    }
+
+    /// This client's waiter id, when it queues.
+    pub fn waiter_id(&self) -> Option<&str> {
+        self.shared.waiter_id.as_deref()
     }
 
     /// Every name with waiters gets one wake-up (after a failover).
@@ -211,6 +246,8 @@ impl Waiters {
                 refs: 0,
                 subscribed: false,
                 recent: VecDeque::new(),
+                epoch: 0,
+                stale: None,
             });
             slot.refs += 1;
             slot.notify.clone()
@@ -266,15 +303,47 @@ fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
                 _ => Vec::new(),
             };
             let mut slots = shared.slots();
-            if let Some(slot) = slots.get_mut(channel) {
-                if !payload.is_empty() && slot.recent.contains(&payload) {
-                    return;
+            let Some(slot) = slots.get_mut(channel) else { return };
+            slot.epoch += 1;
+            if payload == b"+" {
+                // Taken: a pending fallback is not needed.
+                slot.stale = None;
+                return;
+            }
+            if !payload.is_empty() && slot.recent.contains(&payload) {
+                return;
+            }
+            if slot.recent.len() == RECENT_PAYLOADS {
+                slot.recent.pop_front();
+            }
+            // `TOKEN|HEAD`: HEAD's turn; anything else: everybody's.
+            let head = payload
+                .iter()
+                .rposition(|b| *b == b'|')
+                .map(|i| String::from_utf8_lossy(&payload[i + 1..]).into_owned())
+                .filter(|h| !h.is_empty());
+            slot.recent.push_back(payload);
+            match head {
+                Some(head) if shared.waiter_id.as_deref() != Some(head.as_str()) => {
+                    slot.stale = Some(head);
+                    let (epoch, notify, weak, channel) =
+                        (slot.epoch, slot.notify.clone(), Arc::downgrade(shared), channel.clone());
+                    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                        return;
+                    };
+                    let delay = FALLBACK + Duration::from_micros(rand::random_range(0..=FALLBACK.as_micros() as u64));
+                    rt.spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let Some(shared) = weak.upgrade() else { return };
+                        if shared.slots().get(&channel).is_some_and(|s| s.epoch == epoch) {
+                            notify.notify_one();
+                        }
+                    });
                 }
-                if slot.recent.len() == RECENT_PAYLOADS {
-                    slot.recent.pop_front();
+                _ => {
+                    slot.stale = None;
+                    slot.notify.notify_one();
                 }
-                slot.recent.push_back(payload);
-                slot.notify.notify_one();
             }
         }
         PushKind::Disconnection => {
@@ -355,6 +424,9 @@ impl Drop for Subscription {
                 return; // a new waiter came meanwhile and keeps it
             }
             let timeout = shared.timeout;
+            if let Some(leave) = shared.leave.get() {
+                let _ = tokio::time::timeout(timeout, leave(channel.clone())).await;
+            }
             join_all(
                 shared
                     .conns()
@@ -400,6 +472,29 @@ pub(crate) enum Attempt<T> {
     },
 }
 
+/// What a waiting attempt should tell the waiter queue.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Turn {
+    /// More waiters of this client wait for the same name.
+    pub others_wait: bool,
+    /// A client that was given the turn and did not take it (seen before a
+    /// fallback wake-up).
+    pub stale: Option<String>,
+}
+
+impl Subscription {
+    fn turn(&self) -> Turn {
+        let mut slots = self.shared.slots();
+        match slots.get_mut(&self.channel) {
+            Some(slot) => Turn {
+                others_wait: slot.refs > 1,
+                stale: slot.stale.take(),
+            },
+            None => Turn::default(),
+        }
+    }
+}
+
 /// The delay after the `failures`-th failed attempt in a row: exponential
 /// from 20 ms to 1 s, with jitter.
 fn error_backoff(failures: u32) -> Duration {
@@ -425,7 +520,7 @@ pub(crate) async fn wait_loop<T, F, Fut>(
     mut attempt: F,
 ) -> Result<Option<T>, LockError>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(Turn) -> Fut,
     Fut: Future<Output = Result<Attempt<T>, LockError>>,
 {
     let mut sub: Option<Subscription> = None;
@@ -442,7 +537,8 @@ where
         if let Some(n) = notified.as_mut() {
             n.as_mut().enable();
         }
-        let (wake_at, listen, last_error) = match attempt().await {
+        let turn = sub.as_ref().map(Subscription::turn).unwrap_or_default();
+        let (wake_at, listen, last_error) = match attempt(turn).await {
             Ok(Attempt::Done(t)) => {
                 baton.disarm();
                 return Ok(Some(t));

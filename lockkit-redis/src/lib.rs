@@ -38,10 +38,14 @@
 //! URL and its parameters.
 //!
 //! * **Waiting** does not poll: a release publishes on the lock's channel;
-//!   waiters subscribe (one pub/sub connection per backend, shared) before
-//!   they retry, and sleep until a message or the holder's expiry. A message
-//!   wakes one waiter per process, so a hand-off costs the same number of
-//!   Redis commands with 2 waiters or 200.
+//!   waiters subscribe (one pub/sub connection per backend, shared, counted
+//!   per name) before they retry, and sleep until a message or the holder's
+//!   expiry. Waiting clients queue on the server (`lockkit:{tag}q:NAME`), and
+//!   a release message names the client whose turn it is: that client wakes
+//!   one of its waiters, the others stay asleep unless nobody took the lock
+//!   within 50–100 ms (a queued client that crashed). A hand-off therefore
+//!   costs the same few Redis commands with 2 waiters or 200, in one process
+//!   or in many. (Redlock wakes one waiter per process instead.)
 //! * **Watchdog batching**: [`extend_many`](lockkit_core::LockBackend::extend_many)
 //!   extends every hold of a client in one script call (per slot in a
 //!   cluster, per node for Redlock) — one round trip per renewal period.
@@ -50,7 +54,14 @@
 //!   resubscribe and wake their waiters once they are back.
 //! * **Cancel safety**: each acquisition attempt runs on its own task; if the
 //!   caller is gone when it succeeds, the hold is released at once. A waiter
-//!   dropped at any point leaves no subscription behind.
+//!   dropped at any point leaves no subscription and no queue entry behind.
+//! * **Operators**: `list` (by `SCAN`, on every primary or node) and
+//!   `force_release` (which publishes, so waiters move on).
+//! * **Security**: `AUTH` with a password or an ACL user from the URL
+//!   (`redis://user:pass@…`; the user needs the prefix's keys and, for
+//!   prompt hand-offs, its channels: `~lockkit:* &lockkit:*`), TLS with
+//!   `rediss://` (feature `tls`, on by default: rustls with the system's
+//!   roots, or `tls_ca`, and client certificates with `tls_cert`/`tls_key`).
 //!
 //! # Fencing tokens
 //!

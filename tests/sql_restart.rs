@@ -1,13 +1,15 @@
-//! Fencing tokens and clients across MariaDB restarts, on a private MariaDB
-//! (its own data directory under `target/` and its own port, started and
-//! stopped with `scripts/services`), so no other test's server is touched.
+//! Fencing tokens and clients across database restarts, on a private MariaDB
+//! and a private Postgres (their own data directories under `target/` and
+//! their own ports, started and stopped with `scripts/services`), so no other
+//! test's server is touched.
 //!
-//! Runs where MariaDB is available: when `LOCKKIT_MYSQL_URL` is set (the
-//! shared server is up, so the packages are installed) or
-//! `LOCKKIT_REQUIRE_SERVICES=1`; skipped otherwise. The port is 13317 unless
-//! `LOCKKIT_RESTART_MYSQL_PORT` says otherwise.
+//! Each runs where its database is available: when `LOCKKIT_MYSQL_URL` /
+//! `LOCKKIT_POSTGRES_URL` is set (the shared server is up, so the packages
+//! are installed) or `LOCKKIT_REQUIRE_SERVICES=1`; skipped otherwise. Ports:
+//! 13317 and 15442 unless `LOCKKIT_RESTART_MYSQL_PORT` /
+//! `LOCKKIT_RESTART_POSTGRES_PORT` say otherwise.
 
-#![cfg(feature = "mysql")]
+#![cfg(any(feature = "mysql", feature = "postgres"))]
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,18 +18,31 @@ use std::time::Duration;
 use lockkit::{LockClient, LockError};
 use lockkit_core::testkit::services_required;
 
-struct PrivateMariaDb {
+/// A server of `scripts/services` (`mysql` or `postgres`) in a private
+/// state directory, on a private port.
+struct PrivateServer {
+    service: &'static str,
     dir: PathBuf,
     port: String,
 }
 
-impl PrivateMariaDb {
+impl PrivateServer {
+    fn new(service: &'static str, default_port: &str) -> Self {
+        let upper = service.to_ascii_uppercase();
+        PrivateServer {
+            service,
+            dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/services-restart"),
+            port: std::env::var(format!("LOCKKIT_RESTART_{upper}_PORT")).unwrap_or_else(|_| default_port.to_owned()),
+        }
+    }
+
     fn services(&self, action: &str) -> (bool, String, String) {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let upper = self.service.to_ascii_uppercase();
         let out = Command::new(root.join("scripts/services"))
-            .args([action, "mysql"])
+            .args([action, self.service])
             .env("LOCKKIT_SERVICES_DIR", &self.dir)
-            .env("LOCKKIT_MYSQL_PORT", &self.port)
+            .env(format!("LOCKKIT_{upper}_PORT"), &self.port)
             .output()
             .expect("run scripts/services");
         (
@@ -40,15 +55,17 @@ impl PrivateMariaDb {
     /// Starts it; the URL. Refuses to reuse a server it did not start.
     fn up(&self) -> String {
         let (ok, stdout, stderr) = self.services("up");
-        assert!(ok, "starting the private MariaDB failed:\n{stderr}");
+        assert!(ok, "starting the private {} failed:\n{stderr}", self.service);
         assert!(
             !stderr.contains("reusing the server"),
-            "port {} is taken by another server; set LOCKKIT_RESTART_MYSQL_PORT",
-            self.port
+            "port {} is taken by another server; set LOCKKIT_RESTART_{}_PORT",
+            self.port,
+            self.service.to_ascii_uppercase()
         );
+        let prefix = format!("export LOCKKIT_{}_URL=", self.service.to_ascii_uppercase());
         stdout
             .lines()
-            .find_map(|l| l.strip_prefix("export LOCKKIT_MYSQL_URL="))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .expect("scripts/services prints the URL")
             .to_owned()
     }
@@ -56,26 +73,29 @@ impl PrivateMariaDb {
     /// A clean shutdown.
     fn down(&self) {
         let (ok, _, stderr) = self.services("down");
-        assert!(ok, "stopping the private MariaDB failed:\n{stderr}");
+        assert!(ok, "stopping the private {} failed:\n{stderr}", self.service);
     }
 
-    /// SIGKILL: no clean shutdown, InnoDB recovers from its redo log.
+    /// A crash: no clean shutdown, the database recovers from its log at the
+    /// next start. MariaDB gets SIGKILL; Postgres SIGQUIT ("immediate"
+    /// shutdown: no checkpoint, crash recovery at restart), because after a
+    /// SIGKILL its lock file would name a PID that lingers as a zombie where
+    /// nothing reaps it, and a new postmaster refuses to start.
     fn crash(&self) {
-        let pid = std::fs::read_to_string(self.dir.join("mysql/ours.pid")).expect("pid file of the private server");
+        let pid = std::fs::read_to_string(self.dir.join(self.service).join("ours.pid"))
+            .expect("pid file of the private server");
         let pid = pid.trim();
-        let status = Command::new("kill").args(["-KILL", pid]).status().unwrap();
-        assert!(status.success(), "kill -KILL {pid}");
-        while std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .unwrap_or_default()
-                .contains(") Z ")
-        {
+        let signal = if self.service == "postgres" { "-QUIT" } else { "-KILL" };
+        let status = Command::new("kill").args([signal, pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+        let stat = format!("/proc/{pid}/stat");
+        while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z ")) {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
 
-impl Drop for PrivateMariaDb {
+impl Drop for PrivateServer {
     fn drop(&mut self) {
         let _ = self.services("down");
     }
@@ -99,18 +119,17 @@ async fn cycle(client: &LockClient, name: &str, last: &mut u64) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tokens_grow_across_mariadb_restarts() {
-    if std::env::var("LOCKKIT_MYSQL_URL").is_err() && !services_required() {
-        eprintln!("skipped: MariaDB is not set up here (LOCKKIT_MYSQL_URL unset)");
-        return;
+fn available(var: &str) -> bool {
+    if std::env::var(var).is_err() && !services_required() {
+        eprintln!("skipped: {var} is unset, so this database is not set up here");
+        return false;
     }
-    let server = PrivateMariaDb {
-        dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/services-restart"),
-        port: std::env::var("LOCKKIT_RESTART_MYSQL_PORT").unwrap_or_else(|_| "13317".to_owned()),
-    };
+    true
+}
+
+async fn tokens_grow_across_restarts(server: &PrivateServer) {
     let url = format!("{}?connect_timeout=2s&sweep_interval=200ms", server.up());
-    let client = lockkit::connect(&url).await.expect("connect to the private MariaDB");
+    let client = lockkit::connect(&url).await.expect("connect to the private server");
     let names = ["restart/a", "restart/b", "restart/锁 'quoted'"];
     let mut last = [0u64; 3];
     for _ in 0..3 {
@@ -119,7 +138,7 @@ async fn tokens_grow_across_mariadb_restarts() {
         }
     }
 
-    for how in ["clean shutdown", "SIGKILL"] {
+    for how in ["clean shutdown", "crash"] {
         match how {
             "clean shutdown" => server.down(),
             _ => server.crash(),
@@ -139,4 +158,55 @@ async fn tokens_grow_across_mariadb_restarts() {
         let fresh = lockkit::connect(&url).await.expect("reconnect");
         cycle(&fresh, names[0], &mut last[0]).await;
     }
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_grow_across_mariadb_restarts() {
+    if available("LOCKKIT_MYSQL_URL") {
+        tokens_grow_across_restarts(&PrivateServer::new("mysql", "13317")).await;
+    }
+}
+
+/// Also: after the restart, the Postgres listener is back, so a release in
+/// one client wakes a waiter in another at once (its backoff could sleep 30 s).
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_grow_and_notifications_resume_across_postgres_restarts() {
+    if !available("LOCKKIT_POSTGRES_URL") {
+        return;
+    }
+    let server = PrivateServer::new("postgres", "15442");
+    tokens_grow_across_restarts(&server).await;
+    let url = format!("{}?max_backoff=30s", server.up());
+    let (a, b) = (
+        lockkit::connect(&url).await.unwrap(),
+        lockkit::connect(&url).await.unwrap(),
+    );
+    server.down();
+    server.up();
+    // Both listeners reconnect on their own; give them a moment to LISTEN.
+    let held = a
+        .lock_with("restart/notify", &a.options().wait(Duration::from_secs(60)))
+        .await
+        .expect("lock after the restart");
+    let b2 = b.clone();
+    let waiter = tokio::spawn(async move {
+        b2.lock_with("restart/notify", &b2.options().wait(Duration::from_secs(60)))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    held.unlock().await.unwrap();
+    let released = std::time::Instant::now();
+    let g = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "the release woke the waiter through the reconnected listener ({:?})",
+        released.elapsed()
+    );
+    g.unlock().await.unwrap();
 }

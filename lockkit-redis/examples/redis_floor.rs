@@ -1,8 +1,8 @@
 //! lockkit's Redis backend beside the raw floor, on this machine.
 //!
 //! ```text
-//! cargo run --release -p lockkit-redis --example floor -- redis://127.0.0.1:16379 [SECONDS]
-//! cargo run --release -p lockkit-redis --example floor -- redlock://h1,h2,h3,h4,h5 [SECONDS]
+//! cargo run --release -p lockkit-redis --example redis_floor -- redis://127.0.0.1:16379 [SECONDS]
+//! cargo run --release -p lockkit-redis --example redis_floor -- redlock://h1,h2,h3,h4,h5 [SECONDS]
 //! ```
 //!
 //! * **floor**: the fewest round trips one acquire + release needs, with the

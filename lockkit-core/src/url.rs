@@ -99,6 +99,9 @@ impl ConnectUrl {
                 format!("unknown scheme {scheme_text:?}; lockkit knows {KNOWN_SCHEMES}"),
             )
         })?;
+        if scheme != Scheme::Sqlite {
+            refuse_dot_segments(url)?;
+        }
         let (single, hosts) = split_hosts(url)?;
         let parsed = Url::parse(&single).map_err(|e| LockError::config("url", format!("{url:?}: {e}")))?;
         let hosts = match hosts {
@@ -226,6 +229,26 @@ pub fn redact(url: &str) -> String {
         }
         None => url.to_owned(),
     }
+}
+
+/// The `url` crate resolves `.` and `..` in paths, which would silently
+/// change a database name or a ZooKeeper chroot; refuse them instead.
+fn refuse_dot_segments(url: &str) -> Result<(), LockError> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Ok(());
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    if path
+        .split('/')
+        .any(|seg| seg == "." || seg == ".." || seg.eq_ignore_ascii_case("%2e%2e"))
+    {
+        return Err(LockError::config(
+            "url path",
+            format!("{path:?}: `.` and `..` segments are not allowed (they would be resolved away)"),
+        ));
+    }
+    Ok(())
 }
 
 /// One `host[:port]` of a URL's authority.
@@ -393,6 +416,10 @@ mod tests {
             part(ConnectUrl::parse("memory://?auto_extend=maybe").unwrap_err()),
             "query parameter auto_extend"
         );
+        assert_eq!(part(ConnectUrl::parse("zk://h:2181/a/..").unwrap_err()), "url path");
+        assert_eq!(part(ConnectUrl::parse("zk://h1:1,h2:2/./x").unwrap_err()), "url path");
+        assert!(ConnectUrl::parse("zk://h:2181/a.b/..c").is_ok());
+        assert!(ConnectUrl::parse("sqlite://./lockkit.db").is_ok());
         assert_eq!(Scheme::of("REDIS"), Some(Scheme::Redis));
         assert_eq!(Scheme::Redlock.feature(), "redis");
     }

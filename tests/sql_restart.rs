@@ -144,7 +144,13 @@ async fn tokens_grow_across_restarts(server: &PrivateServer) {
             _ => server.crash(),
         }
         // While the server is down: a typed, retryable error, not a panic.
+        let started = std::time::Instant::now();
         let e = client.try_lock(names[0]).await.expect_err("the server is down");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "try_lock gives up promptly while the server is down (connect_timeout=2s), took {:?}",
+            started.elapsed()
+        );
         assert!(
             matches!(e, LockError::Backend { retryable: true, .. }),
             "while down ({how}): {e:?}"

@@ -101,8 +101,11 @@ enum Claim {
 }
 
 /// How many times a statement that certainly did not take effect (deadlock,
-/// lock wait timeout, busy database) is tried before the error is returned.
+/// lock wait timeout, busy database) is tried before the error is returned
+/// (as retryable), and for how long at most: a SQLite writer already waits
+/// out its busy timeout inside each try.
 const TRANSIENT_TRIES: u32 = 30;
+const TRANSIENT_BUDGET: Duration = Duration::from_secs(2);
 
 /// Holds per `extend_many` statement.
 const EXTEND_CHUNK: usize = 256;
@@ -335,11 +338,16 @@ impl Inner {
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
+        let started = Instant::now();
         let mut tries = 0;
         loop {
             match op().await {
                 Ok(v) => return Ok(v),
-                Err(e) if classify(&e) == Class::Transient && tries + 1 < TRANSIENT_TRIES => {
+                Err(e)
+                    if classify(&e) == Class::Transient
+                        && tries + 1 < TRANSIENT_TRIES
+                        && started.elapsed() < TRANSIENT_BUDGET =>
+                {
                     tries += 1;
                     tracing::debug!(backend = self.kind, operation, error = %e, "transient failure; retrying");
                     tokio::time::sleep(backoff.next_delay()).await;

@@ -8,11 +8,13 @@ pub(crate) enum Class {
     /// The statement certainly did not take effect and trying it again at
     /// once is expected to work: an InnoDB deadlock (1213) or lock wait
     /// timeout (1205), a Postgres serialization failure or deadlock, SQLite
-    /// busy/locked, or no connection could be had. Retried inside the
-    /// backend, never surfaced as a failed acquire while retries last.
+    /// busy/locked. Retried inside the backend, never surfaced as a failed
+    /// acquire while retries last.
     Transient,
-    /// A connection failed mid-statement, or the server is restarting: the
-    /// statement may or may not have run. Surfaced as a retryable error.
+    /// No connection could be had within the connect timeout, a connection
+    /// failed mid-statement (the statement may or may not have run), or the
+    /// server is restarting. Surfaced at once as a retryable error (a
+    /// waiting `lock` tries again until its deadline).
     Retryable,
     /// Anything else: bad schema, permissions, a bug.
     Permanent,
@@ -22,10 +24,11 @@ pub(crate) enum Class {
 pub(crate) fn classify(e: &sqlx::Error) -> Class {
     match e {
         sqlx::Error::Database(db) => classify_database(db.as_ref()),
-        sqlx::Error::PoolTimedOut => Class::Transient,
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => {
-            Class::Retryable
-        }
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => Class::Retryable,
         _ => Class::Permanent,
     }
 }
@@ -87,7 +90,7 @@ mod tests {
 
     #[test]
     fn io_and_pool_errors() {
-        assert_eq!(classify(&sqlx::Error::PoolTimedOut), Class::Transient);
+        assert_eq!(classify(&sqlx::Error::PoolTimedOut), Class::Retryable);
         let io = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert_eq!(classify(&io), Class::Retryable);
         assert_eq!(classify(&sqlx::Error::RowNotFound), Class::Permanent);

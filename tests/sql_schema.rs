@@ -113,6 +113,19 @@ async fn sqlite_existing_tables_are_checked_not_clobbered() {
     let g = b.lock("x").await.unwrap();
     assert!(g.fencing_token() > token, "tokens survive a reconnect");
     g.unlock().await.unwrap();
+
+    // The memo (seed 000's `memo` column: who took the lock, and why).
+    let c = lockkit::connect(&format!("{url}?table=my_locks&memo=trade-center-1%20order%2042"))
+        .await
+        .unwrap();
+    let g = c.lock("memo").await.unwrap();
+    let memo: Option<String> = sqlx::query_scalar("SELECT memo FROM my_locks WHERE name = ?1")
+        .bind("memo".as_bytes())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(memo.as_deref(), Some("trade-center-1 order 42"));
+    g.unlock().await.unwrap();
     pool.close().await;
 
     let memory = lockkit::connect("sqlite::memory:").await.unwrap();

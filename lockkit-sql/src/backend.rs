@@ -238,10 +238,12 @@ impl SqlBackend {
             .await
             .map_err(|e| backend_error(inner.kind, "connect", None, e))?;
         if rows.is_empty() {
-            return Err(schema_error(
-                table,
-                "does not exist (and create_table=false)".to_owned(),
-            ));
+            let why = if inner.config.create_table {
+                "was not found after CREATE TABLE IF NOT EXISTS (is it visible to this user and schema?)"
+            } else {
+                "does not exist (and create_table=false)"
+            };
+            return Err(schema_error(table, why.to_owned()));
         }
         let columns: Vec<(String, String)> = rows
             .into_iter()

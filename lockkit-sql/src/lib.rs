@@ -63,10 +63,21 @@
 //! default 15 s; `?sweep_batch=`, default 100). Expired rows are free anyway
 //! (acquirers take them over); the sweeper keeps the table small.
 //!
-//! # Not yet
+//! # Limits
 //!
-//! TLS to the database is not compiled in (no sqlx TLS feature): use a
-//! loopback or otherwise trusted network.
+//! - TLS to the database is not compiled in (no sqlx TLS feature): use a
+//!   loopback or otherwise trusted network.
+//! - MySQL and SQLite cannot push a release to waiters in other processes:
+//!   they retry on their backoff (`max_backoff`), so under heavy contention
+//!   hand-offs are not fair (a releaser that locks again at once often wins).
+//!   Waiters in the same process are woken by the release itself.
+//! - SQLite runs one writer at a time, and with `synchronous=FULL` each write
+//!   waits for the disk: under heavy write contention a watchdog extension
+//!   can wait its turn long enough to lose a very short lease (the lost
+//!   signal fires, as it must). Prefer leases of a second or more there.
+//! - MySQL sessions run at `READ COMMITTED` (so the sweeper's scan does not
+//!   lock live rows); a server with `binlog_format=STATEMENT` refuses writes
+//!   at that level: use `ROW` or `MIXED` (the defaults).
 #![warn(missing_docs)]
 // Without a driver feature the crate has no database to talk to.
 #![cfg_attr(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")), allow(unused))]

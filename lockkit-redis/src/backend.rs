@@ -680,6 +680,36 @@ async fn append_only(conn: &Conn) -> bool {
     !flags.is_empty() && flags.iter().all(|f| *f)
 }
 
+/// The listing every mode shares: the names found by a key scan that start
+/// with `prefix`, sorted and deduplicated, inspected `chunk` at a time until
+/// `limit` holders are found.
+pub(crate) async fn inspect_listed<F, Fut>(
+    names: impl Iterator<Item = String>,
+    prefix: &str,
+    limit: usize,
+    chunk: usize,
+    inspect: F,
+) -> Result<Vec<LockInfo>, LockError>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<LockInfo>, LockError>>,
+{
+    let mut names: Vec<String> = names.filter(|n| n.starts_with(prefix)).collect();
+    names.sort();
+    names.dedup();
+    let mut out = Vec::new();
+    for batch in names.chunks(chunk) {
+        if out.len() >= limit {
+            break;
+        }
+        for info in join_all(batch.iter().cloned().map(&inspect)).await {
+            out.extend(info?);
+        }
+    }
+    out.truncate(limit);
+    Ok(out)
+}
+
 pub(crate) fn millis(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
@@ -779,13 +809,7 @@ impl LockBackend for RedisBackend {
         let stored = scripts::inspect(&mut self.inner.conn.clone(), &self.inner.keys, name)
             .await
             .map_err(|f| self.error("inspect", name, f))?;
-        Ok(stored.map(|s| LockInfo {
-            name: name.to_owned(),
-            owner: s.owner,
-            hold_count: s.count,
-            token: s.token,
-            remaining: (s.pttl >= 0).then(|| millis(s.pttl)),
-        }))
+        Ok(stored.map(|s| s.into_info(name)))
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
@@ -793,36 +817,14 @@ impl LockBackend for RedisBackend {
             .lock_keys(prefix)
             .await
             .map_err(|f| f.into_error(self.inner.kind, "list", None))?;
-        let mut names: Vec<String> = keys
-            .iter()
-            .filter_map(|k| self.inner.keys.name_of(k))
-            .filter(|n| n.starts_with(prefix))
-            .collect();
-        names.sort();
-        names.dedup();
-        let mut out = Vec::new();
-        for chunk in names.chunks(64) {
-            if out.len() >= limit {
-                break;
-            }
-            for info in join_all(chunk.iter().map(|n| self.inspect(n))).await {
-                out.extend(info?);
-            }
-        }
-        out.truncate(limit);
-        Ok(out)
+        let names = keys.iter().filter_map(|k| self.inner.keys.name_of(k));
+        inspect_listed(names, prefix, limit, 64, |n| async move { self.inspect(&n).await }).await
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let removed = scripts::force_release(&mut self.inner.conn.clone(), &self.inner.keys, name, self.inner.publish)
             .await
             .map_err(|f| self.error("force_release", name, f))?;
-        Ok(removed.map(|s| LockInfo {
-            name: name.to_owned(),
-            owner: s.owner,
-            hold_count: s.count,
-            token: s.token,
-            remaining: (s.pttl >= 0).then(|| millis(s.pttl)),
-        }))
+        Ok(removed.map(|s| s.into_info(name)))
     }
 }

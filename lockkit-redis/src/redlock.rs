@@ -697,26 +697,8 @@ impl LockBackend for RedlockBackend {
             let e = inner.quorum_error(&failures);
             return Err(LockError::backend(KIND, "list", None, e.retryable, e));
         }
-        let mut names: Vec<String> = scans
-            .iter()
-            .flatten()
-            .flatten()
-            .filter_map(|k| inner.keys.name_of(k))
-            .filter(|n| n.starts_with(prefix))
-            .collect();
-        names.sort();
-        names.dedup();
-        let mut out = Vec::new();
-        for chunk in names.chunks(16) {
-            if out.len() >= limit {
-                break;
-            }
-            for info in join_all(chunk.iter().map(|n| self.inspect(n))).await {
-                out.extend(info?);
-            }
-        }
-        out.truncate(limit);
-        Ok(out)
+        let names = scans.iter().flatten().flatten().filter_map(|k| inner.keys.name_of(k));
+        crate::backend::inspect_listed(names, prefix, limit, 16, |n| async move { self.inspect(&n).await }).await
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

@@ -427,6 +427,19 @@ pub(crate) struct Stored {
     pub pttl: i64,
 }
 
+impl Stored {
+    /// What `inspect` reports for this hold of `name`.
+    pub(crate) fn into_info(self, name: &str) -> lockkit_core::LockInfo {
+        lockkit_core::LockInfo {
+            name: name.to_owned(),
+            owner: self.owner,
+            hold_count: self.count,
+            token: self.token,
+            remaining: (self.pttl >= 0).then(|| crate::backend::millis(self.pttl)),
+        }
+    }
+}
+
 pub(crate) fn parse_inspect(v: &Value) -> Result<Option<Stored>, UnexpectedReply> {
     let bad = || unexpected("inspect", v);
     let Value::Array(items) = v else { return Err(bad()) };

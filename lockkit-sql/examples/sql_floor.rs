@@ -4,8 +4,8 @@
 //! alternating slices of 100 cycles, so a busy machine slows both alike.
 //!
 //! ```text
-//! cargo run --release -p lockkit-sql --features mysql,postgres,sqlite --example floor -- URL [ITERATIONS]
-//! cargo run --release -p lockkit-sql --features sqlite --example floor -- sqlite:///tmp/floor.db 5000
+//! cargo run --release -p lockkit-sql --features mysql,postgres,sqlite --example sql_floor -- URL [ITERATIONS]
+//! cargo run --release -p lockkit-sql --features sqlite --example sql_floor -- sqlite:///tmp/floor.db 5000
 //! ```
 
 use std::time::{Duration, Instant};

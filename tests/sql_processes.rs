@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[cfg(any(feature = "mysql", feature = "postgres"))]
-use lockkit_core::testkit::services_required;
+use lockkit_core::testkit::server_url;
 
 const ROLE: &str = "LOCKKIT_SQL_CHILD";
 const URL: &str = "LOCKKIT_SQL_CHILD_URL";
@@ -117,18 +117,6 @@ fn unique() -> u128 {
 fn with_params(url: &str, params: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
     format!("{url}{sep}{params}")
-}
-
-#[cfg(any(feature = "mysql", feature = "postgres"))]
-fn server_url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if services_required() => panic!("{var} is not set and LOCKKIT_REQUIRE_SERVICES=1"),
-        _ => {
-            eprintln!("skipped: {var} is not set");
-            None
-        }
-    }
 }
 
 /// Whether the lock table has a row for `name`, expired or not, by a plain

@@ -8,7 +8,7 @@
 use futures_util_for_tests::join_all;
 use lockkit::LockClient;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
-use lockkit_core::testkit::services_required;
+use lockkit_core::testkit::server_url;
 
 /// `join_all` without a dev-dependency on futures: spawn and await each.
 mod futures_util_for_tests {
@@ -21,18 +21,6 @@ mod futures_util_for_tests {
             out.push(h.await.expect("task"));
         }
         out
-    }
-}
-
-#[cfg(any(feature = "mysql", feature = "postgres"))]
-fn server_url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if services_required() => panic!("{var} is not set and LOCKKIT_REQUIRE_SERVICES=1"),
-        _ => {
-            eprintln!("skipped: {var} is not set");
-            None
-        }
     }
 }
 

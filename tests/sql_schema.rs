@@ -6,24 +6,12 @@
 
 use lockkit::LockError;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
-use lockkit_core::testkit::services_required;
+use lockkit_core::testkit::server_url;
 
 fn config_part(e: LockError) -> String {
     match e {
         LockError::InvalidConfig { part, .. } => part,
         other => panic!("expected InvalidConfig, got {other:?}"),
-    }
-}
-
-#[cfg(any(feature = "mysql", feature = "postgres"))]
-fn server_url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if services_required() => panic!("{var} is not set and LOCKKIT_REQUIRE_SERVICES=1"),
-        _ => {
-            eprintln!("skipped: {var} is not set");
-            None
-        }
     }
 }
 

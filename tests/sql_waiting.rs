@@ -7,19 +7,7 @@
 use std::time::{Duration, Instant};
 
 #[cfg(any(feature = "mysql", feature = "postgres"))]
-use lockkit_core::testkit::services_required;
-
-#[cfg(any(feature = "mysql", feature = "postgres"))]
-fn server_url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if services_required() => panic!("{var} is not set and LOCKKIT_REQUIRE_SERVICES=1"),
-        _ => {
-            eprintln!("skipped: {var} is not set");
-            None
-        }
-    }
-}
+use lockkit_core::testkit::server_url;
 
 fn unique(case: &str) -> String {
     let nanos = std::time::SystemTime::now()

@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 use lockkit::{LockClient, LockError, LockGuard, LockOptions};
-use lockkit_core::testkit::services_required;
 use lockkit_zk::ZkBackend;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
@@ -17,14 +16,7 @@ const WAITERS: usize = 16;
 const BOUND: Duration = Duration::from_secs(15);
 
 fn server_url() -> Option<String> {
-    match std::env::var("LOCKKIT_ZK_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if services_required() => panic!("LOCKKIT_ZK_URL is not set and LOCKKIT_REQUIRE_SERVICES=1"),
-        _ => {
-            eprintln!("skipped: LOCKKIT_ZK_URL is not set (run scripts/services up zookeeper)");
-            None
-        }
-    }
+    lockkit_core::testkit::server_url("LOCKKIT_ZK_URL")
 }
 
 fn unique(case: &str) -> String {

@@ -16,6 +16,24 @@ pub fn services_required() -> bool {
     std::env::var(REQUIRE_SERVICES_VAR).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
 }
 
+/// The server URL in the environment variable `var`: `None` (and a
+/// "skipped" line on stderr) when it is unset, unless [`services_required`],
+/// in which case it panics — CI never skips.
+pub fn server_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if services_required() => {
+            panic!("{var} is not set and {REQUIRE_SERVICES_VAR}=1: start the servers with scripts/services up")
+        }
+        _ => {
+            eprintln!(
+                "skipped: {var} is not set (run scripts/services up, or set {REQUIRE_SERVICES_VAR}=1 to fail instead)"
+            );
+            None
+        }
+    }
+}
+
 type ConnectFn = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<LockClient, LockError>> + Send>> + Send + Sync>;
 
 /// A backend under test: how to make a new, independent client (its own
@@ -72,18 +90,8 @@ impl Kit {
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<LockClient, LockError>> + Send + 'static,
     {
-        match std::env::var(var) {
-            Ok(url) if !url.trim().is_empty() => Some(Kit::new(var, move || connect(url.clone()))),
-            _ if services_required() => {
-                panic!("{var} is not set and {REQUIRE_SERVICES_VAR}=1: start the servers with scripts/services up")
-            }
-            _ => {
-                eprintln!(
-                    "skipped: {var} is not set (run scripts/services up, or set {REQUIRE_SERVICES_VAR}=1 to fail instead)"
-                );
-                None
-            }
-        }
+        let url = server_url(var)?;
+        Some(Kit::new(var, move || connect(url.clone())))
     }
 
     /// Sets the short lease of the expiry cases.

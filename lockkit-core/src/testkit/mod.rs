@@ -20,7 +20,7 @@ mod kit;
 pub mod proxy;
 
 pub use history::{Grant, check_history};
-pub use kit::{Kit, REQUIRE_SERVICES_VAR, services_required};
+pub use kit::{Kit, REQUIRE_SERVICES_VAR, server_url, services_required};
 pub use proxy::{Fault, FaultProxy};
 
 /// The names of all conformance cases, in contract order.

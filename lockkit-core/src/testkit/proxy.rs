@@ -1,14 +1,20 @@
 //! [`FaultProxy`]: a TCP proxy on loopback that injects network faults
-//! between a client and a real server — latency, a blackhole, or a hard
-//! down (every connection reset, new ones refused).
+//! between a client and a real server — latency, a blackhole, dropped
+//! bytes, a one-shot reset of every connection, or a hard down (every
+//! connection reset, new ones refused).
+//!
+//! Faults are switched with [`FaultProxy::set`] and take effect on open
+//! connections at once; [`FaultProxy::reset_all`] is the one-shot "the
+//! middlebox restarted" fault that leaves the path up.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -21,8 +27,18 @@ pub enum Fault {
     /// Forward every chunk after this delay.
     Latency(Duration),
     /// Keep connections open but forward nothing until the fault changes
-    /// (like packets dropped on the path; held bytes flow after it heals).
+    /// (like packets dropped on the path and retransmitted: held bytes flow
+    /// after it heals).
     Blackhole,
+    /// Keep connections open (and accept new ones) but discard every byte
+    /// read: unlike [`Blackhole`](Fault::Blackhole), nothing is delivered
+    /// after the fault heals. A connection that lost bytes can no longer
+    /// carry its protocol, so when the fault changes to anything but
+    /// `Down` the proxy closes it with a FIN on both sides (like a stateful
+    /// middlebox that lost the flow and a peer that noticed); connections
+    /// that lost nothing carry on. To the client: no answer while it lasts,
+    /// then a clean end of stream.
+    Drop,
     /// Reset every open connection and refuse new ones.
     Down,
 }
@@ -33,7 +49,9 @@ pub enum Fault {
 pub struct FaultProxy {
     addr: SocketAddr,
     fault: watch::Sender<Fault>,
+    resets: watch::Sender<u64>,
     open: Arc<AtomicUsize>,
+    dropped: Arc<AtomicU64>,
     accept: JoinHandle<()>,
 }
 
@@ -42,13 +60,24 @@ impl FaultProxy {
     pub async fn start(upstream: SocketAddr) -> io::Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let (fault, watch) = watch::channel(Fault::Pass);
+        let (fault, fault_rx) = watch::channel(Fault::Pass);
+        let (resets, resets_rx) = watch::channel(0u64);
         let open = Arc::new(AtomicUsize::new(0));
-        let accept = tokio::spawn(accept_loop(listener, upstream, watch, open.clone()));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            upstream,
+            fault_rx,
+            resets_rx,
+            open.clone(),
+            dropped.clone(),
+        ));
         Ok(FaultProxy {
             addr,
             fault,
+            resets,
             open,
+            dropped,
             accept,
         })
     }
@@ -63,9 +92,28 @@ impl FaultProxy {
         self.fault.send_replace(fault);
     }
 
+    /// The fault in effect.
+    pub fn fault(&self) -> Fault {
+        *self.fault.borrow()
+    }
+
+    /// Resets (RST) every connection open now, on both sides, and keeps
+    /// accepting new ones under the current fault: a one-shot cut, like a
+    /// restarted middlebox. Returns how many connections were open.
+    pub fn reset_all(&self) -> usize {
+        let open = self.open_connections();
+        self.resets.send_modify(|n| *n += 1);
+        open
+    }
+
     /// Connections currently open through the proxy.
     pub fn open_connections(&self) -> usize {
         self.open.load(Ordering::SeqCst)
+    }
+
+    /// Bytes discarded under [`Fault::Drop`] so far, both directions.
+    pub fn dropped_bytes(&self) -> u64 {
+        self.dropped.load(Ordering::SeqCst)
     }
 }
 
@@ -79,31 +127,75 @@ impl Drop for FaultProxy {
 async fn accept_loop(
     listener: TcpListener,
     upstream: SocketAddr,
-    watch: watch::Receiver<Fault>,
+    fault: watch::Receiver<Fault>,
+    resets: watch::Receiver<u64>,
     open: Arc<AtomicUsize>,
+    dropped: Arc<AtomicU64>,
 ) {
     while let Ok((client, _)) = listener.accept().await {
-        if *watch.borrow() == Fault::Down {
+        if *fault.borrow() == Fault::Down {
             reset(client);
             continue;
         }
-        let (watch, open) = (watch.clone(), open.clone());
+        // Subscribed now: a reset_all after this accept cuts this connection.
+        let mut resets = resets.clone();
+        resets.mark_unchanged();
+        let (fault, open, dropped) = (fault.clone(), open.clone(), dropped.clone());
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(upstream).await else {
                 reset(client);
                 return;
             };
-            let _ = client.set_nodelay(true);
-            let _ = server.set_nodelay(true);
             open.fetch_add(1, Ordering::SeqCst);
-            let (cr, cw) = client.into_split();
-            let (sr, sw) = server.into_split();
-            tokio::select! {
-                _ = pump(cr, sw, watch.clone()) => {}
-                _ = pump(sr, cw, watch.clone()) => {}
-            }
+            relay(client, server, fault, resets, &dropped).await;
             open.fetch_sub(1, Ordering::SeqCst);
         });
+    }
+}
+
+/// How a relayed connection ends.
+enum End {
+    /// One side closed or failed: close the other one normally.
+    Closed,
+    /// Bytes were dropped and the fault healed: close both with a FIN.
+    Desynced,
+    /// Down or [`FaultProxy::reset_all`]: reset both.
+    Reset,
+}
+
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    fault: watch::Receiver<Fault>,
+    mut resets: watch::Receiver<u64>,
+    total_dropped: &AtomicU64,
+) {
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    // Whether this connection lost bytes, and the proxy's count of them.
+    let dropped = (AtomicBool::new(false), total_dropped);
+    let (mut down, mut healed) = (fault.clone(), fault.clone());
+    let end = tokio::select! {
+        e = pump(&mut cr, &mut sw, fault.clone(), &dropped) => e,
+        e = pump(&mut sr, &mut cw, fault, &dropped) => e,
+        _ = resets.changed() => End::Reset,
+        _ = down.wait_for(|f| *f == Fault::Down) => End::Reset,
+        // Re-checked on every fault change; `pump` covers a drop that
+        // raced with the change.
+        _ = healed.wait_for(|f| !matches!(f, Fault::Drop | Fault::Down) && dropped.0.load(Ordering::SeqCst)) => End::Desynced,
+    };
+    match end {
+        End::Reset => {
+            if let (Ok(c), Ok(s)) = (cr.reunite(cw), sr.reunite(sw)) {
+                reset(c);
+                reset(s);
+            }
+        }
+        End::Closed | End::Desynced => {
+            // Dropping the halves closes both sides with a FIN.
+        }
     }
 }
 
@@ -113,46 +205,50 @@ fn reset(stream: TcpStream) {
     drop(stream);
 }
 
+/// Copies `from` to `to` under the current fault, chunk by chunk.
 async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut watch: watch::Receiver<Fault>,
-) {
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    mut fault: watch::Receiver<Fault>,
+    (dropped, total_dropped): &(AtomicBool, &AtomicU64),
+) -> End {
     let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = tokio::select! {
-            r = from.read(&mut buf) => match r {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            },
-            _ = wait_down(&mut watch) => return,
+    'chunks: loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return End::Closed,
+            Ok(n) => n,
         };
         loop {
-            let fault = *watch.borrow_and_update();
-            match fault {
+            let current = *fault.borrow_and_update();
+            match current {
                 Fault::Pass => break,
                 Fault::Latency(d) => {
                     tokio::time::sleep(d).await;
                     break;
                 }
                 Fault::Blackhole => {
-                    if watch.changed().await.is_err() {
-                        return;
+                    if fault.changed().await.is_err() {
+                        return End::Closed;
                     }
                 }
-                Fault::Down => return,
+                Fault::Drop => {
+                    dropped.store(true, Ordering::SeqCst);
+                    total_dropped.fetch_add(n as u64, Ordering::SeqCst);
+                    // The fault may have healed between the look and the
+                    // mark, unseen by the relay's watcher.
+                    match *fault.borrow() {
+                        Fault::Drop => continue 'chunks,
+                        Fault::Down => return End::Reset,
+                        _ => return End::Desynced,
+                    }
+                }
+                Fault::Down => return End::Reset,
             }
         }
         if to.write_all(&buf[..n]).await.is_err() {
-            return;
+            return End::Closed;
         }
     }
-}
-
-/// Resolves when the proxy goes down (or is dropped), so idle connections
-/// are reset at once, not at their next chunk of traffic.
-async fn wait_down(watch: &mut watch::Receiver<Fault>) {
-    let _ = watch.wait_for(|f| *f == Fault::Down).await;
 }
 
 #[cfg(test)]
@@ -223,5 +319,106 @@ mod tests {
         proxy.set(Fault::Pass);
         let mut healed = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(roundtrip(&mut healed).await.unwrap(), b"ping");
+    }
+
+    /// Whether `s` was closed: end of stream or an error (reset), promptly.
+    async fn closed(s: &mut TcpStream) -> io::Result<usize> {
+        let mut one = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(10), s.read(&mut one))
+            .await
+            .expect("closed promptly")
+    }
+
+    #[tokio::test]
+    async fn reset_all_cuts_open_connections_and_accepts_new_ones() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut a = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut b = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(roundtrip(&mut a).await.unwrap(), b"ping");
+        assert_eq!(roundtrip(&mut b).await.unwrap(), b"ping");
+        assert_eq!(proxy.reset_all(), 2);
+        for s in [&mut a, &mut b] {
+            let r = closed(s).await;
+            assert!(
+                matches!(&r, Err(e) if e.kind() == io::ErrorKind::ConnectionReset),
+                "reset, not a clean close: {r:?}"
+            );
+        }
+        // The path stays up: a new connection works, and a later reset does
+        // not need another call to let it live.
+        assert_eq!(proxy.fault(), Fault::Pass);
+        let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(roundtrip(&mut fresh).await.unwrap(), b"ping");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(roundtrip(&mut fresh).await.unwrap(), b"ping");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while proxy.open_connections() != 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "reset connections still counted"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn drop_discards_bytes_and_closes_the_connections_that_lost_some() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut lossy = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut quiet = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(roundtrip(&mut lossy).await.unwrap(), b"ping");
+        assert_eq!(roundtrip(&mut quiet).await.unwrap(), b"ping");
+        proxy.set(Fault::Drop);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), roundtrip(&mut lossy))
+                .await
+                .is_err(),
+            "no answer while bytes are dropped"
+        );
+        // New connections are accepted (and lose their bytes too).
+        let mut during = TcpStream::connect(proxy.addr()).await.unwrap();
+        during.write_all(b"lost").await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while proxy.dropped_bytes() < 8 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the proxy did not read the bytes"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(proxy.dropped_bytes(), 8);
+        proxy.set(Fault::Pass);
+        // The dropped ping is never delivered: the connection ends cleanly.
+        assert_eq!(closed(&mut lossy).await.unwrap(), 0, "a FIN, not the dropped bytes");
+        assert_eq!(closed(&mut during).await.unwrap(), 0);
+        assert_eq!(
+            roundtrip(&mut quiet).await.unwrap(),
+            b"ping",
+            "a connection that lost nothing carries on"
+        );
+        let mut healed = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(roundtrip(&mut healed).await.unwrap(), b"ping");
+    }
+
+    #[tokio::test]
+    async fn down_while_dropping_resets() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        proxy.set(Fault::Drop);
+        s.write_all(b"lost").await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while proxy.dropped_bytes() < 4 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the proxy did not read the bytes"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        proxy.set(Fault::Down);
+        let r = closed(&mut s).await;
+        assert!(
+            matches!(&r, Err(e) if e.kind() == io::ErrorKind::ConnectionReset),
+            "{r:?}"
+        );
     }
 }

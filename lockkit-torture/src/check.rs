@@ -1,0 +1,737 @@
+//! The checker: merges the workers' logs and the chaos log and proves, per
+//! name,
+//!
+//! 1. **no two holds overlap while both are valid.** A hold is valid on the
+//!    union of `[t, min(deadline, end)]` over its grant and each renewal it
+//!    logged (`t` when the deadline was seen), where `end` is its release (or
+//!    lost) line, else the kill of its process, else the process's end. A
+//!    grant logged after its own deadline was never held. Session leases
+//!    (no deadline) are valid from grant to end, but a pause of the process
+//!    cuts them at pause + session/2 (the server heard from the client at
+//!    most a few pings before the pause, so the session certainly lived
+//!    that long; after it, the holder cannot know until it runs again).
+//! 2. **fencing tokens strictly increase** in grant order over the holds
+//!    that were valid at all.
+//! 3. **a killed holder's name comes free within its bound**: the next grant
+//!    after the kill is no later than kill + bound + slack — checked when a
+//!    live, unpaused worker was waiting for the name through that window
+//!    and no server restart overlapped it (otherwise counted as excused or
+//!    unchecked).
+//!
+//! Overlaps shorter than [`TOLERANCE_NS`] are ignored (clock reads of two
+//! processes and the deadline conversion, not lock behaviour).
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use crate::log::{Event, Record};
+
+/// Overlaps up to this long are clock-read noise: 1 ms.
+pub const TOLERANCE_NS: u64 = 1_000_000;
+
+/// One worker process's log.
+#[derive(Debug, Clone)]
+pub struct ProcLog {
+    pub worker: usize,
+    pub incarnation: u32,
+    pub records: Vec<Record>,
+}
+
+/// What the checker counted and found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub grants: usize,
+    /// Grants that were valid for some time.
+    pub holds: usize,
+    /// Grants logged after their own deadline (never held).
+    pub never_held: usize,
+    /// Holds ended by the lost signal.
+    pub lost: usize,
+    pub kills: usize,
+    pub pauses: usize,
+    pub server_restarts: usize,
+    pub worker_restarts: usize,
+    /// Killed holds whose name came free in time.
+    pub frees_in_time: usize,
+    /// Killed holds not judged: a server restart overlapped the window.
+    pub frees_excused: usize,
+    /// Killed holds not judged: nobody eligible waited for the name.
+    pub frees_unchecked: usize,
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    /// The one-line summary.
+    pub fn summary(&self) -> String {
+        format!(
+            "grants={} holds={} never_held={} lost={} kills={} pauses={} server_restarts={} worker_restarts={} \
+             frees_in_time={} frees_excused={} frees_unchecked={} violations={}",
+            self.grants,
+            self.holds,
+            self.never_held,
+            self.lost,
+            self.kills,
+            self.pauses,
+            self.server_restarts,
+            self.worker_restarts,
+            self.frees_in_time,
+            self.frees_excused,
+            self.frees_unchecked,
+            self.violations.len()
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Hold {
+    proc: usize,
+    name: String,
+    owner: String,
+    token: u64,
+    want_t: u64,
+    grant_t: u64,
+    /// (time seen, deadline) for the grant and each renewal; `None`: session.
+    points: Vec<(u64, Option<u64>)>,
+    release: Option<(u64, bool)>,
+    intervals: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct ProcInfo {
+    pid: Option<u32>,
+    killed_at: Option<u64>,
+    end: u64,
+    pauses: Vec<(u64, u64)>,
+}
+
+/// Checks a run: the workers' logs and the coordinator's events (whose
+/// `Run` line gives the bounds).
+pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
+    let mut report = Report::default();
+    let (t0, bound, slack, session) = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Run {
+                t,
+                bound_ns,
+                slack_ns,
+                session_ns,
+                ..
+            } => Some((*t, *bound_ns, *slack_ns, *session_ns)),
+            _ => None,
+        })
+        .unwrap_or((0, 0, 0, None));
+    let secs = |t: u64| (t as f64 - t0 as f64) / 1e9;
+
+    // Processes: kill time, end, pauses.
+    let index: HashMap<(usize, u32), usize> = procs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ((p.worker, p.incarnation), i))
+        .collect();
+    let mut info: Vec<ProcInfo> = procs
+        .iter()
+        .map(|p| ProcInfo {
+            end: p.records.iter().map(Record::t).max().unwrap_or(0),
+            ..ProcInfo::default()
+        })
+        .collect();
+    let mut restarts: Vec<(u64, u64)> = Vec::new();
+    let mut open_restart = None;
+    for e in events {
+        match e {
+            Event::Kill {
+                t,
+                worker,
+                incarnation,
+                pid,
+            } => {
+                report.kills += 1;
+                if let Some(&i) = index.get(&(*worker, *incarnation)) {
+                    info[i].killed_at = Some(*t);
+                    info[i].end = *t;
+                    info[i].pid = Some(*pid);
+                }
+            }
+            Event::Exit {
+                t, worker, incarnation, ..
+            } => {
+                if let Some(&i) = index.get(&(*worker, *incarnation))
+                    && info[i].killed_at.is_none()
+                {
+                    info[i].end = info[i].end.max(*t);
+                }
+            }
+            Event::Pause {
+                t, worker, incarnation, ..
+            } => {
+                report.pauses += 1;
+                if let Some(&i) = index.get(&(*worker, *incarnation)) {
+                    info[i].pauses.push((*t, u64::MAX));
+                }
+            }
+            Event::Resume {
+                t, worker, incarnation, ..
+            } => {
+                if let Some(&i) = index.get(&(*worker, *incarnation))
+                    && let Some(p) = info[i].pauses.last_mut()
+                {
+                    p.1 = *t;
+                }
+            }
+            Event::Spawn { incarnation, .. } if *incarnation > 0 => report.worker_restarts += 1,
+            Event::RestartBegin { t } => open_restart = Some(*t),
+            Event::RestartEnd { t, ok } => {
+                if *ok {
+                    report.server_restarts += 1;
+                }
+                restarts.push((open_restart.take().unwrap_or(*t), *t));
+            }
+            _ => {}
+        }
+    }
+    if let Some(b) = open_restart {
+        restarts.push((b, u64::MAX));
+    }
+
+    // Holds.
+    let mut holds: Vec<Hold> = Vec::new();
+    for (pi, p) in procs.iter().enumerate() {
+        let mut current: HashMap<&str, usize> = HashMap::new();
+        let mut wants: HashMap<&str, u64> = HashMap::new();
+        for r in &p.records {
+            match r {
+                Record::Start { pid, .. } => info[pi].pid = info[pi].pid.or(Some(*pid)),
+                Record::Want { t, owner, .. } => {
+                    wants.insert(owner, *t);
+                }
+                Record::Grant {
+                    t,
+                    name,
+                    owner,
+                    token,
+                    valid,
+                } => {
+                    report.grants += 1;
+                    current.insert(owner, holds.len());
+                    holds.push(Hold {
+                        proc: pi,
+                        name: name.clone(),
+                        owner: owner.clone(),
+                        token: *token,
+                        want_t: wants.get(owner.as_str()).copied().unwrap_or(*t),
+                        grant_t: *t,
+                        points: vec![(*t, *valid)],
+                        release: None,
+                        intervals: Vec::new(),
+                    });
+                }
+                Record::Valid {
+                    t, owner, token, valid, ..
+                } => {
+                    if let Some(&h) = current.get(owner.as_str())
+                        && holds[h].token == *token
+                    {
+                        holds[h].points.push((*t, *valid));
+                    }
+                }
+                Record::Release {
+                    t, owner, token, lost, ..
+                } => {
+                    if let Some(h) = current.remove(owner.as_str())
+                        && holds[h].token == *token
+                    {
+                        holds[h].release = Some((*t, *lost));
+                        if *lost {
+                            report.lost += 1;
+                        }
+                    }
+                }
+                Record::Fail { .. } => {}
+            }
+        }
+    }
+    for h in &mut holds {
+        let pinfo = &info[h.proc];
+        let mut end = h.release.map_or(pinfo.end, |(t, _)| t);
+        if h.points.iter().all(|(_, d)| d.is_none()) {
+            // A session lease: certain from the grant until the pause (+ session/2).
+            for &(ps, _) in &pinfo.pauses {
+                if ps >= h.want_t && ps < end {
+                    end = end.min(ps + session.unwrap_or(0) / 2);
+                }
+            }
+            if h.grant_t < end {
+                h.intervals.push((h.grant_t, end));
+            }
+        } else {
+            let mut iv: Vec<(u64, u64)> = h
+                .points
+                .iter()
+                .filter_map(|&(t, d)| {
+                    let e = d?.min(end);
+                    (t < e).then_some((t, e))
+                })
+                .collect();
+            iv.sort();
+            for (s, e) in iv {
+                match h.intervals.last_mut() {
+                    Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                    _ => h.intervals.push((s, e)),
+                }
+            }
+        }
+        if h.intervals.is_empty() {
+            report.never_held += 1;
+        } else {
+            report.holds += 1;
+        }
+    }
+
+    let describe = |h: &Hold| {
+        let p = &procs[h.proc];
+        let mut s = format!(
+            "w{}-{} owner {} token {} granted {:.3}s",
+            p.worker,
+            p.incarnation,
+            short(&h.owner),
+            h.token,
+            secs(h.grant_t)
+        );
+        let _ = write!(s, " valid");
+        for (a, b) in &h.intervals {
+            let _ = write!(s, " [{:.3}, {:.3}]", secs(*a), secs(*b));
+        }
+        match h.release {
+            Some((t, lost)) => {
+                let _ = write!(s, " {} {:.3}s", if lost { "lost" } else { "released" }, secs(t));
+            }
+            None if info[h.proc].killed_at.is_some() => {
+                let _ = write!(s, " killed {:.3}s", secs(info[h.proc].end));
+            }
+            None => {
+                let _ = write!(s, " open until {:.3}s", secs(info[h.proc].end));
+            }
+        }
+        s
+    };
+
+    let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, h) in holds.iter().enumerate() {
+        by_name.entry(h.name.as_str()).or_default().push(i);
+    }
+    let mut names: Vec<&str> = by_name.keys().copied().collect();
+    names.sort();
+
+    for name in &names {
+        let ids = &by_name[name];
+        // (1) overlaps of valid intervals.
+        let mut iv: Vec<(u64, u64, usize)> = ids
+            .iter()
+            .flat_map(|&h| holds[h].intervals.iter().map(move |&(s, e)| (s, e, h)))
+            .collect();
+        iv.sort();
+        let mut seen = BTreeSet::new();
+        for i in 0..iv.len() {
+            let (_, e1, h1) = iv[i];
+            for &(s2, e2, h2) in &iv[i + 1..] {
+                if s2 + TOLERANCE_NS >= e1 {
+                    break;
+                }
+                if h1 == h2 || holds[h1].owner == holds[h2].owner || !seen.insert((h1.min(h2), h1.max(h2))) {
+                    continue;
+                }
+                let overlap = e1.min(e2) - s2;
+                report.violations.push(format!(
+                    "overlap on {name}: {:.3} ms while both valid: {} AND {}",
+                    overlap as f64 / 1e6,
+                    describe(&holds[h1]),
+                    describe(&holds[h2])
+                ));
+            }
+        }
+        // (2) tokens in grant order.
+        let mut valid: Vec<usize> = ids
+            .iter()
+            .copied()
+            .filter(|&h| !holds[h].intervals.is_empty())
+            .collect();
+        valid.sort_by_key(|&h| holds[h].grant_t);
+        for w in valid.windows(2) {
+            let (a, b) = (&holds[w[0]], &holds[w[1]]);
+            if b.token <= a.token {
+                report
+                    .violations
+                    .push(format!("token order on {name}: {} then {}", describe(a), describe(b)));
+            }
+        }
+    }
+
+    // (3) a killed holder's names come free in time.
+    for (pi, pinfo) in info.iter().enumerate() {
+        let Some(k) = pinfo.killed_at else { continue };
+        let deadline = k + bound + slack;
+        for h in holds
+            .iter()
+            .filter(|h| h.proc == pi && h.release.is_none() && !h.intervals.is_empty())
+        {
+            let next = holds
+                .iter()
+                .filter(|o| o.name == h.name && o.grant_t > k)
+                .map(|o| o.grant_t)
+                .min();
+            if next.is_some_and(|n| n <= deadline) {
+                report.frees_in_time += 1;
+                continue;
+            }
+            if restarts
+                .iter()
+                .any(|&(b, e)| b <= deadline && e.saturating_add(slack) >= k)
+            {
+                report.frees_excused += 1;
+                continue;
+            }
+            match waiter(procs, &info, pi, &h.name, k, k + bound, deadline) {
+                Some(w) => report.violations.push(format!(
+                    "late free of {}: holder w{}-{} (token {}) killed at {:.3}s, bound {:.3}s + slack {:.3}s, next grant {}; {w} was waiting",
+                    h.name,
+                    procs[pi].worker,
+                    procs[pi].incarnation,
+                    h.token,
+                    secs(k),
+                    bound as f64 / 1e9,
+                    slack as f64 / 1e9,
+                    next.map_or("never".to_owned(), |n| format!("at {:.3}s ({:.3}s after the kill)", secs(n), (n - k) as f64 / 1e9)),
+                )),
+                None => report.frees_unchecked += 1,
+            }
+        }
+    }
+    report
+}
+
+/// A worker other than `killed` that waited for `name` from no later than
+/// `by` until past `until` while alive and never paused in between.
+fn waiter(
+    procs: &[ProcLog],
+    info: &[ProcInfo],
+    killed: usize,
+    name: &str,
+    k: u64,
+    by: u64,
+    until: u64,
+) -> Option<String> {
+    for (qi, q) in procs.iter().enumerate() {
+        if qi == killed || info[qi].end <= until {
+            continue;
+        }
+        for (i, r) in q.records.iter().enumerate() {
+            let Record::Want { t, name: n, owner } = r else {
+                continue;
+            };
+            if n != name || *t > by {
+                continue;
+            }
+            let next = q.records[i + 1..]
+                .iter()
+                .find(|r| record_owner(r) == Some(owner))
+                .map(Record::t);
+            if next.is_some_and(|n| n <= until) {
+                continue;
+            }
+            let from = (*t).max(k);
+            if info[qi].pauses.iter().any(|&(ps, pe)| ps <= until && pe >= from) {
+                continue;
+            }
+            return Some(format!("w{}-{} owner {}", q.worker, q.incarnation, short(owner)));
+        }
+    }
+    None
+}
+
+fn record_owner(r: &Record) -> Option<&String> {
+    match r {
+        Record::Start { .. } => None,
+        Record::Want { owner, .. }
+        | Record::Grant { owner, .. }
+        | Record::Valid { owner, .. }
+        | Record::Release { owner, .. }
+        | Record::Fail { owner, .. } => Some(owner),
+    }
+}
+
+fn short(owner: &str) -> &str {
+    &owner[..owner.len().min(8)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn run(bound: u64, session: Option<u64>) -> Event {
+        Event::Run {
+            t: 0,
+            seed: 1,
+            backend: "test://".into(),
+            bound_ns: bound,
+            slack_ns: S,
+            session_ns: session,
+        }
+    }
+
+    fn want(t: u64, name: &str, owner: &str) -> Record {
+        Record::Want {
+            t,
+            name: name.into(),
+            owner: owner.into(),
+        }
+    }
+
+    fn grant(t: u64, name: &str, owner: &str, token: u64, valid: Option<u64>) -> Record {
+        Record::Grant {
+            t,
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            valid,
+        }
+    }
+
+    fn renew(t: u64, name: &str, owner: &str, token: u64, valid: u64) -> Record {
+        Record::Valid {
+            t,
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            valid: Some(valid),
+        }
+    }
+
+    fn release(t: u64, name: &str, owner: &str, token: u64) -> Record {
+        Record::Release {
+            t,
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            lost: false,
+        }
+    }
+
+    fn proc(worker: usize, records: Vec<Record>) -> ProcLog {
+        ProcLog {
+            worker,
+            incarnation: 0,
+            records,
+        }
+    }
+
+    #[test]
+    fn sequential_holds_are_fine() {
+        let a = proc(0, vec![grant(S, "n", "a", 1, Some(3 * S)), release(2 * S, "n", "a", 1)]);
+        let b = proc(
+            1,
+            vec![
+                grant(2 * S + 1000, "n", "b", 2, Some(5 * S)),
+                release(4 * S, "n", "b", 2),
+            ],
+        );
+        let r = check(&[a, b], &[run(2 * S, None)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!((r.grants, r.holds), (2, 2));
+    }
+
+    #[test]
+    fn overlapping_valid_holds_are_a_violation() {
+        let a = proc(0, vec![grant(S, "n", "a", 1, Some(3 * S)), release(2 * S, "n", "a", 1)]);
+        let b = proc(
+            1,
+            vec![grant(S + S / 2, "n", "b", 2, Some(5 * S)), release(4 * S, "n", "b", 2)],
+        );
+        let r = check(&[a, b], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].starts_with("overlap on n"), "{}", r.violations[0]);
+    }
+
+    #[test]
+    fn overlap_after_the_first_deadline_is_fine() {
+        // a's lease ran out at 2 s (it was paused); it logs its release at 5 s.
+        let a = proc(0, vec![grant(S, "n", "a", 1, Some(2 * S)), release(5 * S, "n", "a", 1)]);
+        let b = proc(
+            1,
+            vec![grant(3 * S, "n", "b", 2, Some(6 * S)), release(4 * S, "n", "b", 2)],
+        );
+        let r = check(&[a, b], &[run(2 * S, None)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+
+    #[test]
+    fn renewals_extend_validity() {
+        // a renewed at 1.5 s to 3.5 s: b's grant at 3 s overlaps.
+        let a = proc(
+            0,
+            vec![
+                grant(S, "n", "a", 1, Some(2 * S)),
+                renew(S + S / 2, "n", "a", 1, 3 * S + S / 2),
+                release(5 * S, "n", "a", 1),
+            ],
+        );
+        let b = proc(
+            1,
+            vec![grant(3 * S, "n", "b", 2, Some(6 * S)), release(4 * S, "n", "b", 2)],
+        );
+        let r = check(&[a, b], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+    }
+
+    #[test]
+    fn a_grant_after_its_own_deadline_was_never_held() {
+        let a = proc(
+            0,
+            vec![grant(3 * S, "n", "a", 1, Some(2 * S)), release(5 * S, "n", "a", 1)],
+        );
+        let b = proc(
+            1,
+            vec![
+                grant(2 * S + S / 2, "n", "b", 2, Some(6 * S)),
+                release(4 * S, "n", "b", 2),
+            ],
+        );
+        let r = check(&[a, b], &[run(2 * S, None)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.never_held, 1);
+    }
+
+    #[test]
+    fn decreasing_token_is_a_violation() {
+        let a = proc(0, vec![grant(S, "n", "a", 5, Some(3 * S)), release(2 * S, "n", "a", 5)]);
+        let b = proc(
+            1,
+            vec![
+                grant(2 * S + S / 2, "n", "b", 4, Some(5 * S)),
+                release(4 * S, "n", "b", 4),
+            ],
+        );
+        let r = check(&[a, b], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].starts_with("token order on n"), "{}", r.violations[0]);
+    }
+
+    fn kill(t: u64, worker: usize) -> Event {
+        Event::Kill {
+            t,
+            worker,
+            incarnation: 0,
+            pid: 100 + worker as u32,
+        }
+    }
+
+    fn exit(t: u64, worker: usize) -> Event {
+        Event::Exit {
+            t,
+            worker,
+            incarnation: 0,
+            pid: 100 + worker as u32,
+            forced: false,
+        }
+    }
+
+    #[test]
+    fn late_free_after_a_kill_is_a_violation() {
+        // a holds, is killed at 2 s; bound 2 s + slack 1 s; b waits from 1.5 s but
+        // is granted only at 8 s.
+        let a = proc(0, vec![grant(S, "n", "a", 1, Some(3 * S))]);
+        let b = proc(
+            1,
+            vec![
+                want(S + S / 2, "n", "b"),
+                grant(8 * S, "n", "b", 2, Some(10 * S)),
+                release(9 * S, "n", "b", 2),
+            ],
+        );
+        let events = [run(2 * S, None), kill(2 * S, 0), exit(9 * S, 1)];
+        let r = check(&[a, b], &events);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].starts_with("late free of n"), "{}", r.violations[0]);
+        assert_eq!(r.kills, 1);
+    }
+
+    #[test]
+    fn free_within_the_bound_after_a_kill_is_fine() {
+        let a = proc(0, vec![grant(S, "n", "a", 1, Some(3 * S))]);
+        let b = proc(
+            1,
+            vec![
+                want(S + S / 2, "n", "b"),
+                grant(4 * S, "n", "b", 2, Some(6 * S)),
+                release(5 * S, "n", "b", 2),
+            ],
+        );
+        let r = check(&[a, b], &[run(2 * S, None), kill(2 * S, 0), exit(9 * S, 1)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.frees_in_time, 1);
+    }
+
+    #[test]
+    fn late_free_without_a_waiter_or_during_a_restart_is_not_judged() {
+        let a = proc(0, vec![grant(S, "n", "a", 1, Some(3 * S))]);
+        let b = proc(1, vec![want(7 * S, "n", "b"), grant(8 * S, "n", "b", 2, Some(10 * S))]);
+        let r = check(&[a.clone(), b], &[run(2 * S, None), kill(2 * S, 0), exit(9 * S, 1)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.frees_unchecked, 1);
+
+        let b = proc(1, vec![want(S, "n", "b"), grant(8 * S, "n", "b", 2, Some(10 * S))]);
+        let events = [
+            run(2 * S, None),
+            kill(2 * S, 0),
+            Event::RestartBegin { t: 3 * S },
+            Event::RestartEnd { t: 6 * S, ok: true },
+            exit(9 * S, 1),
+        ];
+        let r = check(&[a, b], &events);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!((r.frees_excused, r.server_restarts), (1, 1));
+    }
+
+    #[test]
+    fn a_paused_session_holder_is_certain_only_until_half_a_session_past_the_pause() {
+        let pause = |t| Event::Pause {
+            t,
+            worker: 0,
+            incarnation: 0,
+            pid: 100,
+        };
+        let resume = |t| Event::Resume {
+            t,
+            worker: 0,
+            incarnation: 0,
+            pid: 100,
+        };
+        // Session 4 s; a paused at 2 s, resumed at 9 s, sees the loss at 9.1 s.
+        let a = proc(
+            0,
+            vec![
+                want(S, "n", "a"),
+                grant(S, "n", "a", 1, None),
+                Record::Release {
+                    t: 9 * S + S / 10,
+                    name: "n".into(),
+                    owner: "a".into(),
+                    token: 1,
+                    lost: true,
+                },
+            ],
+        );
+        let b_late = proc(1, vec![grant(7 * S, "n", "b", 2, None), release(8 * S, "n", "b", 2)]);
+        let events = [run(6 * S, Some(4 * S)), pause(2 * S), resume(9 * S)];
+        let r = check(&[a.clone(), b_late], &events);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!((r.pauses, r.lost), (1, 1));
+
+        // b granted 1 s into the pause: the session cannot have expired yet.
+        let b_early = proc(1, vec![grant(3 * S, "n", "b", 2, None), release(8 * S, "n", "b", 2)]);
+        let r = check(&[a, b_early], &events);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+    }
+}

@@ -1,0 +1,276 @@
+//! The worker process: T tasks, each its own owner, taking random names of
+//! the run with auto-extend on, holding them for a short critical section
+//! and logging every grant, renewal and release (see [`crate::log`]).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockkit::{LockClient, LockGuard, LockOptions};
+
+use crate::chaos::SplitMix;
+use crate::log::{LineWriter, Record, instant_ns, mono_ns};
+
+/// What a worker is told by the coordinator.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// The backend URL.
+    #[arg(long)]
+    pub backend: String,
+    /// This worker's index.
+    #[arg(long)]
+    pub worker: usize,
+    /// How many times this worker was started before.
+    #[arg(long, default_value_t = 0)]
+    pub incarnation: u32,
+    /// Tasks (contenders) in this process.
+    #[arg(long, default_value_t = 2)]
+    pub tasks: usize,
+    /// The lock names: `{prefix}/0` … `{prefix}/{names-1}`.
+    #[arg(long, default_value_t = 3)]
+    pub names: usize,
+    /// The name prefix (unique per run).
+    #[arg(long)]
+    pub prefix: String,
+    /// The lease (TTL backends).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+    pub ttl: Duration,
+    /// How long a `lock` call waits at most.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    pub wait: Duration,
+    /// Stop taking locks at this `CLOCK_MONOTONIC` time (ns).
+    #[arg(long)]
+    pub stop_at: u64,
+    /// The log file.
+    #[arg(long)]
+    pub log: PathBuf,
+    /// Seed of this worker's choices.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+type Log = Arc<Mutex<LineWriter>>;
+
+fn write(log: &Log, record: Record) {
+    let mut w = log.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = w.write(&record) {
+        eprintln!("worker: cannot write the log: {e}");
+        std::process::exit(3);
+    }
+}
+
+/// Runs the worker until `stop_at`; the process exit code.
+pub fn run(args: WorkerArgs) -> i32 {
+    // Die with the coordinator: no orphans even if it is killed.
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number; no memory is passed.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    let log = match LineWriter::create(&args.log) {
+        Ok(w) => Arc::new(Mutex::new(w)),
+        Err(e) => {
+            eprintln!("worker: cannot create {}: {e}", args.log.display());
+            return 3;
+        }
+    };
+    write(
+        &log,
+        Record::Start {
+            t: mono_ns(),
+            pid: std::process::id(),
+            worker: args.worker,
+            incarnation: args.incarnation,
+        },
+    );
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("worker: no runtime: {e}");
+            return 3;
+        }
+    };
+    rt.block_on(work(args, log));
+    // Guards dropped on lost locks release in the background: let them go.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    0
+}
+
+/// Time left until `stop_at`, or `None` once it passed.
+fn left(stop_at: u64) -> Option<Duration> {
+    let now = mono_ns();
+    (now < stop_at).then(|| Duration::from_nanos(stop_at - now))
+}
+
+async fn connect(args: &WorkerArgs) -> Option<LockClient> {
+    loop {
+        match lockkit::connect(&args.backend).await {
+            Ok(c) => return Some(c),
+            Err(e) => {
+                eprintln!("worker {}: connect failed (retrying): {e}", args.worker);
+                left(args.stop_at)?;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    }
+}
+
+async fn work(args: WorkerArgs, log: Log) {
+    let Some(client) = connect(&args).await else { return };
+    let args = Arc::new(args);
+    let mut tasks = Vec::new();
+    for i in 0..args.tasks {
+        let client = client.with_new_owner();
+        let seed = args.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        tasks.push(tokio::spawn(task(client, args.clone(), log.clone(), seed)));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+async fn task(client: LockClient, args: Arc<WorkerArgs>, log: Log, seed: u64) {
+    let mut rng = SplitMix::new(seed);
+    let owner = client.owner().to_owned();
+    let options = LockOptions::new().ttl(args.ttl).wait(args.wait).auto_extend(true);
+    while let Some(remaining) = left(args.stop_at) {
+        let name = format!("{}/{}", args.prefix, rng.below(args.names as u64));
+        write(
+            &log,
+            Record::Want {
+                t: mono_ns(),
+                name: name.clone(),
+                owner: owner.clone(),
+            },
+        );
+        let outcome = tokio::select! {
+            r = client.lock_with(&name, &options) => Some(r),
+            _ = tokio::time::sleep(remaining) => None,
+        };
+        match outcome {
+            Some(Ok(guard)) => {
+                let t = mono_ns();
+                let token = guard.fencing_token();
+                let valid = guard.valid_until().map(instant_ns);
+                write(
+                    &log,
+                    Record::Grant {
+                        t,
+                        name: name.clone(),
+                        owner: owner.clone(),
+                        token,
+                        valid,
+                    },
+                );
+                // Critical sections from ttl/4 to 1.5 ttl: many outlive one lease, so
+                // the watchdog's renewals are exercised.
+                let ms = nanos_ms(args.ttl);
+                let hold = Duration::from_millis(ms / 4 + rng.below(ms * 5 / 4 + 1));
+                if hold_for(&guard, hold, &args, &log, &name, &owner, token).await {
+                    drop(guard); // lost: the background release is told NotHeld
+                } else {
+                    let _ = guard.unlock().await;
+                }
+            }
+            Some(Err(e)) => {
+                write(
+                    &log,
+                    Record::Fail {
+                        t: mono_ns(),
+                        name,
+                        owner: owner.clone(),
+                        error: e.to_string(),
+                    },
+                );
+                tokio::time::sleep(Duration::from_millis(100 + rng.below(200))).await;
+            }
+            None => {
+                write(
+                    &log,
+                    Record::Fail {
+                        t: mono_ns(),
+                        name,
+                        owner: owner.clone(),
+                        error: "run ended".into(),
+                    },
+                );
+                return;
+            }
+        }
+        // A short gap between holds (sometimes none).
+        let gap = rng.below(nanos_ms(args.ttl) / 4 + 1);
+        tokio::time::sleep(Duration::from_millis(gap)).await;
+    }
+}
+
+fn nanos_ms(d: Duration) -> u64 {
+    (d.as_millis() as u64).max(4)
+}
+
+/// Holds `guard` for `hold` (or until its lost signal fires), logging each
+/// validity deadline it sees move, then logs the release (before the
+/// caller unlocks). Whether the lost signal ended the hold.
+async fn hold_for(
+    guard: &LockGuard,
+    hold: Duration,
+    args: &WorkerArgs,
+    log: &Log,
+    name: &str,
+    owner: &str,
+    token: u64,
+) -> bool {
+    let end = tokio::time::Instant::now() + hold;
+    let poll = (args.ttl / 6).clamp(Duration::from_millis(20), Duration::from_millis(500));
+    let mut last = guard.valid_until();
+    let lost = loop {
+        if guard.is_lost() {
+            break true;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= end {
+            break false;
+        }
+        let step = (end - now).min(poll);
+        tokio::select! {
+            _ = guard.lost() => break true,
+            _ = tokio::time::sleep(step) => {}
+        }
+        let current = guard.valid_until();
+        // Session leases have no deadline to log.
+        let moved = match (current, last) {
+            (Some(c), Some(l)) => c > l,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if moved && !guard.is_lost() {
+            // Read the deadline before the clock: a deadline seen at `t` held then.
+            let valid = current.map(instant_ns);
+            let t = mono_ns();
+            if current.is_some_and(|c| c > Instant::now()) {
+                write(
+                    log,
+                    Record::Valid {
+                        t,
+                        name: name.into(),
+                        owner: owner.into(),
+                        token,
+                        valid,
+                    },
+                );
+            }
+            last = current;
+        }
+    };
+    write(
+        log,
+        Record::Release {
+            t: mono_ns(),
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            lost,
+        },
+    );
+    lost
+}

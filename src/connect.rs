@@ -46,7 +46,9 @@ pub async fn connect(url: &str) -> Result<LockClient, LockError> {
             });
         }
     };
-    // A parameter no backend took is a typo, not something to ignore.
+    // A parameter no backend took is a typo, not something to ignore. (The
+    // network backends already checked this before connecting, so a typo
+    // on an unreachable URL is reported as the typo; this covers memory://.)
     url.finish()?;
     LockClient::from_arc(backend, url.options)
 }

@@ -39,7 +39,7 @@ pub use connect::{Connect, URL_VAR, connect, connect_from_env};
 #[doc(inline)]
 pub use lockkit_core::{
     Capabilities, DEFAULT_TTL, DEFAULT_WAIT, LeaseKind, LockBackend, LockClient, LockError, LockGuard, LockInfo,
-    LockOptions, LostReason, LostSignal, Unlocked, backend, memory, url,
+    LockOptions, LostReason, LostSignal, Unlocked, backend, memory, one_line, url,
 };
 
 /// The conformance kit (feature `testkit`), for testing a backend.

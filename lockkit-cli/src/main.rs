@@ -76,16 +76,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 30s or 1m: {e}"))
 }
 
-/// Prints an error and its causes on one line.
+/// Prints an error and its causes on one line (a cause its predecessor
+/// already quotes is not repeated).
 fn report(e: &(dyn std::error::Error + 'static)) {
-    let mut line = format!("lockkit: {e}");
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        line.push_str(": ");
-        line.push_str(&c.to_string());
-        cur = c.source();
-    }
-    eprintln!("{line}");
+    eprintln!("lockkit: {}", lockkit::one_line(e));
 }
 
 #[tokio::main]

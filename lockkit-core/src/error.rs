@@ -120,6 +120,12 @@ impl LockError {
         }
     }
 
+    /// This error and its causes on one line, for logs and command-line
+    /// tools: see [`one_line`].
+    pub fn to_line(&self) -> String {
+        one_line(self)
+    }
+
     /// Shorthand for an [`LockError::InvalidConfig`].
     pub fn config(part: impl Into<String>, reason: impl Into<String>) -> Self {
         LockError::InvalidConfig {
@@ -144,6 +150,37 @@ impl LockError {
             source: source.into(),
         }
     }
+}
+
+/// An error and its chain of causes on one line: `a: b: c`, leaving out a
+/// cause whose text its predecessor already ends with (many client libraries
+/// print their cause in their own message *and* return it as the source,
+/// which would show every cause twice), and replacing line breaks with
+/// spaces.
+///
+/// ```
+/// # use lockkit_core::LockError;
+/// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+/// let e = LockError::backend("redis", "connect", None, true, io);
+/// assert_eq!(lockkit_core::one_line(&e), "redis: connect failed: refused");
+/// ```
+pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut last = line.clone();
+    let mut cur = e.source();
+    while let Some(cause) = cur {
+        let text = cause.to_string();
+        if !text.is_empty() && !last.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        last = text;
+        cur = cause.source();
+    }
+    line.split(['\r', '\n'])
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The result type of lockkit.

@@ -64,7 +64,7 @@ pub use backend::{
 };
 pub use client::LockClient;
 pub use detach::detach;
-pub use error::{BoxError, LockError, Result};
+pub use error::{BoxError, LockError, Result, one_line};
 pub use guard::{LockGuard, Unlocked};
 pub use held::{LostReason, LostSignal};
 pub use options::{DEFAULT_TTL, DEFAULT_WAIT, LockOptions, MAX_TTL, MAX_WAIT, MIN_TTL, ttl_millis};

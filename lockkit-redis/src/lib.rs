@@ -12,8 +12,7 @@
 //!
 //! // What `lockkit::connect("redis://…")` does:
 //! let mut url = ConnectUrl::parse("redis://:secret@127.0.0.1:6379/0?prefix=app:&ttl=10s")?;
-//! let backend = lockkit_redis::connect(&mut url).await?;
-//! url.finish()?;
+//! let backend = lockkit_redis::connect(&mut url).await?; // refuses unknown parameters first
 //! let locks = LockClient::from_arc(backend, url.options)?;
 //!
 //! let guard = locks.lock("order:42").await?;
@@ -104,14 +103,17 @@ use lockkit_core::{LockBackend, LockError};
 
 /// Connects to the Redis (or the Redlock nodes) a `redis://`, `rediss://`,
 /// `redis+sentinel://`, `redis+cluster://` or `redlock://` URL names, taking
-/// this backend's query parameters from `url` (see [`config`]); the caller
-/// checks the rest with [`ConnectUrl::finish`].
+/// this backend's query parameters from `url` (see [`config`]). A query
+/// parameter left over after them (and lockkit's common ones) is refused
+/// with [`ConnectUrl::finish`] **before** any connection is tried, so a typo
+/// is reported as such even when the server is unreachable.
 ///
 /// Errors: [`LockError::InvalidConfig`] naming the URL part at fault, or a
 /// retryable [`LockError::Backend`] when the server (a quorum of Redlock
 /// nodes) cannot be reached.
 pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
     let config = RedisConfig::from_url(url)?;
+    url.finish()?;
     Ok(match config.mode {
         Mode::Redlock => Arc::new(RedlockBackend::connect(config).await?),
         _ => Arc::new(RedisBackend::connect(config).await?),

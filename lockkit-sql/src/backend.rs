@@ -50,9 +50,11 @@ use crate::sql::{ClaimShape, Statements};
 /// Connects to the database a `mysql://`, `mariadb://`, `postgres://` or
 /// `sqlite://` URL names, taking this backend's query parameters from it
 /// (see [`SqlConfig`]); creates or checks the lock table and starts the
-/// sweeper.
+/// sweeper. A query parameter left over is refused with
+/// [`ConnectUrl::finish`] before any connection is tried.
 pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
     let config = SqlConfig::from_url(url)?;
+    url.finish()?;
     Ok(Arc::new(SqlBackend::connect(config).await?))
 }
 
@@ -155,6 +157,9 @@ impl SqlBackend {
     /// and starts the sweeper (and on Postgres the release listener).
     pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
         let kind = config.dialect.kind();
+        if config.dialect == Dialect::Sqlite {
+            check_sqlite_dir(&config.database)?;
+        }
         let db = Db::open(&config).map_err(|e| match e {
             sqlx::Error::Configuration(e) => LockError::config("url", e.to_string()),
             e => backend_error(kind, "connect", None, e),
@@ -321,6 +326,31 @@ impl SqlBackend {
             };
             detach(kind, work, orphan).await?
         }
+    }
+}
+
+/// SQLite creates a missing database file but not its directory; say so
+/// instead of the driver's "unable to open database file".
+fn check_sqlite_dir(database: &str) -> Result<(), LockError> {
+    if database == ":memory:" {
+        return Ok(());
+    }
+    let path = std::path::Path::new(database);
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let bad = |why: &str| LockError::config("url path", format!("{database:?}: {why}"));
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(bad(&format!("{} is not a directory", dir.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(bad(&format!(
+            "the directory {} does not exist (SQLite creates the file, not its directory)",
+            dir.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            Err(bad(&format!("a part of {} is not a directory", dir.display())))
+        }
+        Err(e) => Err(bad(&format!("cannot use the directory {}: {e}", dir.display()))),
     }
 }
 

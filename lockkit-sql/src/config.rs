@@ -253,6 +253,16 @@ fn driver_url(dialect: Dialect, url: &url::Url) -> Result<String, LockError> {
             Ok(path)
         }
         Dialect::Mysql => {
+            require_host(&url)?;
+            // MySQL has no default database: without one every statement
+            // would fail later with "No database selected".
+            let segments: Vec<&str> = url.path_segments().map(|s| s.collect()).unwrap_or_default();
+            if !matches!(segments.as_slice(), [db] if !db.is_empty()) {
+                return Err(LockError::config(
+                    "url path",
+                    "a mysql:// URL names exactly one database: mysql://user:pass@host:3306/DATABASE",
+                ));
+            }
             // sqlx only knows `mysql://`; `mariadb://` is the same protocol.
             let text = url.as_str();
             Ok(match text.split_once("://") {
@@ -260,8 +270,27 @@ fn driver_url(dialect: Dialect, url: &url::Url) -> Result<String, LockError> {
                 None => text.to_owned(),
             })
         }
-        Dialect::Postgres => Ok(url.to_string()),
+        Dialect::Postgres => {
+            require_host(&url)?;
+            Ok(url.to_string())
+        }
     }
+}
+
+/// A server URL must say which server: a default (`localhost`, `$PGHOST`)
+/// would hide a URL that lost its host.
+fn require_host(url: &url::Url) -> Result<(), LockError> {
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(LockError::config(
+            "url host",
+            format!(
+                "a {}:// URL needs a host, e.g. {}://user:pass@127.0.0.1/DATABASE",
+                url.scheme(),
+                url.scheme()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn percent_decode(s: &str) -> String {

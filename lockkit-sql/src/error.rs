@@ -76,7 +76,17 @@ pub(crate) fn backend_error(
     e: sqlx::Error,
 ) -> LockError {
     let retryable = classify(&e) != Class::Permanent;
-    LockError::backend(kind, operation, name, retryable, e)
+    match e {
+        // sqlx's wrapper only says "error returned from database: " before
+        // the database's own error, which it also returns as its source:
+        // chain the database error itself (downcast it to
+        // `sqlx::error::DatabaseError` types for codes).
+        sqlx::Error::Database(db) => {
+            let db: lockkit_core::BoxError = db;
+            LockError::backend(kind, operation, name, retryable, db)
+        }
+        e => LockError::backend(kind, operation, name, retryable, e),
+    }
 }
 
 /// A schema problem found by `migrate`: the table exists but is not ours.

@@ -69,10 +69,11 @@ const SESSION_RESTARTS: usize = 3;
 /// Connects to the ZooKeeper ensemble a `zk://` URL names, taking its own
 /// query parameters (`session_timeout`, `connect_timeout`) from `url`.
 ///
-/// This is what `lockkit::connect` calls; the caller checks that no unknown
-/// parameter is left.
+/// This is what `lockkit::connect` calls. A query parameter left over is
+/// refused with [`ConnectUrl::finish`] before any connection is tried.
 pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
     let config = ZkConfig::from_url(url)?;
+    url.finish()?;
     Ok(Arc::new(ZkBackend::connect(config).await?))
 }
 

@@ -221,7 +221,17 @@ impl SqlBackend {
         let inner = &self.inner;
         let table = &inner.config.table;
         if inner.config.create_table {
-            for stmt in &inner.sql.create {
+            for (object, stmt) in &inner.sql.create {
+                // Only what is missing: a least-privilege user (no CREATE)
+                // can use tables an administrator created.
+                let found = inner
+                    .db
+                    .fetch(&inner.sql.exists, &[Arg::Text(Some(object))], &[Col::Int])
+                    .await
+                    .map_err(|e| backend_error(inner.kind, "connect", None, e))?;
+                if found.first().and_then(|r| r.first()).is_some_and(|v| v.int() > 0) {
+                    continue;
+                }
                 // Concurrent CREATE ... IF NOT EXISTS can still collide on
                 // Postgres (duplicate catalog rows): a second try sees the table.
                 let mut tries = 0;
@@ -231,6 +241,13 @@ impl SqlBackend {
                         Err(e) if tries < 5 && (is_duplicate(&e) || classify(&e) == Class::Transient) => {
                             tries += 1;
                             tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                        }
+                        Err(e) if is_permission_denied(&e) => {
+                            let source = MissingObject {
+                                object: object.clone(),
+                                cause: e,
+                            };
+                            return Err(LockError::backend(inner.kind, "create table", None, false, source));
                         }
                         Err(e) => return Err(backend_error(inner.kind, "create table", None, e)),
                     }
@@ -327,6 +344,46 @@ impl SqlBackend {
             detach(kind, work, orphan).await?
         }
     }
+}
+
+/// A table (or sequence) lockkit needs is missing and this database user may
+/// not create it.
+#[derive(Debug)]
+struct MissingObject {
+    object: String,
+    cause: sqlx::Error,
+}
+
+impl fmt::Display for MissingObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} does not exist (or this user has no rights on it) and this database user may not create it \
+             (connect once as a user with CREATE rights, e.g. the table's owner, or grant CREATE)",
+            self.object
+        )
+    }
+}
+
+impl std::error::Error for MissingObject {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.cause {
+            sqlx::Error::Database(db) => Some(db.as_ref()),
+            other => Some(other),
+        }
+    }
+}
+
+/// The database refused a statement for lack of a privilege: MySQL's
+/// table/database/specific access denied (1142, 1044, 1227), Postgres's
+/// `insufficient_privilege` (42501).
+fn is_permission_denied(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else { return false };
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return matches!(my.number(), 1142 | 1044 | 1227);
+    }
+    db.code().as_deref() == Some("42501")
 }
 
 /// SQLite creates a missing database file but not its directory; say so

@@ -36,8 +36,15 @@ pub(crate) enum ClaimShape {
 /// One database's statements for one lock table.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
-    /// DDL run by `migrate`, in order.
-    pub create: Vec<Arc<str>>,
+    /// DDL run by `migrate`, in order, each with the name of the object it
+    /// creates: a statement runs only when [`exists`](Self::exists) does not
+    /// find its object, so a user without CREATE rights can use tables that
+    /// exist (`CREATE … IF NOT EXISTS` checks the right first on MySQL and
+    /// Postgres, and fails without it).
+    pub create: Vec<(String, Arc<str>)>,
+    /// `(object name)` → `(count)`: whether a table or sequence of that name
+    /// exists in the current database/schema. Needs no privilege on it.
+    pub exists: Arc<str>,
     /// Run by `migrate` once the lock table is checked, also with
     /// `create_table=false` (SQLite's token counter row and triggers).
     pub prepare: Vec<Arc<str>>,
@@ -212,8 +219,10 @@ fn mysql(t: &str) -> Statements {
     let expired = "expires_at <= UTC_TIMESTAMP(6)";
     Statements {
         create: vec![
-            s(format!(
-                "CREATE TABLE IF NOT EXISTS `{t}` (\
+            (
+                t.to_owned(),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS `{t}` (\
                  name VARBINARY(255) NOT NULL COMMENT 'lock name: UTF-8 bytes, compared exactly', \
                  owner VARBINARY(255) NOT NULL, \
                  hold_count BIGINT NOT NULL, \
@@ -223,13 +232,21 @@ fn mysql(t: &str) -> Statements {
                  memo VARCHAR(1024) NULL, \
                  PRIMARY KEY (name)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin \
                  COMMENT='lockkit: one row per held lock'"
-            )),
-            s(format!(
-                "CREATE TABLE IF NOT EXISTS `{t}_tokens` (\
+                )),
+            ),
+            (
+                format!("{t}_tokens"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS `{t}_tokens` (\
                  bucket INT NOT NULL PRIMARY KEY, last_token BIGINT NOT NULL) ENGINE=InnoDB \
                  COMMENT='lockkit: fencing token counters, one per bucket of names'"
-            )),
+                )),
+            ),
         ],
+        exists: s(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
+                .to_owned(),
+        ),
         prepare: vec![],
         columns: s(
             "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR) FROM information_schema.columns \
@@ -295,8 +312,10 @@ fn postgres(t: &str) -> Statements {
     };
     Statements {
         create: vec![
-            s(format!(
-                "CREATE TABLE IF NOT EXISTS \"{t}\" (\
+            (
+                t.to_owned(),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}\" (\
                  name BYTEA PRIMARY KEY, \
                  owner BYTEA NOT NULL, \
                  hold_count BIGINT NOT NULL, \
@@ -304,9 +323,17 @@ fn postgres(t: &str) -> Statements {
                  expires_at TIMESTAMPTZ NOT NULL, \
                  acquired_at TIMESTAMPTZ NOT NULL, \
                  memo TEXT)"
-            )),
-            s(format!("CREATE SEQUENCE IF NOT EXISTS \"{t}_token_seq\"")),
+                )),
+            ),
+            (
+                format!("{t}_token_seq"),
+                s(format!("CREATE SEQUENCE IF NOT EXISTS \"{t}_token_seq\"")),
+            ),
         ],
+        exists: s("SELECT COUNT(*)::int8 FROM pg_catalog.pg_class c \
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                   WHERE n.nspname = current_schema() AND c.relname = $1"
+            .to_owned()),
         prepare: vec![],
         columns: s(
             "SELECT column_name::text, data_type::text FROM information_schema.columns \
@@ -377,8 +404,10 @@ fn sqlite(t: &str) -> Statements {
     let next = format!("(SELECT last_token + 1 FROM \"{t}_tokens\" WHERE bucket = 0)");
     Statements {
         create: vec![
-            s(format!(
-                "CREATE TABLE IF NOT EXISTS \"{t}\" (\
+            (
+                t.to_owned(),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}\" (\
                  name BLOB PRIMARY KEY NOT NULL, \
                  owner BLOB NOT NULL, \
                  hold_count INTEGER NOT NULL, \
@@ -386,11 +415,16 @@ fn sqlite(t: &str) -> Statements {
                  expires_at INTEGER NOT NULL, \
                  acquired_at INTEGER NOT NULL, \
                  memo TEXT) WITHOUT ROWID"
-            )),
-            s(format!(
-                "CREATE TABLE IF NOT EXISTS \"{t}_tokens\" (bucket INTEGER PRIMARY KEY, last_token INTEGER NOT NULL)"
-            )),
+                )),
+            ),
+            (
+                format!("{t}_tokens"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}_tokens\" (bucket INTEGER PRIMARY KEY, last_token INTEGER NOT NULL)"
+                )),
+            ),
         ],
+        exists: s("SELECT COUNT(*) FROM sqlite_master WHERE name = ?1".to_owned()),
         prepare: vec![
             s(format!(
                 "INSERT OR IGNORE INTO \"{t}_tokens\" (bucket, last_token) \

@@ -11,12 +11,12 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// What the proxy does to traffic.
@@ -31,7 +31,7 @@ pub enum Fault {
     /// after it heals).
     Blackhole,
     /// Keep connections open (and accept new ones) but discard every byte
-    /// read: unlike [`Blackhole`](Fault::Blackhole), nothing is delivered
+    /// read (and any a blackhole or latency still holds): unlike [`Blackhole`](Fault::Blackhole), nothing is delivered
     /// after the fault heals. A connection that lost bytes can no longer
     /// carry its protocol, so when the fault changes to anything but
     /// `Down` the proxy closes it with a FIN on both sides (like a stateful
@@ -174,8 +174,7 @@ async fn relay(
     let _ = server.set_nodelay(true);
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
-    // Whether this connection lost bytes, and the proxy's count of them.
-    let dropped = (AtomicBool::new(false), total_dropped);
+    let dropped: Losses<'_> = (AtomicBool::new(false), total_dropped);
     let (mut down, mut healed) = (fault.clone(), fault.clone());
     let end = tokio::select! {
         e = pump(&mut cr, &mut sw, fault.clone(), &dropped) => e,
@@ -205,25 +204,90 @@ fn reset(stream: TcpStream) {
     drop(stream);
 }
 
-/// Copies `from` to `to` under the current fault, chunk by chunk.
+/// Whether a connection lost bytes, and the proxy's count of them.
+type Losses<'a> = (AtomicBool, &'a AtomicU64);
+
+/// Copies `from` to `to` under the current fault. A reader stamps each chunk
+/// with its arrival and a writer delivers it (so under latency chunks are
+/// delayed in parallel, like packets on a slow path, not one after another);
+/// bytes read before `from` closed are delivered before `to` is closed.
 async fn pump(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
-    mut fault: watch::Receiver<Fault>,
-    (dropped, total_dropped): &(AtomicBool, &AtomicU64),
+    fault: watch::Receiver<Fault>,
+    losses: &Losses<'_>,
+) -> End {
+    let (tx, rx) = mpsc::channel(64);
+    let writer = deliver(rx, to, fault.clone(), losses);
+    tokio::pin!(writer);
+    let end = tokio::select! {
+        end = receive(from, tx, fault, losses) => end,
+        end = &mut writer => return end,
+    };
+    match end {
+        End::Closed => writer.await,
+        other => other,
+    }
+}
+
+/// Marks a connection as having lost `n` bytes; what it does next.
+fn lose(n: usize, fault: &watch::Receiver<Fault>, (dropped, total): &Losses<'_>) -> Option<End> {
+    dropped.store(true, Ordering::SeqCst);
+    total.fetch_add(n as u64, Ordering::SeqCst);
+    // The fault may have healed between the look and the mark, unseen by
+    // the relay's watcher.
+    match *fault.borrow() {
+        Fault::Drop => None,
+        Fault::Down => Some(End::Reset),
+        _ => Some(End::Desynced),
+    }
+}
+
+/// Reads chunks and queues them with their arrival time (dropping them under
+/// [`Fault::Drop`]).
+async fn receive(
+    from: &mut OwnedReadHalf,
+    tx: mpsc::Sender<(Instant, Vec<u8>)>,
+    fault: watch::Receiver<Fault>,
+    losses: &Losses<'_>,
 ) -> End {
     let mut buf = vec![0u8; 16 * 1024];
-    'chunks: loop {
+    loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return End::Closed,
             Ok(n) => n,
         };
+        let current = *fault.borrow();
+        match current {
+            Fault::Down => return End::Reset,
+            Fault::Drop => {
+                if let Some(end) = lose(n, &fault, losses) {
+                    return end;
+                }
+            }
+            _ => {
+                if tx.send((Instant::now(), buf[..n].to_vec())).await.is_err() {
+                    return End::Closed;
+                }
+            }
+        }
+    }
+}
+
+/// Writes queued chunks when the fault lets them through.
+async fn deliver(
+    mut rx: mpsc::Receiver<(Instant, Vec<u8>)>,
+    to: &mut OwnedWriteHalf,
+    mut fault: watch::Receiver<Fault>,
+    losses: &Losses<'_>,
+) -> End {
+    'chunks: while let Some((arrived, chunk)) = rx.recv().await {
         loop {
             let current = *fault.borrow_and_update();
             match current {
                 Fault::Pass => break,
                 Fault::Latency(d) => {
-                    tokio::time::sleep(d).await;
+                    tokio::time::sleep_until((arrived + d).into()).await;
                     break;
                 }
                 Fault::Blackhole => {
@@ -231,24 +295,18 @@ async fn pump(
                         return End::Closed;
                     }
                 }
-                Fault::Drop => {
-                    dropped.store(true, Ordering::SeqCst);
-                    total_dropped.fetch_add(n as u64, Ordering::SeqCst);
-                    // The fault may have healed between the look and the
-                    // mark, unseen by the relay's watcher.
-                    match *fault.borrow() {
-                        Fault::Drop => continue 'chunks,
-                        Fault::Down => return End::Reset,
-                        _ => return End::Desynced,
-                    }
-                }
+                Fault::Drop => match lose(chunk.len(), &fault, losses) {
+                    None => continue 'chunks,
+                    Some(end) => return end,
+                },
                 Fault::Down => return End::Reset,
             }
         }
-        if to.write_all(&buf[..n]).await.is_err() {
+        if to.write_all(&chunk).await.is_err() {
             return End::Closed;
         }
     }
+    End::Closed
 }
 
 #[cfg(test)]
@@ -420,5 +478,28 @@ mod tests {
             matches!(&r, Err(e) if e.kind() == io::ErrorKind::ConnectionReset),
             "{r:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn latency_delays_chunks_in_parallel() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        let d = Duration::from_millis(100);
+        proxy.set(Fault::Latency(d));
+        let started = tokio::time::Instant::now();
+        assert_eq!(roundtrip(&mut s).await.unwrap(), b"ping");
+        assert!(started.elapsed() >= 2 * d, "{:?}", started.elapsed());
+        // Ten pings in flight at once take about one round trip, not ten.
+        let started = tokio::time::Instant::now();
+        for _ in 0..10 {
+            s.write_all(b"ping").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut back = [0u8; 40];
+        s.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back[..], b"ping".repeat(10).as_slice());
+        let took = started.elapsed();
+        assert!(took >= 2 * d, "{took:?}");
+        assert!(took < 10 * d, "chunks delayed one after another: {took:?}");
     }
 }

@@ -294,6 +294,7 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
     let mut next_chaos = start + gap(&mut rng, args.chaos_every);
     let mut next_restart = start + gap(&mut rng, args.restart_every);
     let mut restart: Option<Child> = None;
+    let mut actions = 0u32;
     let restart_log = args.log_dir.join("restart.log");
 
     loop {
@@ -367,7 +368,14 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
                 next_chaos = now + 100_000_000;
             } else {
                 let i = holders[rng.below(holders.len() as u64) as usize];
-                let kill = rng.below(2) == 0;
+                // The first two actions are a kill and a pause (so even a short run
+                // has both), then either at random.
+                let kill = match actions {
+                    0 => true,
+                    1 => false,
+                    _ => rng.below(2) == 0,
+                };
+                actions += 1;
                 let s = &mut fleet.slots[i];
                 let (worker, incarnation, pid) = (s.worker, s.incarnation, s.pid);
                 if kill {

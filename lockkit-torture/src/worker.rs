@@ -163,10 +163,14 @@ async fn task(client: LockClient, args: Arc<WorkerArgs>, log: Log, seed: u64) {
                         valid,
                     },
                 );
-                // Critical sections from ttl/4 to 1.5 ttl: many outlive one lease, so
-                // the watchdog's renewals are exercised.
+                // Mostly short critical sections (many hand-offs), a third up to
+                // 1.5 ttl (outliving one lease, so the watchdog's renewals count).
                 let ms = nanos_ms(args.ttl);
-                let hold = Duration::from_millis(ms / 4 + rng.below(ms * 5 / 4 + 1));
+                let hold = if rng.below(3) == 0 {
+                    Duration::from_millis(ms / 4 + rng.below(ms * 5 / 4 + 1))
+                } else {
+                    Duration::from_millis(5 + rng.below(ms / 10 + 1))
+                };
                 if hold_for(&guard, hold, &args, &log, &name, &owner, token).await {
                     drop(guard); // lost: the background release is told NotHeld
                 } else {

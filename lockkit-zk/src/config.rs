@@ -2,7 +2,19 @@
 //!
 //! ```text
 //! zk://h1:2181,h2:2181,h3:2181/lockkit?session_timeout=10s&connect_timeout=10s
+//! zk://user:password@h1:2181,h2:2181/lockkit        digest authentication and ACLs
 //! ```
+//!
+//! With `user:password` the session authenticates with ZooKeeper's `digest`
+//! scheme (`addauth digest user:password`), and every node lockkit creates —
+//! the chroot if missing, each name's parent, each contender — gets the ACL
+//! *creator: all* plus *world: read*: sessions with the same credentials
+//! share the locks (wait, acquire, release, `force_release`); any other
+//! session can still list and inspect them, but cannot delete a lock node,
+//! change its data or queue under a name. Nodes created earlier without
+//! credentials keep their open ACL, so give secured clients a chroot of
+//! their own. Both parts may be percent-encoded; the user must not contain
+//! `:`.
 
 use std::time::Duration;
 
@@ -25,7 +37,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How to reach a ZooKeeper ensemble, and where the locks live in it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ZkConfig {
     /// The servers, as `host:port` (IPv6 in brackets). Sessions move between
     /// them on connection loss.
@@ -41,6 +54,23 @@ pub struct ZkConfig {
     /// How long connecting may take before it fails (query parameter
     /// `connect_timeout`, default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub connect_timeout: Duration,
+    /// Digest credentials `(user, password)` from the URL's user info. When
+    /// set, the session authenticates with them and lockkit's nodes are
+    /// created with the ACL creator-all + world-read (see the [module
+    /// docs](self)).
+    pub digest: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for ZkConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkConfig")
+            .field("hosts", &self.hosts)
+            .field("chroot", &self.chroot)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("digest", &self.digest.as_ref().map(|(user, _)| (user, "***")))
+            .finish()
+    }
 }
 
 impl ZkConfig {
@@ -51,6 +81,7 @@ impl ZkConfig {
             chroot: "/".to_owned(),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            digest: None,
         }
     }
 
@@ -59,12 +90,27 @@ impl ZkConfig {
     /// parameters (taken from `url`; other parameters are left for the
     /// caller).
     pub fn from_url(url: &mut ConnectUrl) -> Result<Self, LockError> {
-        if !url.url.username().is_empty() || url.url.password().is_some() {
-            return Err(LockError::config(
-                "url credentials",
-                "zk:// URLs do not take a user or password",
-            ));
-        }
+        let digest = match (url.url.username(), url.url.password()) {
+            ("", None) => None,
+            (user, Some(password)) if !user.is_empty() && !password.is_empty() => {
+                let bad = || LockError::config("url credentials", "not valid percent-encoded UTF-8");
+                let user = percent_decode(user).ok_or_else(bad)?;
+                let password = percent_decode(password).ok_or_else(bad)?;
+                if user.contains(':') {
+                    return Err(LockError::config(
+                        "url credentials",
+                        "a digest user name must not contain `:`",
+                    ));
+                }
+                Some((user, password))
+            }
+            _ => {
+                return Err(LockError::config(
+                    "url credentials",
+                    "zk:// takes digest credentials as user:password@ (both non-empty), or none",
+                ));
+            }
+        };
         if url.hosts.is_empty() {
             return Err(LockError::config(
                 "url host",
@@ -88,6 +134,7 @@ impl ZkConfig {
             chroot,
             session_timeout,
             connect_timeout,
+            digest,
         })
     }
 
@@ -190,6 +237,16 @@ mod tests {
         assert_eq!(c.session_timeout, DEFAULT_SESSION_TIMEOUT);
         assert_eq!(parse("zk://h/").unwrap().chroot, "/");
         assert_eq!(parse("zk://h/caf%C3%A9/a..b").unwrap().chroot, "/café/a..b");
+        assert_eq!(c.digest, None);
+    }
+
+    #[test]
+    fn digest_credentials() {
+        let c = parse("zk://app:s%40cret@h1:1,h2:2/locks").unwrap();
+        assert_eq!(c.digest, Some(("app".to_owned(), "s@cret".to_owned())));
+        assert_eq!(c.hosts, ["h1:1", "h2:2"]);
+        let shown = format!("{c:?}");
+        assert!(shown.contains("app") && !shown.contains("cret"), "{shown}");
     }
 
     #[test]
@@ -206,7 +263,9 @@ mod tests {
         assert_eq!(part("zk://h?session_timeout=0s"), "query parameter session_timeout");
         assert_eq!(part("zk://h?session_timeout=soon"), "query parameter session_timeout");
         assert_eq!(part("zk://h?connect_timeout=2h"), "query parameter connect_timeout");
-        assert_eq!(part("zk://u:p@h/x"), "url credentials");
+        assert_eq!(part("zk://u@h/x"), "url credentials");
+        assert_eq!(part("zk://:p@h/x"), "url credentials");
+        assert_eq!(part("zk://a%3Ab:p@h/x"), "url credentials");
         assert_eq!(part("zk:///x"), "url host");
         assert_eq!(part("zk://h/x?sesion_timeout=4s"), "query parameter sesion_timeout");
     }

@@ -15,6 +15,15 @@
 //! could expire the session and let another owner in. After an expiry the
 //! backend opens a new session for later acquisitions by itself.
 //!
+//! **Access control**: with credentials in the URL,
+//! `zk://user:password@h1:2181,h2:2181/chroot`, the session authenticates
+//! with the `digest` scheme and every node lockkit creates gets the ACL
+//! creator-all + world-read: clients with the same credentials share the
+//! locks; other sessions can list and inspect them but cannot delete a lock
+//! node, change its data or queue under a name (`NoAuth`). Without
+//! credentials nodes are open to every session (`world:anyone` all). See
+//! [`ZkConfig`] for the details.
+//!
 //! Most applications use it through the `lockkit` facade (feature
 //! `zookeeper`):
 //!

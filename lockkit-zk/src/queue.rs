@@ -10,7 +10,7 @@ use zookeeper_client::{Client, Error as ZkError};
 
 use crate::error::BACKEND;
 use crate::nodes::{Child, NodeData, child_prefix, child_stem, decode_name, parent_path, queue};
-use crate::session::{CONTENDER, PARENT, Session};
+use crate::session::Session;
 
 pub(crate) type ZkResult<T> = Result<T, ZkError>;
 
@@ -104,11 +104,11 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
     loop {
         let epoch = session.epoch();
         // Sent now, answered in order: the listing includes our node.
-        let create = client.create(&prefix, &data, &CONTENDER);
+        let create = client.create(&prefix, &data, &session.contender_options());
         let listing = client.list_children(parent);
         let (name, czxid) = match create.await {
             Ok((stat, seq)) => (format!("{stem}{seq}"), stat.czxid),
-            Err(ZkError::NoNode) => match client.create(parent, &[], &PARENT).await {
+            Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options()).await {
                 Ok(_) | Err(ZkError::NodeExists | ZkError::ConnectionLoss) => continue,
                 Err(e) => return Err(e),
             },

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use lockkit_core::LockError;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, EventType, SessionState};
+use zookeeper_client::{Acl, Acls, Client, CreateMode, CreateOptions, EventType, Permission, SessionState};
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, ConnectTimeout, zk};
@@ -98,6 +98,8 @@ impl Sessions {
 /// One ZooKeeper session.
 pub(crate) struct Session {
     pub client: Client,
+    /// Authenticated with digest credentials: nodes get [`SECURED`] ACLs.
+    secured: bool,
     pub id: i64,
     /// The current connection epoch; cancelled while suspended.
     epoch: Mutex<CancellationToken>,
@@ -120,9 +122,14 @@ impl fmt::Debug for Session {
 
 impl Session {
     async fn connect(config: &ZkConfig, counters: &Arc<Counters>) -> Result<Arc<Session>, LockError> {
-        let connector = Client::connector()
+        let mut connector = Client::connector()
             .with_session_timeout(config.session_timeout)
             .with_fail_eagerly();
+        // Sent again on every reconnection of the session.
+        if let Some((user, password)) = &config.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let secured = config.digest.is_some();
         let hosts = config.connect_string();
         let client = tokio::time::timeout(config.connect_timeout, connector.connect(&hosts))
             .await
@@ -148,7 +155,7 @@ impl Session {
                 .map_err(|e| zk("connect", None, e))?
                 .is_none()
             {
-                let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                let persistent = CreateMode::Persistent.with_acls(acls(secured));
                 client
                     .mkdir(&config.chroot, &persistent)
                     .await
@@ -159,6 +166,7 @@ impl Session {
                 .map_err(|_| LockError::config("url path", format!("{:?} is not a valid chroot", config.chroot)))?
         };
         let session = Arc::new(Session {
+            secured,
             id: client.session_id().0,
             client,
             epoch: Mutex::new(CancellationToken::new()),
@@ -235,6 +243,17 @@ impl Session {
     /// Resolves when the session has ended.
     pub async fn ended(&self) {
         self.dead.cancelled().await
+    }
+
+    /// Options of the lock nodes: ephemeral-sequential.
+    pub fn contender_options(&self) -> CreateOptions<'static> {
+        CreateMode::EphemeralSequential.with_acls(acls(self.secured))
+    }
+
+    /// Options of the per-name parents: containers, removed by the server
+    /// once their last child is gone.
+    pub fn parent_options(&self) -> CreateOptions<'static> {
+        CreateMode::Container.with_acls(acls(self.secured))
     }
 
     pub fn id_hex(&self) -> String {
@@ -316,8 +335,21 @@ async fn watch_node(session: Weak<Session>, path: String, czxid: i64, id: u64, t
     }
 }
 
-/// Options of the lock nodes.
-pub(crate) const CONTENDER: CreateOptions<'static> = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-/// Options of the per-name parents: containers, removed by the server once
-/// their last child is gone.
-pub(crate) const PARENT: CreateOptions<'static> = CreateMode::Container.with_acls(Acls::anyone_all());
+/// The ACL of every node a session with digest credentials creates: all
+/// rights for sessions with the creator's credentials (`auth` stands for the
+/// creating session's authenticated ids), read for everyone, so others can
+/// list and watch the queue but not delete a lock node (DELETE on its
+/// parent), change its data (WRITE) or queue under the name (CREATE).
+static SECURED: [Acl; 2] = [
+    Acl::new_const(Permission::ALL, "auth", ""),
+    Acl::new_const(Permission::READ, "world", "anyone"),
+];
+
+/// Open nodes without credentials, [`SECURED`] with them.
+fn acls(secured: bool) -> Acls<'static> {
+    if secured {
+        Acls::new(&SECURED)
+    } else {
+        Acls::anyone_all()
+    }
+}

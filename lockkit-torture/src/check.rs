@@ -93,6 +93,9 @@ struct Hold {
     /// (time seen, deadline) for the grant and each renewal; `None`: session.
     points: Vec<(u64, Option<u64>)>,
     release: Option<(u64, bool)>,
+    /// `unlock` failed after the release line: the server may have kept the
+    /// hold, so this owner's next grant of the name may re-enter it.
+    unlock_failed: bool,
     intervals: Vec<(u64, u64)>,
 }
 
@@ -198,6 +201,7 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
     let mut holds: Vec<Hold> = Vec::new();
     for (pi, p) in procs.iter().enumerate() {
         let mut current: HashMap<&str, usize> = HashMap::new();
+        let mut released: HashMap<&str, usize> = HashMap::new();
         let mut wants: HashMap<&str, u64> = HashMap::new();
         for r in &p.records {
             match r {
@@ -223,6 +227,7 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                         grant_t: *t,
                         points: vec![(*t, *valid)],
                         release: None,
+                        unlock_failed: false,
                         intervals: Vec::new(),
                     });
                 }
@@ -242,9 +247,17 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                         && holds[h].token == *token
                     {
                         holds[h].release = Some((*t, *lost));
+                        released.insert(owner, h);
                         if *lost {
                             report.lost += 1;
                         }
+                    }
+                }
+                Record::UnlockFailed { owner, token, .. } => {
+                    if let Some(&h) = released.get(owner.as_str())
+                        && holds[h].token == *token
+                    {
+                        holds[h].unlock_failed = true;
                     }
                 }
                 Record::Fail { .. } => {}
@@ -357,8 +370,17 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
             .filter(|&h| !holds[h].intervals.is_empty())
             .collect();
         valid.sort_by_key(|&h| holds[h].grant_t);
+        // Whether the previous hold's owner may still hold its token on the
+        // server (an unlock failed and nothing since took the name over).
+        let mut kept = false;
         for w in valid.windows(2) {
             let (a, b) = (&holds[w[0]], &holds[w[1]]);
+            kept |= a.unlock_failed;
+            if b.token == a.token && b.owner == a.owner && kept {
+                // A re-entry of the hold the failed unlock left on the server.
+                continue;
+            }
+            kept = false;
             if b.token <= a.token {
                 report
                     .violations
@@ -456,6 +478,7 @@ fn record_owner(r: &Record) -> Option<&String> {
         | Record::Grant { owner, .. }
         | Record::Valid { owner, .. }
         | Record::Release { owner, .. }
+        | Record::UnlockFailed { owner, .. }
         | Record::Fail { owner, .. } => Some(owner),
     }
 }
@@ -601,6 +624,72 @@ mod tests {
         let r = check(&[a, b], &[run(2 * S, None)]);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
         assert_eq!(r.never_held, 1);
+    }
+
+    fn unlock_failed(t: u64, name: &str, owner: &str, token: u64) -> Record {
+        Record::UnlockFailed {
+            t,
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            error: "server restarting".into(),
+        }
+    }
+
+    #[test]
+    fn re_entry_after_a_failed_unlock_keeps_its_token() {
+        // The unlock of the first hold failed: the server kept it, so the
+        // owner's next two grants are re-entries with the same token.
+        let a = proc(
+            0,
+            vec![
+                grant(S, "n", "a", 7, Some(3 * S)),
+                release(S + 100, "n", "a", 7),
+                unlock_failed(S + 200, "n", "a", 7),
+                grant(2 * S, "n", "a", 7, Some(3 * S)),
+                release(2 * S + 100, "n", "a", 7),
+                grant(2 * S + 200, "n", "a", 7, Some(4 * S)),
+                release(2 * S + 300, "n", "a", 7),
+            ],
+        );
+        let r = check(&[a], &[run(2 * S, None)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.holds, 3);
+    }
+
+    #[test]
+    fn a_repeated_token_without_a_failed_unlock_is_a_violation() {
+        let a = proc(
+            0,
+            vec![
+                grant(S, "n", "a", 7, Some(3 * S)),
+                release(S + 100, "n", "a", 7),
+                grant(2 * S, "n", "a", 7, Some(3 * S)),
+                release(2 * S + 100, "n", "a", 7),
+            ],
+        );
+        let r = check(&[a], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        // Another owner between the failed unlock and the re-grant ends the excuse.
+        let a = proc(
+            0,
+            vec![
+                grant(S, "n", "a", 7, Some(S + 200)),
+                release(S + 100, "n", "a", 7),
+                unlock_failed(S + 150, "n", "a", 7),
+                grant(3 * S, "n", "a", 7, Some(4 * S)),
+                release(3 * S + 100, "n", "a", 7),
+            ],
+        );
+        let b = proc(
+            1,
+            vec![
+                grant(2 * S, "n", "b", 8, Some(3 * S)),
+                release(2 * S + 100, "n", "b", 8),
+            ],
+        );
+        let r = check(&[a, b], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
     }
 
     #[test]

@@ -81,6 +81,17 @@ pub enum Record {
         token: u64,
         lost: bool,
     },
+    /// `unlock` after a `Release` failed with an error other than `NotHeld`
+    /// (e.g. the server was restarting): the server may still hold the name
+    /// for this owner until the lease ends, so the owner's next `lock` of it
+    /// can be a re-entry that keeps the token.
+    UnlockFailed {
+        t: u64,
+        name: String,
+        owner: String,
+        token: u64,
+        error: String,
+    },
     /// A wait ended without a grant (timed out, failed, or the run ended).
     Fail {
         t: u64,
@@ -99,6 +110,7 @@ impl Record {
             | Record::Grant { t, .. }
             | Record::Valid { t, .. }
             | Record::Release { t, .. }
+            | Record::UnlockFailed { t, .. }
             | Record::Fail { t, .. } => *t,
         }
     }

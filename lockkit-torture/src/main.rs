@@ -11,11 +11,15 @@
 //! # short: SQLite (no server, no restarts)
 //! cargo run -p lockkit-torture -- run --backend "sqlite:///tmp/t.db?sweep_interval=1s" \
 //!     --procs 3 --tasks 2 --names 3 --seconds 20s --ttl 2s --log-dir /tmp/torture
-//! # long, every backend built in, with server restarts
+//! # long, every backend built in, restarting a private MariaDB (never the shared one)
+//! export LOCKKIT_SERVICES_DIR=$PWD/target/services-torture LOCKKIT_MYSQL_PORT=13318
+//! scripts/services up mysql
 //! cargo run --release -p lockkit-torture --features full -- run \
-//!     --backend "mysql://lockkit:lockkit@127.0.0.1:13306/lockkit?sweep_interval=1s" \
-//!     --procs 4 --tasks 2 --names 3 --seconds 120s --seed 7 --ttl 2s --log-dir /tmp/torture-mysql \
+//!     --backend "mysql://lockkit:lockkit@127.0.0.1:13318/lockkit?sweep_interval=1s" \
+//!     --procs 3 --tasks 2 --names 3 --seconds 120s --seed 7 --ttl 2s --log-dir /tmp/torture-mysql \
 //!     --restart-cmd "scripts/services down mysql && scripts/services up mysql"
+//! # the test file's runs, each 120 s
+//! LOCKKIT_TORTURE_LONG=1 cargo test --release -p lockkit-torture --features full --test torture
 //! # check an existing run's logs again
 //! cargo run -p lockkit-torture -- check --log-dir /tmp/torture-mysql
 //! ```

@@ -173,8 +173,19 @@ async fn task(client: LockClient, args: Arc<WorkerArgs>, log: Log, seed: u64) {
                 };
                 if hold_for(&guard, hold, &args, &log, &name, &owner, token).await {
                     drop(guard); // lost: the background release is told NotHeld
-                } else {
-                    let _ = guard.unlock().await;
+                } else if let Err(e) = guard.unlock().await
+                    && !matches!(e, lockkit::LockError::NotHeld { .. })
+                {
+                    write(
+                        &log,
+                        Record::UnlockFailed {
+                            t: mono_ns(),
+                            name: name.clone(),
+                            owner: owner.clone(),
+                            token,
+                            error: e.to_string(),
+                        },
+                    );
                 }
             }
             Some(Err(e)) => {

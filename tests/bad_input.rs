@@ -243,6 +243,12 @@ async fn malformed_urls() {
             "`.` and `..`",
         ),
         (
+            "zk user without password",
+            "zk://app@127.0.0.1:2181/x",
+            Want::Config("url credentials"),
+            "user:password",
+        ),
+        (
             "zk trailing slash",
             "zk://127.0.0.1:2181/not a path/",
             Want::Config("url path"),

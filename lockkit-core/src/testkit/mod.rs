@@ -15,10 +15,12 @@
 //! server and can be re-run without cleanup.
 
 pub mod cases;
+pub mod fenced;
 mod history;
 mod kit;
 pub mod proxy;
 
+pub use fenced::{FencedStore, Snapshot as FencedSnapshot, StaleToken};
 pub use history::{Grant, check_history};
 pub use kit::{Kit, REQUIRE_SERVICES_VAR, server_url, services_required};
 pub use proxy::{Fault, FaultProxy};

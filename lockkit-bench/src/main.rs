@@ -65,19 +65,17 @@ async fn bench_backend(url: &str, args: &Args, plan: &Plan, bar: &ProgressBar) -
     for w in &args.workload {
         bar.set_message(format!("{shown} {w}"));
         match w.as_str() {
-            "w1" => {
-                if let Some(f) = &floor {
-                    rows.push(floor::w1(f.as_ref(), plan.seconds).await?);
-                }
-                rows.push(workloads::w1(url, plan.seconds).await?);
-            }
+            "w1" => rows.extend(workloads::w1(url, floor.as_deref(), plan.seconds).await?),
             "w2" => rows.push(workloads::w2(url, args.clients, plan.seconds).await?),
             "w3" => {
                 for &c in &plan.w3_clients {
-                    rows.push(workloads::w3(url, c, plan.seconds).await?);
+                    let row = workloads::w3(url, c, plan.seconds).await?;
+                    let kind = row.backend.clone();
+                    rows.push(row);
+                    rows.extend(workloads::w3_floor(url, &kind, c, plan.seconds).await?);
                 }
             }
-            "w4" => rows.push(workloads::w4(url, plan.w4_held, plan.w4_ttl, 3).await?),
+            "w4" => rows.push(workloads::w4(url, floor.as_deref(), plan.w4_held, plan.w4_ttl, 3).await?),
             other => return Err(format!("unknown workload {other:?} (w1, w2, w3, w4)").into()),
         }
         bar.inc(1);

@@ -13,6 +13,8 @@ pub struct Row {
     pub imp: &'static str,
     /// The backend kind (`redis`, `mysql`, …).
     pub backend: String,
+    /// The backend URL, password hidden (pairs a lockkit row with its floor).
+    pub url: String,
     /// `w1` … `w4`.
     pub workload: &'static str,
     /// Concurrent clients.
@@ -27,6 +29,16 @@ pub struct Row {
     pub p99_us: f64,
     /// Worst, microseconds.
     pub max_us: f64,
+    /// Floor w1: one round trip (a ping), p50 microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_trip_us: Option<f64>,
+    /// w2: from a holder's `unlock` call to the next holder's `lock`
+    /// returning, p50 microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff_p50_us: Option<f64>,
+    /// w2: hand-off p99, microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff_p99_us: Option<f64>,
     /// w2: acquisitions by a different client than the previous holder, per second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub switches_per_s: Option<f64>,
@@ -42,6 +54,10 @@ pub struct Row {
     /// w4: backend round trips per renewal period (ttl/3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub round_trips_per_period: Option<f64>,
+    /// w4: commands the server executed per renewal period, where it
+    /// counts them (Redis).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_commands_per_period: Option<f64>,
     /// w4: resident memory of the process holding the locks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rss_bytes: Option<u64>,
@@ -53,20 +69,36 @@ pub struct Row {
     pub distribution: Vec<(u64, u64)>,
 }
 
+/// What a row measured: which implementation, backend and workload.
+#[derive(Debug, Clone, Copy)]
+pub struct Series<'a> {
+    /// `lockkit` or `floor`.
+    pub imp: &'static str,
+    /// The backend kind.
+    pub backend: &'a str,
+    /// The backend URL (redacted in the row).
+    pub url: &'a str,
+    /// `w1` … `w4`.
+    pub workload: &'static str,
+    /// Concurrent clients.
+    pub clients: usize,
+}
+
 impl Row {
-    /// A row with the latency fields taken from `hist` (microseconds).
-    pub fn new(
-        imp: &'static str,
-        backend: &str,
-        workload: &'static str,
-        clients: usize,
-        seconds: f64,
-        ops: u64,
-        hist: &Histogram<u64>,
-    ) -> Self {
+    /// A row of `series` with `ops` operations in `seconds` and the latency
+    /// fields taken from `hist` (microseconds).
+    pub fn new(series: Series<'_>, seconds: f64, ops: u64, hist: &Histogram<u64>) -> Self {
+        let Series {
+            imp,
+            backend,
+            url,
+            workload,
+            clients,
+        } = series;
         Row {
             imp,
             backend: backend.to_owned(),
+            url: lockkit::url::redact(url),
             workload,
             clients,
             seconds,
@@ -74,11 +106,15 @@ impl Row {
             p50_us: hist.value_at_quantile(0.5) as f64,
             p99_us: hist.value_at_quantile(0.99) as f64,
             max_us: hist.max() as f64,
+            round_trip_us: None,
+            handoff_p50_us: None,
+            handoff_p99_us: None,
             switches_per_s: None,
             fairness_min: None,
             fairness_max: None,
             counter_exact: None,
             round_trips_per_period: None,
+            server_commands_per_period: None,
             rss_bytes: None,
             held: None,
             distribution: hist
@@ -103,6 +139,12 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
     )?;
     for r in rows {
         let mut extra = Vec::new();
+        if let Some(rt) = r.round_trip_us {
+            extra.push(format!("one round trip {rt:.0} µs"));
+        }
+        if let (Some(p50), Some(p99)) = (r.handoff_p50_us, r.handoff_p99_us) {
+            extra.push(format!("hand-off p50 {p50:.0} µs p99 {p99:.0} µs"));
+        }
         if let Some(s) = r.switches_per_s {
             extra.push(format!("switches/s {s:.0}"));
         }
@@ -118,6 +160,9 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
         }
         if let Some(rt) = r.round_trips_per_period {
             extra.push(format!("{rt:.1} round trips/period"));
+        }
+        if let Some(c) = r.server_commands_per_period {
+            extra.push(format!("{c:.1} server commands/period"));
         }
         if let Some(h) = r.held {
             extra.push(format!("{h} held"));

@@ -4,10 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
+use hdrhistogram::Histogram;
 use lockkit::{LockClient, LockOptions};
 
 use crate::counting::Counting;
-use crate::report::{Row, histogram};
+use crate::floor::{self, Floor};
+use crate::report::{Row, Series, histogram};
 
 /// Errors of a benchmark run.
 pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
@@ -27,34 +30,90 @@ fn run_id() -> String {
     format!("{:08x}", rand::random::<u32>())
 }
 
-/// w1: one client acquires and releases one name in a loop.
-pub async fn w1(url: &str, seconds: Duration) -> Result<Row, BenchError> {
+/// Slices w1 alternates between lockkit and the floor, so a noisy machine
+/// slows both alike.
+const SLICES: u32 = 5;
+
+/// w1: one client acquires and releases one name in a loop; beside it, in
+/// alternating slices, the floor's raw cycle (and its one-round-trip ping).
+pub async fn w1(url: &str, floor: Option<&dyn Floor>, seconds: Duration) -> Result<Vec<Row>, BenchError> {
     let client = lockkit::connect(url).await?;
     let name = format!("bench/w1/{}", run_id());
+    let floor_name = format!("bench/floor/{}", run_id());
     let opts = opts(&client);
-    let mut hist = histogram();
-    let mut cycles = 0u64;
-    let started = Instant::now();
-    while started.elapsed() < seconds {
-        let t0 = Instant::now();
-        let g = client.lock_with(&name, &opts).await?;
-        g.unlock().await?;
-        hist.record(us(t0.elapsed()))?;
-        cycles += 1;
+    let slice = seconds / SLICES;
+    let (mut hist, mut floor_hist, mut ping_hist) = (histogram(), histogram(), histogram());
+    let (mut cycles, mut floor_cycles) = (0u64, 0u64);
+    let (mut spent, mut floor_spent) = (Duration::ZERO, Duration::ZERO);
+    // Warm up both (connections, script loads, prepared statements).
+    for _ in 0..20 {
+        client.lock_with(&name, &opts).await?.unlock().await?;
+        if let Some(f) = floor {
+            f.cycle(&floor_name).await?;
+        }
     }
-    Ok(Row::new(
-        "lockkit",
-        client.backend().kind(),
-        "w1",
-        1,
-        started.elapsed().as_secs_f64(),
+    for _ in 0..SLICES {
+        let started = Instant::now();
+        while started.elapsed() < slice {
+            let t0 = Instant::now();
+            let g = client.lock_with(&name, &opts).await?;
+            g.unlock().await?;
+            hist.record(us(t0.elapsed()))?;
+            cycles += 1;
+        }
+        spent += started.elapsed();
+        let Some(f) = floor else { continue };
+        let started = Instant::now();
+        while started.elapsed() < slice {
+            let t0 = Instant::now();
+            f.cycle(&floor_name).await?;
+            floor_hist.record(us(t0.elapsed()))?;
+            floor_cycles += 1;
+        }
+        floor_spent += started.elapsed();
+        for _ in 0..50 {
+            let t0 = Instant::now();
+            f.ping().await?;
+            ping_hist.record(us(t0.elapsed()))?;
+        }
+    }
+    let kind = client.backend().kind();
+    let mut rows = Vec::new();
+    if floor.is_some() {
+        let mut row = Row::new(
+            Series {
+                imp: "floor",
+                backend: kind,
+                url,
+                workload: "w1",
+                clients: 1,
+            },
+            floor_spent.as_secs_f64(),
+            floor_cycles,
+            &floor_hist,
+        );
+        row.round_trip_us = Some(ping_hist.value_at_quantile(0.5) as f64);
+        rows.push(row);
+    }
+    rows.push(Row::new(
+        Series {
+            imp: "lockkit",
+            backend: kind,
+            url,
+            workload: "w1",
+            clients: 1,
+        },
+        spent.as_secs_f64(),
         cycles,
         &hist,
-    ))
+    ));
+    Ok(rows)
 }
 
 /// w2: `c` clients, each with its own connections, contend for one name:
 /// acquire → increment a shared counter (read, yield, write) → release.
+/// Besides the acquire wait it measures the hand-off: from a holder's
+/// `unlock` call to the next holder's `lock` returning.
 pub async fn w2(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchError> {
     let mut clients = Vec::with_capacity(c);
     for _ in 0..c {
@@ -67,50 +126,73 @@ pub async fn w2(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchErro
     let last = Arc::new(AtomicUsize::new(usize::MAX));
     let switches = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    // Nanoseconds after `started` of the latest `unlock` call (0: none yet).
+    let released_at = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = clients
         .into_iter()
         .enumerate()
         .map(|(i, client)| {
-            let (name, stop, counter, last, switches) = (
+            let (name, stop, counter, last, switches, released_at) = (
                 name.clone(),
                 stop.clone(),
                 counter.clone(),
                 last.clone(),
                 switches.clone(),
+                released_at.clone(),
             );
             tokio::spawn(async move {
                 let opts = opts(&client);
-                let mut hist = histogram();
+                let (mut hist, mut handoffs) = (histogram(), histogram());
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let t0 = Instant::now();
                     let g = client.lock_with(&name, &opts).await?;
+                    let now = started.elapsed().as_nanos() as u64;
                     hist.record(us(t0.elapsed()))?;
+                    let released = released_at.load(Ordering::SeqCst);
+                    if released > 0 {
+                        handoffs.record((now.saturating_sub(released) / 1_000).max(1))?;
+                    }
                     if last.swap(i, Ordering::SeqCst) != i {
                         switches.fetch_add(1, Ordering::Relaxed);
                     }
                     let seen = counter.load(Ordering::SeqCst);
                     tokio::task::yield_now().await;
                     counter.store(seen + 1, Ordering::SeqCst);
+                    released_at.store(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
                     g.unlock().await?;
                     n += 1;
                 }
-                Ok::<_, BenchError>((hist, n))
+                Ok::<_, BenchError>((hist, handoffs, n))
             })
         })
         .collect();
     tokio::time::sleep(seconds).await;
     stop.store(true, Ordering::Relaxed);
-    let mut hist = histogram();
+    let (mut hist, mut handoffs) = (histogram(), histogram());
     let mut per_client = Vec::new();
     for t in tasks {
-        let (h, n) = t.await??;
+        let (h, hand, n) = t.await??;
         hist.add(&h)?;
+        handoffs.add(&hand)?;
         per_client.push(n);
     }
     let elapsed = started.elapsed().as_secs_f64();
     let total: u64 = per_client.iter().sum();
-    let mut row = Row::new("lockkit", kind, "w2", c, elapsed, total, &hist);
+    let mut row = Row::new(
+        Series {
+            imp: "lockkit",
+            backend: kind,
+            url,
+            workload: "w2",
+            clients: c,
+        },
+        elapsed,
+        total,
+        &hist,
+    );
+    row.handoff_p50_us = Some(handoffs.value_at_quantile(0.5) as f64);
+    row.handoff_p99_us = Some(handoffs.value_at_quantile(0.99) as f64);
     row.switches_per_s = Some(switches.load(Ordering::Relaxed) as f64 / elapsed);
     row.fairness_min = per_client.iter().min().copied();
     row.fairness_max = per_client.iter().max().copied();
@@ -118,29 +200,22 @@ pub async fn w2(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchErro
     Ok(row)
 }
 
-/// w3: `c` tasks acquire and release names drawn from 10,000. Tasks share
-/// up to 8 connected clients, each task a contender of its own.
-pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchError> {
-    let mut connected = Vec::new();
-    for _ in 0..c.min(8) {
-        connected.push(lockkit::connect(url).await?);
-    }
-    let kind = connected[0].backend().kind();
-    let prefix = Arc::new(format!("bench/w3/{}", run_id()));
+/// One operation of task `i`, timed by [`spread`].
+type Op = Arc<dyn Fn(usize) -> BoxFuture<'static, Result<(), BenchError>> + Send + Sync>;
+
+/// Runs `c` tasks, each timing `op(i)` in a loop until `seconds` pass; the
+/// merged latencies, the operations and the seconds measured.
+async fn spread(c: usize, seconds: Duration, op: Op) -> Result<(Histogram<u64>, u64, f64), BenchError> {
     let started = Instant::now();
     let tasks: Vec<_> = (0..c)
         .map(|i| {
-            let client = connected[i % connected.len()].with_new_owner();
-            let prefix = prefix.clone();
+            let op = op.clone();
             tokio::spawn(async move {
-                let opts = opts(&client);
                 let mut hist = histogram();
                 let mut n = 0u64;
                 while started.elapsed() < seconds {
-                    let name = format!("{prefix}/{}", rand::random_range(0..10_000u32));
                     let t0 = Instant::now();
-                    let g = client.lock_with(&name, &opts).await?;
-                    g.unlock().await?;
+                    op(i).await?;
                     hist.record(us(t0.elapsed()))?;
                     n += 1;
                 }
@@ -155,20 +230,51 @@ pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchErro
         hist.add(&h)?;
         total += n;
     }
-    Ok(Row::new(
-        "lockkit",
-        kind,
-        "w3",
-        c,
-        started.elapsed().as_secs_f64(),
-        total,
-        &hist,
-    ))
+    Ok((hist, total, started.elapsed().as_secs_f64()))
+}
+
+/// w3: `c` tasks acquire and release names drawn from 10,000. Tasks share
+/// up to 8 connected clients, each task a contender of its own.
+pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchError> {
+    let mut connected = Vec::new();
+    for _ in 0..c.min(8) {
+        connected.push(lockkit::connect(url).await?);
+    }
+    let kind = connected[0].backend().kind();
+    let prefix = format!("bench/w3/{}", run_id());
+    let clients: Arc<Vec<LockClient>> = Arc::new(
+        (0..c)
+            .map(|i| connected[i % connected.len()].with_new_owner())
+            .collect(),
+    );
+    let op: Op = Arc::new(move |i| {
+        let client = clients[i].clone();
+        let name = format!("{prefix}/{}", rand::random_range(0..10_000u32));
+        Box::pin(async move {
+            client.lock_with(&name, &opts(&client)).await?.unlock().await?;
+            Ok(())
+        })
+    });
+    let (hist, total, secs) = spread(c, seconds, op).await?;
+    let series = Series {
+        imp: "lockkit",
+        backend: kind,
+        url,
+        workload: "w3",
+        clients: c,
+    };
+    Ok(Row::new(series, secs, total, &hist))
 }
 
 /// w4: one client holds `held` locks with auto-extend and a short `ttl` for
 /// `periods` renewal periods; reports round trips per period and memory.
-pub async fn w4(url: &str, held: usize, ttl: Duration, periods: u32) -> Result<Row, BenchError> {
+pub async fn w4(
+    url: &str,
+    floor: Option<&dyn Floor>,
+    held: usize,
+    ttl: Duration,
+    periods: u32,
+) -> Result<Row, BenchError> {
     let connected = lockkit::connect(url).await?;
     let counting = Arc::new(Counting::new(connected.backend().clone()));
     let client = LockClient::from_arc(counting.clone(), connected.options().ttl(ttl))?;
@@ -189,11 +295,13 @@ pub async fn w4(url: &str, held: usize, ttl: Duration, periods: u32) -> Result<R
             hist.record(us(took))?;
         }
     }
+    let commands_before = server_commands(floor).await?;
     let before = counting.round_trips();
     let started = Instant::now();
     tokio::time::sleep(ttl / 3 * periods).await;
     let elapsed = started.elapsed();
     let trips = counting.round_trips() - before;
+    let commands = server_commands(floor).await?.zip(commands_before).map(|(a, b)| a - b);
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     if lost > 0 {
         return Err(format!("{lost} of {held} held locks were lost while auto-extended").into());
@@ -204,18 +312,58 @@ pub async fn w4(url: &str, held: usize, ttl: Duration, periods: u32) -> Result<R
     }
     let per_period = trips as f64 / (elapsed.as_secs_f64() / (ttl / 3).as_secs_f64());
     let mut row = Row::new(
-        "lockkit",
-        client.backend().kind(),
-        "w4",
-        1,
+        Series {
+            imp: "lockkit",
+            backend: client.backend().kind(),
+            url,
+            workload: "w4",
+            clients: 1,
+        },
         elapsed.as_secs_f64(),
         trips,
         &hist,
     );
     row.round_trips_per_period = Some(per_period);
+    row.server_commands_per_period = commands.map(|c| c as f64 * per_period / trips.max(1) as f64);
     row.rss_bytes = rss;
     row.held = Some(held);
     Ok(row)
+}
+
+async fn server_commands(floor: Option<&dyn Floor>) -> Result<Option<u64>, BenchError> {
+    match floor {
+        Some(f) => f.server_commands().await,
+        None => Ok(None),
+    }
+}
+
+/// w3 on the floor: `c` tasks cycle names of their own share of 10,000
+/// (a floor cannot wait, so tasks never collide), over up to 8 floors of
+/// their own connections.
+pub async fn w3_floor(url: &str, kind: &str, c: usize, seconds: Duration) -> Result<Option<Row>, BenchError> {
+    let mut floors = Vec::new();
+    for _ in 0..c.min(8) {
+        match floor::floor_for(url).await? {
+            Some(f) => floors.push(Arc::<dyn Floor>::from(f)),
+            None => return Ok(None),
+        }
+    }
+    let prefix = format!("bench/w3f/{}", run_id());
+    let share = (10_000 / c as u32).max(1);
+    let op: Op = Arc::new(move |i| {
+        let f = floors[i % floors.len()].clone();
+        let name = format!("{prefix}/{}", i as u32 + c as u32 * rand::random_range(0..share));
+        Box::pin(async move { f.cycle(&name).await })
+    });
+    let (hist, total, secs) = spread(c, seconds, op).await?;
+    let series = Series {
+        imp: "floor",
+        backend: kind,
+        url,
+        workload: "w3",
+        clients: c,
+    };
+    Ok(Some(Row::new(series, secs, total, &hist)))
 }
 
 /// Resident set size of this process (Linux).

@@ -1,0 +1,55 @@
+//! Floors: the fewest round trips each backend needs for one acquire +
+//! release, sent with the same client crate as the backend and no lock logic
+//! (no owner check on acquire, no re-entry, no token, no waiter bookkeeping).
+//! Results read as ratios to these, measured in the same run, interleaved.
+//!
+//! | backend | floor cycle | round trips |
+//! |---|---|---|
+//! | Redis | `SET name v NX PX ttl`, Lua compare-and-delete (`EVALSHA`) | 2 |
+//! | Redlock | the same, to every node at once | 2 (parallel) |
+//! | MySQL / Postgres / SQLite | `INSERT` a row of the lock table's shape, `DELETE` it | 2 |
+//! | ZooKeeper | create an ephemeral node, delete it | 2 |
+
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
+mod sql;
+#[cfg(feature = "zookeeper")]
+mod zk;
+
+use async_trait::async_trait;
+
+use crate::workloads::BenchError;
+
+/// One raw acquire + release cycle of a backend.
+#[async_trait]
+pub trait Floor: Send + Sync {
+    /// One cycle on `name`: take it (it is free) and give it back.
+    async fn cycle(&self, name: &str) -> Result<(), BenchError>;
+    /// The cheapest request the server answers (one round trip), for scale.
+    async fn ping(&self) -> Result<(), BenchError>;
+    /// Commands the server has executed so far, where it counts them (Redis
+    /// `INFO commandstats`), to measure server work per renewal period.
+    async fn server_commands(&self) -> Result<Option<u64>, BenchError> {
+        Ok(None)
+    }
+}
+
+/// The floor for a URL's backend, with its own connections; `None` where
+/// there is none (the in-process memory backend, Redis cluster and
+/// sentinel, backends this build leaves out).
+pub async fn floor_for(url: &str) -> Result<Option<Box<dyn Floor>>, BenchError> {
+    let mut parsed = lockkit::url::ConnectUrl::parse(url)?;
+    use lockkit::url::Scheme;
+    match parsed.scheme {
+        #[cfg(feature = "redis")]
+        Scheme::Redis | Scheme::Redlock => Ok(Some(Box::new(redis::RedisFloor::connect(&parsed).await?))),
+        #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
+        Scheme::Mysql | Scheme::Postgres | Scheme::Sqlite => {
+            Ok(Some(Box::new(sql::SqlFloor::connect(&mut parsed).await?)))
+        }
+        #[cfg(feature = "zookeeper")]
+        Scheme::Zookeeper => Ok(Some(Box::new(zk::ZkFloor::connect(&mut parsed).await?))),
+        _ => Ok(None),
+    }
+}

@@ -1,0 +1,125 @@
+//! The smoke run: `lockkit-bench --quick` against every backend this build
+//! has, the servers' from `scripts/services` (skipped without their URL,
+//! failed with `LOCKKIT_REQUIRE_SERVICES=1`). No speed is asserted; the run
+//! must finish, keep w2's counter exact, and give a lockkit row for every
+//! workload and a floor row where the backend has a floor.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lockkit-bench");
+
+/// Runs the quick benchmark on `url`; its JSON rows.
+fn quick(url: &str) -> Vec<Value> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("rows.jsonl");
+    let charts = dir.path().join("charts");
+    let out = Command::new(BIN)
+        .args(["--quick", "--clients", "4", "--backend", url, "--json"])
+        .arg(&json)
+        .arg("--out")
+        .arg(&charts)
+        .output()
+        .expect("run lockkit-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "lockkit-bench --quick on {url} failed: {:?}",
+        out.status
+    );
+    assert!(stdout.contains("impl") && stdout.contains("w4"), "the table is printed");
+    let svgs = std::fs::read_dir(&charts).expect("charts written").count();
+    assert!(svgs > 0, "no SVG charts in {}", charts.display());
+    std::fs::read_to_string(&json)
+        .expect("json written")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
+        .collect()
+}
+
+fn check(url: &str, has_floor: bool) {
+    let rows = quick(url);
+    for w in ["w1", "w2", "w3", "w4"] {
+        let ours: Vec<&Value> = rows
+            .iter()
+            .filter(|r| r["impl"] == "lockkit" && r["workload"] == w)
+            .collect();
+        assert!(!ours.is_empty(), "{url}: no lockkit row for {w}");
+        for r in &ours {
+            for key in ["backend", "clients", "seconds", "ops_per_s", "p50_us", "p99_us"] {
+                assert!(!r[key].is_null(), "{url}: {w} row lacks {key}: {r}");
+            }
+            // w4 counts renewal round trips: none on session leases.
+            if w != "w4" {
+                assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{url}: {w} did nothing: {r}");
+            }
+        }
+    }
+    let w2 = rows.iter().find(|r| r["workload"] == "w2").unwrap();
+    assert_eq!(w2["counter_exact"], true, "{url}: the lock did not exclude: {w2}");
+    assert!(w2["fairness_min"].is_u64() && w2["fairness_max"].is_u64(), "{w2}");
+    let w4 = rows.iter().find(|r| r["workload"] == "w4").unwrap();
+    assert!(
+        w4["round_trips_per_period"].is_f64() && w4["rss_bytes"].is_u64(),
+        "{w4}"
+    );
+    let floors = rows.iter().filter(|r| r["impl"] == "floor").count();
+    if has_floor {
+        assert!(
+            rows.iter().any(|r| r["impl"] == "floor" && r["workload"] == "w1"),
+            "{url}: no w1 floor row"
+        );
+    } else {
+        assert_eq!(floors, 0, "{url}: a floor where there is none");
+    }
+}
+
+fn on_server(var: &str) {
+    if let Some(url) = lockkit::testkit::server_url(var) {
+        check(&url, true);
+    }
+}
+
+#[test]
+fn memory() {
+    check("memory://", false);
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    check(&format!("sqlite://{}", dir.path().join("bench.db").display()), true);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis() {
+    on_server("LOCKKIT_REDIS_URL");
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redlock() {
+    on_server("LOCKKIT_REDLOCK_URL");
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql() {
+    on_server("LOCKKIT_MYSQL_URL");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres() {
+    on_server("LOCKKIT_POSTGRES_URL");
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper() {
+    on_server("LOCKKIT_ZK_URL");
+}

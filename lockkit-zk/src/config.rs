@@ -56,8 +56,8 @@ pub struct ZkConfig {
     pub connect_timeout: Duration,
     /// Digest credentials `(user, password)` from the URL's user info. When
     /// set, the session authenticates with them and lockkit's nodes are
-    /// created with the ACL creator-all + world-read (see the [module
-    /// docs](self)).
+    /// created with the ACL creator-all + world-read (see "Access
+    /// control" in the [crate docs](crate)).
     pub digest: Option<(String, String)>,
 }
 

@@ -1,22 +1,22 @@
 //! Making a backend's single attempts cancel safe.
 
 use std::future::Future;
-
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-
-use tokio::sync::oneshot;
 
 use crate::LockError;
 
-/// Runs `work` on its own task, so a request that reached the server always
-/// has its answer read, even if the caller stops waiting (a timeout, a
-/// `select!`). If the caller is gone when `work` finishes — or goes away
-/// after the answer arrived but before it read it — `on_orphan` gets the
-/// result, e.g. to release a hold that nobody will ever use.
+/// Runs `work` so that a request that reached the server always has its
+/// answer read, even if the caller stops waiting (a timeout, a `select!`):
+/// `work` is polled in the caller's own task (no task spawn, no hand-off
+/// between threads on the way), and if the caller's future is dropped
+/// before `work` finished, the rest of `work` goes on as a background task
+/// whose result goes to `on_orphan` — e.g. to release a hold that nobody
+/// will ever use. An answer is never left unread: `work`'s result is
+/// returned in the same poll that produced it.
 ///
-/// Backends wrap each network attempt of `try_acquire`/`acquire` in this; the
-/// waiting between attempts stays in the caller's future.
+/// Backends wrap each network attempt of `try_acquire`/`acquire` in this;
+/// the waiting between attempts stays in the caller's future. Never fails
+/// today; the `Result` keeps room for a runtime that cannot run the work.
 pub async fn detach<T, W, O, OF>(backend: &'static str, work: W, on_orphan: O) -> Result<T, LockError>
 where
     T: Send + 'static,
@@ -24,48 +24,51 @@ where
     O: FnOnce(T) -> OF + Send + 'static,
     OF: Future<Output = ()> + Send + 'static,
 {
-    let (tx, rx) = oneshot::channel();
-    let handler: Handler<T> = Box::new(move |v| Box::pin(on_orphan(v)));
-    let orphan = Arc::new(Mutex::new(Some(handler)));
-    let task_orphan = orphan.clone();
-    tokio::spawn(async move {
-        let result = work.await;
-        if let Err(result) = tx.send(result) {
-            let handler = task_orphan.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(handler) = handler {
-                handler(result).await;
-            }
-        }
-    });
-    let mut receiving = Receiving { rx: Some(rx), orphan };
-    let rx = receiving.rx.as_mut().expect("set above");
-    let result = rx.await;
-    receiving.rx = None; // read: nothing left to clean up
-    result.map_err(|e| LockError::backend(backend, "acquire attempt", None, true, e))
+    let mut running = Running {
+        backend,
+        work: Some(Box::pin(work)),
+        on_orphan: Some(on_orphan),
+    };
+    let result = std::future::poll_fn(|cx| match running.work.as_mut() {
+        Some(work) => work.as_mut().poll(cx),
+        None => unreachable!("the work is only taken once it finished"),
+    })
+    .await;
+    running.work = None; // finished and read: nothing to hand over
+    Ok(result)
 }
 
-/// The caller's side of a detached attempt. Dropped before the answer was
-/// read, it closes the channel and hands an answer that already arrived to
-/// the orphan handler; one that arrives later is handled by the task.
-struct Receiving<T: Send + 'static> {
-    rx: Option<oneshot::Receiver<T>>,
-    orphan: Arc<Mutex<Option<Handler<T>>>>,
+/// The work of a [`detach`] while it runs. Dropped before the work finished,
+/// it moves the rest of the work, and then `on_orphan`, onto a task.
+struct Running<T, O, OF>
+where
+    T: Send + 'static,
+    O: FnOnce(T) -> OF + Send + 'static,
+    OF: Future<Output = ()> + Send + 'static,
+{
+    backend: &'static str,
+    work: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    on_orphan: Option<O>,
 }
 
-/// The orphan handler, type-erased so both sides can hold it.
-type Handler<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
-
-impl<T: Send + 'static> Drop for Receiving<T> {
+impl<T, O, OF> Drop for Running<T, O, OF>
+where
+    T: Send + 'static,
+    O: FnOnce(T) -> OF + Send + 'static,
+    OF: Future<Output = ()> + Send + 'static,
+{
     fn drop(&mut self) {
-        let Some(mut rx) = self.rx.take() else { return };
-        rx.close();
-        let Ok(result) = rx.try_recv() else { return };
-        let handler = self.orphan.lock().unwrap_or_else(|e| e.into_inner()).take();
-        match (handler, tokio::runtime::Handle::try_current()) {
-            (Some(handler), Ok(rt)) => {
-                rt.spawn(handler(result));
+        let (Some(work), Some(on_orphan)) = (self.work.take(), self.on_orphan.take()) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move { on_orphan(work.await).await });
             }
-            _ => tracing::warn!("a cancelled attempt's result could not be cleaned up; its lease will run out"),
+            Err(_) => tracing::warn!(
+                backend = self.backend,
+                "a cancelled attempt was dropped outside a tokio runtime; its lease will run out"
+            ),
         }
     }
 }
@@ -76,6 +79,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
+    use tokio::sync::oneshot;
 
     #[tokio::test]
     async fn orphaned_results_are_cleaned_up() {
@@ -106,25 +110,51 @@ mod tests {
         assert_eq!(kept.unwrap(), 5);
     }
 
-    /// The answer arrived while the caller was still there, but the caller
-    /// was dropped before reading it: it must still be cleaned up.
+    /// The work runs in the caller's task, and a finished answer is the
+    /// caller's, never the orphan handler's.
     #[tokio::test]
-    async fn an_answer_dropped_unread_is_cleaned_up() {
+    async fn runs_inline_and_returns_what_finished() {
+        let caller = tokio::task::try_id();
+        let (ran_in, v) = detach(
+            "test",
+            async {
+                tokio::task::yield_now().await;
+                (tokio::task::try_id(), 9)
+            },
+            |_| async { panic!("not orphaned") },
+        )
+        .await
+        .unwrap();
+        assert_eq!(ran_in, caller, "no task of its own");
+        assert_eq!(v, 9);
+    }
+
+    /// Dropped after the request went out but before the answer came: the
+    /// rest of the work still runs, and its answer is cleaned up.
+    #[tokio::test]
+    async fn dropped_mid_request_finishes_in_the_background() {
+        let (sent_tx, sent_rx) = oneshot::channel::<()>();
+        let (answer_tx, answer_rx) = oneshot::channel::<u32>();
         let (done_tx, done_rx) = oneshot::channel();
-        let mut attempt = Box::pin(detach("test", async { 9 }, move |v| async move {
-            let _ = done_tx.send(v);
-        }));
-        // Poll once: the work is spawned; then give it time to answer.
+        let mut attempt = Box::pin(detach(
+            "test",
+            async move {
+                let _ = sent_tx.send(());
+                answer_rx.await.unwrap()
+            },
+            move |v| async move {
+                let _ = done_tx.send(v);
+            },
+        ));
         let first = std::future::poll_fn(|cx| std::task::Poll::Ready(attempt.as_mut().poll(cx).is_pending())).await;
-        assert!(first, "the answer cannot be there before the task ran");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(first, "waits for its answer");
+        sent_rx.await.unwrap();
         drop(attempt);
+        answer_tx.send(4).unwrap();
         let v = tokio::time::timeout(Duration::from_secs(10), done_rx)
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(v, 9);
-        let kept: Result<u32, _> = detach("test", async { 5 }, |_| async { panic!("not orphaned") }).await;
-        assert_eq!(kept.unwrap(), 5);
+        assert_eq!(v, 4);
     }
 }

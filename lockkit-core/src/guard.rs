@@ -157,11 +157,16 @@ impl LockGuard {
         self.disarm();
         let backend = self.client.backend().clone();
         let held = self.held.clone();
-        let release = tokio::spawn(async move { backend.release(&held.hold).await });
-        let outcome = release
-            .await
-            .map_err(|e| LockError::backend(self.client.backend().kind(), "release", Some(self.name()), false, e))??;
-        let kind = self.client.backend().kind();
+        let kind = backend.kind();
+        let name = held.hold.name.clone();
+        let outcome = crate::detach::detach(
+            kind,
+            async move { backend.release(&held.hold).await },
+            move |outcome| async move {
+                tracing::debug!(backend = kind, lock = %name, ?outcome, "released after unlock was cancelled");
+            },
+        )
+        .await??;
         match outcome {
             ReleaseOutcome::Released { remaining } => {
                 tracing::debug!(backend = kind, lock = %self.name(), token = self.fencing_token(), remaining, "released");

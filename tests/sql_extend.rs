@@ -114,3 +114,68 @@ async fn postgres_extend_many() {
         extend_many(lockkit::connect(&url).await.unwrap()).await;
     }
 }
+
+/// The watchdog keeps thousands of holds alive at a short ttl: held while
+/// they are being taken (the first ones wait for the last) and for several
+/// renewal periods after, none lost, each still held by us at the end.
+async fn many_held_stay_held(client: LockClient, n: usize) {
+    let run = format!("{:08x}", rand_u32());
+    let ttl = Duration::from_secs(3);
+    let opts = client.options().ttl(ttl);
+    let mut guards = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
+        let batch = chunk.iter().map(|i| {
+            let (client, name, opts) = (
+                client.clone(),
+                format!("lockkit-test/many_held/{run}/{i}"),
+                opts.clone(),
+            );
+            async move { client.lock_with(&name, &opts).await }
+        });
+        for g in futures_util::future::join_all(batch).await {
+            guards.push(g.expect("lock"));
+        }
+    }
+    tokio::time::sleep(ttl * 2).await;
+    let lost: Vec<String> = guards
+        .iter()
+        .filter(|g| g.is_lost())
+        .map(|g| format!("{} ({:?})", g.name(), g.lost_reason()))
+        .take(5)
+        .collect();
+    assert!(lost.is_empty(), "lost while auto-extended, e.g. {lost:?}");
+    for g in guards {
+        g.unlock().await.expect("still held, so released");
+    }
+}
+
+fn rand_u32() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_many_held_stay_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/locks.db", dir.path().display());
+    many_held_stay_held(lockkit::connect(&url).await.unwrap(), 5_000).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_many_held_stay_held() {
+    if let Some(url) = server_url("LOCKKIT_MYSQL_URL") {
+        many_held_stay_held(lockkit::connect(&url).await.unwrap(), 5_000).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_many_held_stay_held() {
+    if let Some(url) = server_url("LOCKKIT_POSTGRES_URL") {
+        many_held_stay_held(lockkit::connect(&url).await.unwrap(), 5_000).await;
+    }
+}

@@ -9,7 +9,8 @@ use lockkit::backend::{AcquireRequest, ExtendOutcome, Hold, Lease, ReleaseOutcom
 use lockkit::{Capabilities, LockBackend, LockError, LockInfo};
 
 /// Counts calls into the wrapped backend. A batched `extend_many` counts as
-/// one round trip when the backend declares `batch_extend`, else one per hold.
+/// one round trip per `extend_batch_max` holds when the backend declares
+/// `batch_extend`, else one per hold.
 #[derive(Debug)]
 pub struct Counting {
     inner: Arc<dyn LockBackend>,
@@ -60,8 +61,13 @@ impl LockBackend for Counting {
         self.inner.extend(hold, ttl).await
     }
     async fn extend_many(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
-        let batched = self.inner.capabilities().batch_extend;
-        self.count(if batched { 1 } else { holds.len() as u64 });
+        let caps = self.inner.capabilities();
+        let n = holds.len() as u64;
+        self.count(if caps.batch_extend {
+            n.div_ceil(caps.extend_batch_max.max(1) as u64)
+        } else {
+            n
+        });
         self.inner.extend_many(holds).await
     }
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

@@ -125,6 +125,12 @@ pub struct Capabilities {
     pub leases: LeaseKind,
     /// `extend_many` costs O(1) round trips, not one per lock.
     pub batch_extend: bool,
+    /// The most holds one `extend_many` call should carry (`usize::MAX`: no
+    /// limit). The watchdog splits bigger batches into parts of this size
+    /// and sends them concurrently, each part's results taking effect as soon
+    /// as it answers — so thousands of holds on a backend that extends a few
+    /// hundred per statement are renewed in parallel, not one slow batch.
+    pub extend_batch_max: usize,
     /// Fencing tokens keep growing across a server restart.
     pub durable_tokens: bool,
     /// [`LockBackend::list`] and [`LockBackend::force_release`] are
@@ -138,6 +144,7 @@ impl Capabilities {
         Capabilities {
             leases: LeaseKind::Ttl,
             batch_extend,
+            extend_batch_max: usize::MAX,
             durable_tokens,
             admin: false,
         }
@@ -148,9 +155,17 @@ impl Capabilities {
         Capabilities {
             leases: LeaseKind::Session,
             batch_extend: false,
+            extend_batch_max: usize::MAX,
             durable_tokens,
             admin: false,
         }
+    }
+
+    /// The same, with at most `max` holds (at least 1) per `extend_many`
+    /// call (see [`extend_batch_max`](Self::extend_batch_max)).
+    pub const fn with_extend_batch_max(mut self, max: usize) -> Self {
+        self.extend_batch_max = if max == 0 { 1 } else { max };
+        self
     }
 
     /// The same, declaring [`LockBackend::list`] and

@@ -33,6 +33,8 @@ pub(crate) struct Watchdog {
 
 struct Shared {
     backend: Arc<dyn LockBackend>,
+    /// The backend's `extend_batch_max`: the largest part of a batch.
+    batch_max: usize,
     holds: Mutex<HashMap<Hold, Arc<HeldLock>>>,
     wake: Notify,
     stop: CancellationToken,
@@ -49,6 +51,7 @@ impl Watchdog {
     pub fn new(backend: Arc<dyn LockBackend>) -> Self {
         Watchdog {
             shared: Arc::new(Shared {
+                batch_max: backend.capabilities().extend_batch_max.max(1),
                 backend,
                 holds: Mutex::new(HashMap::new()),
                 wake: Notify::new(),
@@ -158,7 +161,13 @@ fn later(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 
 async fn run(shared: Arc<Shared>) {
     loop {
-        let (batch, next_wake) = plan(&shared);
+        let (mut batch, next_wake) = plan(&shared);
+        // Parts the backend extends in one go, sent concurrently.
+        while batch.len() > shared.batch_max {
+            let rest = batch.split_off(shared.batch_max);
+            tokio::spawn(extend_batch(shared.clone(), batch));
+            batch = rest;
+        }
         if !batch.is_empty() {
             tokio::spawn(extend_batch(shared.clone(), batch));
         }

@@ -640,6 +640,20 @@ impl Inner {
         args.extend(triples.iter().copied());
         let cols = [Col::Bytes, Col::Bytes, Col::Int, Col::Int];
         let rows = match &select {
+            #[cfg(feature = "postgres")]
+            None if self.config.dialect == Dialect::Postgres => {
+                let lists = || {
+                    (
+                        holds.iter().map(|h| h.name.as_bytes()).collect(),
+                        holds.iter().map(|h| h.owner.as_bytes()).collect(),
+                        holds.iter().map(|h| h.token as i64).collect(),
+                    )
+                };
+                self.retry("extend", None, || {
+                    self.db.pg_fetch_lists(&update, us(ttl), lists(), &cols)
+                })
+                .await?
+            }
             None => {
                 self.retry("extend", None, || self.db.fetch(&update, &args, &cols))
                     .await?
@@ -705,7 +719,10 @@ impl LockBackend for SqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         let durable = !(self.inner.config.dialect == Dialect::Sqlite && self.inner.config.database == ":memory:");
-        Capabilities::ttl(true, durable).with_admin()
+        // One statement per part; the watchdog sends parts concurrently over the pool.
+        Capabilities::ttl(true, durable)
+            .with_extend_batch_max(EXTEND_CHUNK)
+            .with_admin()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {

@@ -105,6 +105,22 @@ macro_rules! bind_all {
     }};
 }
 
+/// Decodes `$row` as `$cols` says into a `Vec<Val>` (`?` on failures).
+macro_rules! decode_row {
+    ($row:expr, $cols:expr) => {{
+        let row = &$row;
+        let mut vals = Vec::with_capacity($cols.len());
+        for (i, col) in $cols.iter().enumerate() {
+            vals.push(match col {
+                Col::Int => Val::Int(row.try_get::<Option<i64>, _>(i)?.unwrap_or(0)),
+                Col::Bytes => Val::Bytes(row.try_get::<Vec<u8>, _>(i)?),
+                Col::Text => Val::Text(row.try_get::<String, _>(i)?),
+            });
+        }
+        vals
+    }};
+}
+
 /// How long a pooled connection may sit idle before it is pinged on
 /// checkout: catches connections a database restart left dead, without a
 /// ping on every statement.
@@ -253,15 +269,7 @@ impl Db {
             let rows = bind_all!(query, args).fetch_all(pool).await?;
             let mut out = Vec::with_capacity(rows.len());
             for row in rows {
-                let mut vals = Vec::with_capacity(cols.len());
-                for (i, col) in cols.iter().enumerate() {
-                    vals.push(match col {
-                        Col::Int => Val::Int(row.try_get::<Option<i64>, _>(i)?.unwrap_or(0)),
-                        Col::Bytes => Val::Bytes(row.try_get::<Vec<u8>, _>(i)?),
-                        Col::Text => Val::Text(row.try_get::<String, _>(i)?),
-                    });
-                }
-                out.push(vals);
+                out.push(decode_row!(row, cols));
             }
             Ok(out)
         })
@@ -292,17 +300,7 @@ impl Db {
                         rows: r.rows_affected(),
                         last_id: r.last_insert_id(),
                     }),
-                    Either::Right(row) => {
-                        let mut vals = Vec::with_capacity(cols.len());
-                        for (i, col) in cols.iter().enumerate() {
-                            vals.push(match col {
-                                Col::Int => Val::Int(row.try_get::<Option<i64>, _>(i)?.unwrap_or(0)),
-                                Col::Bytes => Val::Bytes(row.try_get::<Vec<u8>, _>(i)?),
-                                Col::Text => Val::Text(row.try_get::<String, _>(i)?),
-                            });
-                        }
-                        rows.push(vals);
-                    }
+                    Either::Right(row) => rows.push(decode_row!(row, cols)),
                 }
             }
             Ok(())
@@ -313,6 +311,39 @@ impl Db {
             return Err(e);
         }
         Ok((done, rows))
+    }
+
+    /// Postgres: runs a query whose arguments are `(int8, bytea[], bytea[],
+    /// int8[])` — one statement text for any number of holds, and a plan
+    /// driven by the arrays (`unnest`), so each hold is one index probe
+    /// whatever the planner believes about the table.
+    #[cfg(feature = "postgres")]
+    pub async fn pg_fetch_lists(
+        &self,
+        sql: &Arc<str>,
+        int: i64,
+        lists: (Vec<&[u8]>, Vec<&[u8]>, Vec<i64>),
+        cols: &[Col],
+    ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+        use sqlx::Row;
+        #[allow(irrefutable_let_patterns)]
+        let Db::Postgres(pool) = self else {
+            return Err(sqlx::Error::Configuration(
+                "a Postgres query on another database".into(),
+            ));
+        };
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(int)
+            .bind(lists.0)
+            .bind(lists.1)
+            .bind(lists.2)
+            .fetch_all(pool)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(decode_row!(row, cols));
+        }
+        Ok(out)
     }
 
     /// Runs a query for at most one row.

@@ -163,6 +163,7 @@ impl Statements {
     /// token) × n)` → rows `(name, owner, token, remaining_us)` of the holds
     /// that were extended. MySQL needs a second statement to read them back:
     /// the pair is `(update, Some(select))`, the select taking the triples only.
+    /// Postgres takes `(ttl_us, names[], owners[], tokens[])` instead, any `n`.
     pub fn extend_many(&self, n: usize) -> (String, Option<String>) {
         let t = &self.table;
         match self.dialect {
@@ -179,21 +180,19 @@ impl Statements {
                     )),
                 )
             }
-            Dialect::Postgres => {
-                let triples = (0..n)
-                    .map(|i| format!("(${}::bytea, ${}::bytea, ${}::int8)", 3 * i + 2, 3 * i + 3, 3 * i + 4))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                (
-                    format!(
-                        "UPDATE \"{t}\" SET expires_at = GREATEST(expires_at, now() + $1::int8 * interval '1 microsecond') \
-                         WHERE (name, owner, token) IN (VALUES {triples}) AND expires_at > now() \
-                         RETURNING name, owner, token, {}",
-                        pg_us("expires_at - now()")
-                    ),
-                    None,
-                )
-            }
+            // Arrays, not n VALUES rows: a VALUES list let the planner scan
+            // the whole table once per statement (its statistics had the
+            // live rows at ~0), 1.5-2.8 s per 256 holds with 5,000 held.
+            Dialect::Postgres => (
+                format!(
+                    "UPDATE \"{t}\" AS l SET expires_at = GREATEST(l.expires_at, now() + $1::int8 * interval '1 microsecond') \
+                     FROM unnest($2::bytea[], $3::bytea[], $4::int8[]) AS v(name, owner, token) \
+                     WHERE l.name = v.name AND l.owner = v.owner AND l.token = v.token AND l.expires_at > now() \
+                     RETURNING l.name, l.owner, l.token, {}",
+                    pg_us("l.expires_at - now()")
+                ),
+                None,
+            ),
             Dialect::Sqlite => {
                 let triples = (0..n)
                     .map(|i| format!("(?{}, ?{}, ?{})", 3 * i + 2, 3 * i + 3, 3 * i + 4))

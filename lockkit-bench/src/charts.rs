@@ -8,13 +8,15 @@ use plotters::prelude::*;
 use crate::report::Row;
 use crate::workloads::BenchError;
 
-const PALETTE: [RGBColor; 6] = [
+const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
 ];
 
 /// Writes `throughput.svg` and `w2-wait.svg` into `dir`.
@@ -40,13 +42,13 @@ fn throughput(rows: &[Row], path: &Path) -> Result<(), BenchError> {
     let max = bars.iter().map(|r| r.ops_per_s).fold(1.0, f64::max) * 1.1;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "operations per second (blue: lockkit, orange: floor)",
+            "operations per second, log scale (blue: lockkit, orange: floor)",
             ("sans-serif", 20),
         )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(260)
-        .build_cartesian_2d(0.0..max, (0..n).into_segmented())?;
+        .build_cartesian_2d((1.0..max).log_scale(), (0..n).into_segmented())?;
     chart
         .configure_mesh()
         .disable_y_mesh()
@@ -55,16 +57,20 @@ fn throughput(rows: &[Row], path: &Path) -> Result<(), BenchError> {
             SegmentValue::CenterOf(i) => bars.get(*i).map(|r| label(r)).unwrap_or_default(),
             _ => String::new(),
         })
-        .x_desc("ops/s")
+        .x_desc("ops/s (log)")
         .draw()?;
     for (imp, color) in [("lockkit", PALETTE[0]), ("floor", PALETTE[1])] {
         chart.draw_series(
-            Histogram::horizontal(&chart).style(color.filled()).margin(4).data(
-                bars.iter()
-                    .enumerate()
-                    .filter(|(_, r)| r.imp == imp)
-                    .map(|(i, r)| (i, r.ops_per_s)),
-            ),
+            Histogram::horizontal(&chart)
+                .style(color.filled())
+                .margin(4)
+                .baseline(1.0)
+                .data(
+                    bars.iter()
+                        .enumerate()
+                        .filter(|(_, r)| r.imp == imp)
+                        .map(|(i, r)| (i, r.ops_per_s)),
+                ),
         )?;
     }
     root.present()?;

@@ -119,3 +119,60 @@ async fn postgres_release_notifies_waiters() {
     }
     assert_eq!(fast, 3, "every release woke the waiter within 300 ms");
 }
+
+/// Postgres releases `NOTIFY` only when somebody waits (a NOTIFY serializes
+/// commits): an uncontended lock + unlock sends nothing on the table's
+/// channel, a release with a waiter in another client sends the name.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_notifies_only_when_somebody_waits() {
+    let Some(base) = server_url("LOCKKIT_POSTGRES_URL") else {
+        return;
+    };
+    let url = with_params(&base, "table=lockkit_notify_check&max_backoff=30s");
+    let (a, b) = (
+        lockkit::connect(&url).await.unwrap(),
+        lockkit::connect(&url).await.unwrap(),
+    );
+    let mut heard = sqlx::postgres::PgListener::connect(&base).await.unwrap();
+    heard.listen("lockkit_lockkit_notify_check").await.unwrap();
+
+    let name = unique("quiet");
+    for _ in 0..3 {
+        a.lock(&name).await.unwrap().unlock().await.unwrap();
+    }
+    assert_eq!(quiet(&mut heard).await, None, "uncontended releases notify nobody");
+
+    let held = a.lock(&name).await.unwrap();
+    let (b2, n2) = (b.clone(), name.clone());
+    let waiter = tokio::spawn(async move { b2.lock_with(&n2, &b2.options().wait(Duration::from_secs(60))).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "b waits");
+    held.unlock().await.unwrap();
+    let payload = tokio::time::timeout(Duration::from_secs(30), heard.recv())
+        .await
+        .expect("the release with a waiter notifies")
+        .unwrap()
+        .payload()
+        .to_owned();
+    let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(payload, hex);
+    let g = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("b gets the lock")
+        .unwrap()
+        .unwrap();
+    g.unlock().await.unwrap();
+    // b left the wait list: its own release, uncontended, notifies nobody.
+    a.lock(&name).await.unwrap().unlock().await.unwrap();
+    assert_eq!(quiet(&mut heard).await, None, "nobody waits any more");
+}
+
+/// A notification heard within half a second, if any.
+#[cfg(feature = "postgres")]
+async fn quiet(listener: &mut sqlx::postgres::PgListener) -> Option<String> {
+    tokio::time::timeout(Duration::from_millis(500), listener.recv())
+        .await
+        .ok()
+        .map(|n| n.unwrap().payload().to_owned())
+}

@@ -73,6 +73,9 @@ struct Inner {
     db: Db,
     sql: Statements,
     waiters: Arc<Waiters>,
+    /// Postgres: this backend's places on the wait lists of names.
+    #[cfg(feature = "postgres")]
+    wait_list: std::sync::OnceLock<crate::waitlist::WaitList>,
     stop: CancellationToken,
 }
 
@@ -170,6 +173,8 @@ impl SqlBackend {
                 sql: Statements::new(config.dialect, &config.table),
                 db,
                 waiters: Arc::default(),
+                #[cfg(feature = "postgres")]
+                wait_list: std::sync::OnceLock::new(),
                 stop: CancellationToken::new(),
                 config,
             }),
@@ -197,12 +202,22 @@ impl SqlBackend {
                 .map_err(|e| backend_error(kind, "connect", None, e))?
                 .application_name("lockkit-listener");
             crate::listener::spawn_pg_listener(
-                options,
+                options.clone(),
                 inner.config.connect_timeout,
                 inner.sql.channel(),
                 inner.waiters.clone(),
                 inner.stop.clone(),
             );
+            if let (Some(join), Some(leave)) = (&inner.sql.wait_join, &inner.sql.wait_leave) {
+                let list = crate::waitlist::WaitList::spawn(
+                    options.application_name("lockkit-waitlist"),
+                    inner.config.connect_timeout,
+                    join.clone(),
+                    leave.clone(),
+                    inner.stop.clone(),
+                );
+                let _ = inner.wait_list.set(list);
+            }
         }
         Ok(backend)
     }
@@ -732,6 +747,30 @@ impl LockBackend for SqlBackend {
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let subscription = self.inner.waiters.subscribe(req.name.as_bytes());
         let backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_backoff);
+        // Postgres: an uncontended acquisition costs one attempt; a busy one
+        // joins the name's wait list before its next attempt, so that the
+        // release it waits for notifies (see `waitlist.rs`).
+        #[cfg(feature = "postgres")]
+        let (wait, _joined) = match self.inner.wait_list.get() {
+            Some(list) => {
+                let started = tokio::time::Instant::now();
+                if let Ok(TryAcquire::Acquired(lease)) = self.detached_attempt(req).await {
+                    return Ok(Some(lease));
+                }
+                let (joined, confirmed) = list.join(req.name.as_bytes());
+                let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+                match left {
+                    Some(left) => {
+                        let _ = tokio::time::timeout(left, confirmed).await;
+                    }
+                    None => {
+                        let _ = confirmed.await;
+                    }
+                }
+                (wait.map(|w| w.saturating_sub(started.elapsed())), Some(joined))
+            }
+            None => (wait, None),
+        };
         lockkit_core::backoff::acquire_with_backoff(wait, backoff, Some(subscription.notify()), || {
             self.detached_attempt(req)
         })

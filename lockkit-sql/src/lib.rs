@@ -89,6 +89,8 @@ mod error;
 mod listener;
 mod sql;
 mod sweeper;
+#[cfg(feature = "postgres")]
+mod waitlist;
 
 pub use backend::{SqlBackend, connect};
 pub use config::{

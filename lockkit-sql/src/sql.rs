@@ -83,6 +83,13 @@ pub(crate) struct Statements {
     pub deletes_return_rows: bool,
     /// Whether `release_one` and `extend` return a row (else: OK packet).
     pub updates_return_rows: bool,
+    /// Postgres: `(name)` → take / drop a shared place on the name's wait
+    /// list (a session advisory lock); a release notifies only when it cannot
+    /// take the same key exclusively (see `waitlist.rs`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub wait_join: Option<Arc<str>>,
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub wait_leave: Option<Arc<str>>,
     dialect: Dialect,
     table: String,
 }
@@ -294,6 +301,8 @@ fn mysql(t: &str) -> Statements {
         sweep: s(format!("DELETE FROM `{t}` WHERE {expired} LIMIT ?")),
         deletes_return_rows: false,
         updates_return_rows: false,
+        wait_join: None,
+        wait_leave: None,
         dialect: Dialect::Mysql,
         table: t.to_owned(),
     }
@@ -302,11 +311,16 @@ fn mysql(t: &str) -> Statements {
 fn postgres(t: &str) -> Statements {
     let remaining = pg_us("expires_at - now()");
     let chan = format!("lockkit_{t}");
-    // Deletes announce the freed name (hex) to waiters; delivered at commit.
+    // The wait-list key of the name in `$x`: waiters hold it shared.
+    let wait_key = |x: &str| format!("hashtext('lockkit-wait:{t}'), hashtext(encode({x}, 'hex'))");
+    // Deletes announce the freed name (hex) to waiters, delivered at commit —
+    // only when somebody holds its wait-list key (a NOTIFY serializes commits).
     let notify = |cond: &str| {
         s(format!(
             "WITH d AS (DELETE FROM \"{t}\" WHERE name = $1 AND owner = $2 AND token = $3{cond} RETURNING name) \
-             SELECT 1::int8 FROM d, pg_notify('{chan}', encode(d.name, 'hex'))"
+             SELECT CASE WHEN pg_try_advisory_xact_lock({}) THEN 1::int8 \
+               ELSE (SELECT 1::int8 FROM pg_notify('{chan}', encode(d.name, 'hex'))) END FROM d",
+            wait_key("d.name")
         ))
     };
     Statements {
@@ -391,6 +405,8 @@ fn postgres(t: &str) -> Statements {
         )),
         deletes_return_rows: true,
         updates_return_rows: true,
+        wait_join: Some(s(format!("SELECT pg_advisory_lock_shared({})", wait_key("$1")))),
+        wait_leave: Some(s(format!("SELECT pg_advisory_unlock_shared({})", wait_key("$1")))),
         dialect: Dialect::Postgres,
         table: t.to_owned(),
     }
@@ -490,6 +506,8 @@ fn sqlite(t: &str) -> Statements {
         )),
         deletes_return_rows: false,
         updates_return_rows: true,
+        wait_join: None,
+        wait_leave: None,
         dialect: Dialect::Sqlite,
         table: t.to_owned(),
     }

@@ -52,10 +52,14 @@
 //! # Waiting
 //!
 //! `lock` retries with jittered exponential backoff, never longer than the
-//! holder's remaining lease or the caller's deadline. On Postgres, releases
-//! `NOTIFY` the table's channel and one `LISTEN` connection per backend wakes
-//! the waiters at once. Each attempt runs detached, so a cancelled `lock`
-//! leaves no hold behind.
+//! holder's remaining lease or the caller's deadline. On Postgres, a release
+//! that somebody waits for `NOTIFY`s the table's channel and one `LISTEN`
+//! connection per backend wakes the waiters at once. Waiters say that they
+//! wait with a shared advisory lock on the name, held by one wait-list
+//! connection per backend; a release that can take that key exclusively
+//! skips the `NOTIFY`, which would otherwise serialize the commits of all
+//! releases. Each attempt runs detached, so a cancelled `lock` leaves no
+//! hold behind.
 //!
 //! # Sweeper
 //!

@@ -175,7 +175,8 @@ async fn tokens_grow_across_mariadb_restarts() {
 }
 
 /// Also: after the restart, the Postgres listener is back, so a release in
-/// one client wakes a waiter in another at once (its backoff could sleep 30 s).
+/// one client wakes a waiter in another at once (its backoff could sleep 30 s),
+/// also a waiter that joined the name's wait list before the restart.
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_grow_and_notifications_resume_across_postgres_restarts() {
@@ -212,6 +213,44 @@ async fn tokens_grow_and_notifications_resume_across_postgres_restarts() {
     assert!(
         released.elapsed() < Duration::from_millis(500),
         "the release woke the waiter through the reconnected listener ({:?})",
+        released.elapsed()
+    );
+    g.unlock().await.unwrap();
+
+    // A waiter that joined the wait list before a restart: its place is
+    // retaken on the new server, so a release after the restart notifies.
+    let name = format!(
+        "restart/waitlist/{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let held = a
+        .lock_with(&name, &a.options().ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let (b2, n2) = (b.clone(), name.clone());
+    let waiter = tokio::spawn(async move { b2.lock_with(&n2, &b2.options().wait(Duration::from_secs(90))).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.down();
+    server.up();
+    // The wait list checks its connection every second; the listener
+    // reconnects and wakes the waiter once, which finds the name still held.
+    // Past 10 s idle, a's pooled connections (dead since the restart) are
+    // pinged and replaced on checkout, so its unlock gets through.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(!waiter.is_finished(), "a still holds the name");
+    held.unlock().await.unwrap();
+    let released = std::time::Instant::now();
+    let g = tokio::time::timeout(Duration::from_secs(90), waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "the release after the restart woke a waiter of before it ({:?})",
         released.elapsed()
     );
     g.unlock().await.unwrap();

@@ -14,8 +14,10 @@
 //! commit, so the join waited for that commit and the attempt after it sees
 //! the name free; a release after the join sees the shared lock and
 //! notifies. If the wait-list connection is down, releases do not see the
-//! waiters; they then wake on their backoff (bounded by the holder's lease),
-//! and the listener wakes everybody when it reconnects.
+//! waiters; they then wake on their backoff (bounded by the holder's lease,
+//! `max_backoff` 1 s by default), and the listener wakes everybody when it
+//! reconnects. While anybody waits the connection is checked every second
+//! and, when it is gone (a server restart), remade with every place retaken.
 //!
 //! [`Statements::wait_join`]: crate::sql::Statements
 
@@ -94,9 +96,26 @@ async fn serve(
     // Places per name; the server holds one shared lock per listed name.
     let mut places: HashMap<Vec<u8>, usize> = HashMap::new();
     let mut conn: Option<PgConnection> = None;
+    // While anybody waits, the connection is checked (and remade, with every
+    // place retaken) this often: a server restart drops its locks silently.
+    let mut check = tokio::time::interval(CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let cmd = tokio::select! {
             _ = stop.cancelled() => break,
+            _ = check.tick() => {
+                if places.is_empty() {
+                    continue;
+                }
+                let alive = match conn.as_mut() {
+                    Some(c) => c.ping().await.is_ok(),
+                    None => false,
+                };
+                if !alive {
+                    conn = reconnect(&options, connect_timeout, &join, &places).await;
+                }
+                continue;
+            }
             cmd = rx.recv() => match cmd {
                 Some(cmd) => cmd,
                 None => break,
@@ -108,22 +127,13 @@ async fn serve(
                 *count += 1;
                 let first = *count == 1;
                 if conn.is_none() {
-                    // A new connection has none of the locks: take them all.
-                    conn = connect(&options, connect_timeout).await;
-                    if let Some(c) = conn.as_mut() {
-                        for listed in places.keys() {
-                            if run(c, &join, listed.clone()).await.is_err() {
-                                conn = None;
-                                break;
-                            }
-                        }
-                    }
+                    conn = reconnect(&options, connect_timeout, &join, &places).await;
                 } else if first
                     && let Some(c) = conn.as_mut()
                     && let Err(e) = run(c, &join, name).await
                 {
-                    tracing::debug!(error = %e, "lockkit wait list lost its connection; waiters fall back to their backoff");
-                    conn = None;
+                    tracing::debug!(error = %e, "lockkit wait list lost its connection; retaking the places");
+                    conn = reconnect(&options, connect_timeout, &join, &places).await;
                 }
                 let _ = done.send(());
             }
@@ -144,6 +154,27 @@ async fn serve(
     if let Some(c) = conn {
         let _ = c.close().await;
     }
+}
+
+/// How often the connection is checked while somebody waits.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// A new connection holding every listed place (a new session has none of
+/// the old one's locks), or `None` if the server cannot be reached.
+async fn reconnect(
+    options: &PgConnectOptions,
+    timeout: Duration,
+    join: &Arc<str>,
+    places: &HashMap<Vec<u8>, usize>,
+) -> Option<PgConnection> {
+    let mut c = connect(options, timeout).await?;
+    for name in places.keys() {
+        if let Err(e) = run(&mut c, join, name.clone()).await {
+            tracing::debug!(error = %e, "lockkit wait list cannot retake its places");
+            return None;
+        }
+    }
+    Some(c)
 }
 
 /// Runs one wait-list statement on `name`.

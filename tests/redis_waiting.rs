@@ -260,3 +260,54 @@ async fn a_crashed_queued_client_only_delays_one_handoff() {
     gw.unlock().await.expect("unlock");
     eprintln!("hand-off past a dead queued client: {took:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_releases_somebody_waits_for_publish() {
+    if !support::available("only_releases_somebody_waits_for_publish") {
+        return;
+    }
+    let server = Server::start();
+    let (a, b) = (
+        lockkit::connect(&server.url()).await.expect("connect"),
+        lockkit::connect(&server.url()).await.expect("connect"),
+    );
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(60))
+        .wait(Duration::from_secs(30));
+    let publishes = |s: &Server| s.command_calls().get("publish").copied().unwrap_or(0);
+    // Uncontended (a refused try_lock does not queue either): silent.
+    let before = publishes(&server);
+    for _ in 0..10 {
+        let g = a.lock_with("quiet", &opts).await.expect("lock");
+        assert!(b.try_lock("quiet").await.expect("try_lock").is_none());
+        g.unlock().await.expect("unlock");
+    }
+    assert_eq!(publishes(&server) - before, 0, "uncontended releases published");
+    // A waiter in another client: the release is published and wakes it.
+    let g = a.lock_with("quiet", &opts).await.expect("lock");
+    let waiter = tokio::spawn({
+        let (b, opts) = (b.clone(), opts.clone());
+        async move { b.lock_with("quiet", &opts).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server
+        .cli(&["--scan", "--pattern", "lockkit:*q:quiet"])
+        .trim()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter did not queue");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = publishes(&server);
+    g.unlock().await.expect("unlock");
+    assert!(
+        publishes(&server) > before,
+        "a release somebody waited for was not published"
+    );
+    let gb = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release, not the 60 s lease")
+        .expect("task")
+        .expect("lock");
+    gb.unlock().await.expect("unlock");
+}

@@ -36,6 +36,11 @@ struct Shared {
     /// The backend's `extend_batch_max`: the largest part of a batch.
     batch_max: usize,
     holds: Mutex<HashMap<Hold, Arc<HeldLock>>>,
+    /// When the task looks at the holds next (`None`: it waits to be
+    /// woken). Written under the `holds` lock, so a new hold wakes the task
+    /// only when it is due earlier — an acquisition then costs no wake-up of
+    /// another thread.
+    planned: Mutex<Option<Instant>>,
     wake: Notify,
     stop: CancellationToken,
     started: AtomicBool,
@@ -44,6 +49,21 @@ struct Shared {
 impl Shared {
     fn holds(&self) -> MutexGuard<'_, HashMap<Hold, Arc<HeldLock>>> {
         self.holds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn planned(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.planned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the task if `due` comes before the time it planned to look
+    /// again. Call with the `holds` lock held.
+    fn wake_for(&self, due: Instant) {
+        let mut planned = self.planned();
+        if planned.is_none_or(|p| due < p) {
+            *planned = Some(due);
+            drop(planned);
+            self.wake.notify_one();
+        }
     }
 }
 
@@ -54,6 +74,7 @@ impl Watchdog {
                 batch_max: backend.capabilities().extend_batch_max.max(1),
                 backend,
                 holds: Mutex::new(HashMap::new()),
+                planned: Mutex::new(None),
                 wake: Notify::new(),
                 stop: CancellationToken::new(),
                 started: AtomicBool::new(false),
@@ -74,36 +95,38 @@ impl Watchdog {
         let renew_at = sent_at + ttl / 3;
         // A session lease (no deadline) lives as long as the session: nothing to renew.
         let auto_extend = auto_extend && lease.valid_until.is_some();
-        let held = {
-            let mut holds = self.shared.holds();
-            match holds.get(&hold) {
-                Some(held) if !held.lost_token().is_cancelled() => {
-                    let held = held.clone();
-                    let mut st = held.state();
-                    st.local_guards += 1;
-                    st.valid_until = later(st.valid_until, lease.valid_until);
-                    st.ttl = st.ttl.max(ttl);
-                    st.auto_extend |= auto_extend;
-                    drop(st);
-                    held
-                }
-                _ => {
-                    let state = HeldState {
-                        valid_until: lease.valid_until,
-                        ttl,
-                        auto_extend,
-                        local_guards: 1,
-                        next_renew: renew_at,
-                        in_flight: false,
-                    };
-                    let held = HeldLock::new(self.shared.backend.kind(), hold.clone(), state, lease.lost.as_ref());
-                    holds.insert(hold, held.clone());
-                    held
-                }
+        let mut holds = self.shared.holds();
+        let held = match holds.get(&hold) {
+            Some(held) if !held.lost_token().is_cancelled() => {
+                let held = held.clone();
+                let mut st = held.state();
+                st.local_guards += 1;
+                st.valid_until = later(st.valid_until, lease.valid_until);
+                st.ttl = st.ttl.max(ttl);
+                st.auto_extend |= auto_extend;
+                drop(st);
+                held
+            }
+            _ => {
+                let state = HeldState {
+                    valid_until: lease.valid_until,
+                    ttl,
+                    auto_extend,
+                    local_guards: 1,
+                    next_renew: renew_at,
+                    in_flight: false,
+                };
+                let held = HeldLock::new(self.shared.backend.kind(), hold.clone(), state, lease.lost.as_ref());
+                holds.insert(hold, held.clone());
+                held
             }
         };
         self.ensure_started();
-        self.shared.wake.notify_one();
+        let due = due(&held.state());
+        if let Some(due) = due {
+            self.shared.wake_for(due);
+        }
+        drop(holds);
         held
     }
 
@@ -123,12 +146,15 @@ impl Watchdog {
 
     /// Updates a hold after an explicit extension.
     pub fn extended(&self, held: &HeldLock, valid_until: Option<Instant>, ttl: Duration, sent_at: Instant) {
+        let _holds = self.shared.holds();
         let mut st = held.state();
         st.valid_until = valid_until;
         st.ttl = ttl;
         st.next_renew = sent_at + ttl / 3;
-        drop(st);
-        self.shared.wake.notify_one();
+        if let Some(due) = due(&st) {
+            drop(st);
+            self.shared.wake_for(due);
+        }
     }
 
     /// Stops the task; holds are no longer extended.
@@ -149,6 +175,16 @@ impl Watchdog {
                 tracing::error!("lockkit watchdog needs a tokio runtime; holds will not be extended");
             }
         }
+    }
+}
+
+/// When the task must next look at a hold: its renewal (if auto-extended)
+/// or the end of its validity (to fire the lost signal), whichever is first.
+fn due(st: &HeldState) -> Option<Instant> {
+    let renew = (st.auto_extend && !st.in_flight).then_some(st.next_renew);
+    match (renew, st.valid_until) {
+        (Some(r), Some(v)) => Some(r.min(v)),
+        (r, v) => r.or(v),
     }
 }
 
@@ -192,7 +228,8 @@ fn plan(shared: &Shared) -> (Vec<(Hold, Duration)>, Option<Instant>) {
     let mut batch = Vec::new();
     let mut next_wake: Option<Instant> = None;
     let mut wake_at = |t: Instant| next_wake = Some(next_wake.map_or(t, |n| n.min(t)));
-    shared.holds().retain(|hold, held| {
+    let mut holds = shared.holds();
+    holds.retain(|hold, held| {
         if held.lost_token().is_cancelled() {
             return false;
         }
@@ -215,6 +252,8 @@ fn plan(shared: &Shared) -> (Vec<(Hold, Duration)>, Option<Instant>) {
         }
         true
     });
+    *shared.planned() = next_wake;
+    drop(holds);
     (batch, next_wake)
 }
 

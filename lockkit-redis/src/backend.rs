@@ -761,6 +761,7 @@ impl LockBackend for RedisBackend {
             &hold.owner,
             hold.token,
             self.inner.publish,
+            self.inner.waiters.waiter_id().is_some(),
         )
         .await
         .map_err(|f| self.error("release", &hold.name, f))?;

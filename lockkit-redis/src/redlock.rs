@@ -591,6 +591,7 @@ impl LockBackend for RedlockBackend {
                     &hold.owner,
                     hold.token,
                     Publish::Classic,
+                    false,
                 )
                 .await
             })

@@ -7,7 +7,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token |
+//! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token, `w` present once a client queued for this hold |
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
 //! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, oldest first |
 //!
@@ -15,7 +15,11 @@
 //! the id of the waiting client whose turn it is (the queue's head, which
 //! then moves to the back): that client retries at once, the others only if
 //! nobody took the lock within a short fallback delay — so a hand-off costs
-//! the same few commands however many processes wait.
+//! the same few commands however many processes wait. A client joins the
+//! queue in the same script call that finds the lock busy, and marks the
+//! hold (`w`) there; a hold taken while the queue exists is marked from the
+//! start. A release of an unmarked hold has nobody to tell and publishes
+//! nothing (two commands instead of four).
 //! `TAG` is three hex digits of the FNV-1a hash of `N` (4096 buckets), so the
 //! lock key, its counter and its channel hash to one cluster slot whatever
 //! `N` contains — braces, NUL, newlines, any UTF-8 are stored as they are,
@@ -162,16 +166,26 @@ if not h[1] then
     local p = tonumber(ARGV[4])
     if p > floor and p < floor + 60000000 then floor = p end
   end
-  local t = redis.call('INCR', KEYS[2])
-  if t < floor then
+  -- The counter follows the clock: one GETSET takes the token when the
+  -- clock is ahead of the counter, as it is but for a clock step back.
+  local fs = string.format('%.0f', floor)
+  local t = tonumber(redis.call('GETSET', KEYS[2], fs) or '0') + 1
+  if t <= floor then
     t = floor
+  else
     redis.call('SET', KEYS[2], string.format('%.0f', t))
   end
   local ts = string.format('%.0f', t)
-  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts)
+  -- Clients queued for the last hold still wait: mark this one for them.
+  local queued = ARGV[8] ~= '' and redis.call('EXISTS', KEYS[3]) == 1
+  if queued then
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, 'w', '1')
+  else
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts)
+  end
   if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'n', ARGV[3]) end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if ARGV[8] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
+  if queued then
     if ARGV[7] ~= '' then redis.call('ZREM', KEYS[3], ARGV[7]) end
     if ARGV[5] ~= '' and not string.find(ARGV[6], 'k', 1, true) then
       redis.call('ZREM', KEYS[3], ARGV[5])
@@ -196,6 +210,7 @@ if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', ms), ARGV[5])
   redis.call('PEXPIRE', KEYS[3], string.format('%.0f', math.max(pttl, 0) + 60000))
+  redis.call('HSET', KEYS[1], 'w', '1')
 end
 return {0, '', 0, pttl}
 "#;
@@ -205,10 +220,12 @@ return {0, '', 0, pttl}
 /// back of the queue), or empty when nobody queued. Publishing uses `pcall`:
 /// a user without pub/sub permission still releases.
 ///
-/// KEYS: lock, queue. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`.
+/// KEYS: lock, queue. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`,
+/// `q` when every waiter queues (then an unmarked hold publishes nothing;
+/// `''`: always publish, for Redlock's waiters, which do not queue).
 /// Returns the holds left, or -1 when owner and token do not match.
 const RELEASE: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c')
+local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c', 'w')
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return -1 end
 local c = tonumber(h[3]) - 1
 if c > 0 then
@@ -216,6 +233,7 @@ if c > 0 then
   return c
 end
 redis.call('DEL', KEYS[1])
+if not h[4] and ARGV[5] == 'q' then return 0 end
 local head = ''
 local q = redis.call('ZRANGE', KEYS[2], 0, 0)
 if q[1] then
@@ -532,6 +550,9 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
 }
 
 /// One release on one server: holds left, or `None` when not held.
+/// `queued`: every waiter of this name joins the queue (and marks the
+/// hold), so a release nobody queued for publishes nothing.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn release<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
@@ -539,6 +560,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
     owner: &str,
     token: u64,
     publish: Publish,
+    queued: bool,
 ) -> Result<Option<u32>, Fault> {
     let key = keys.lock(name);
     let v: Value = SCRIPTS
@@ -549,6 +571,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
         .arg(token)
         .arg(&key)
         .arg(publish.command())
+        .arg(if queued { "q" } else { "" })
         .invoke_async(conn)
         .await?;
     Ok(parse_release(&v)?)

@@ -119,6 +119,14 @@ async fn cycle(client: &LockClient, name: &str, last: &mut u64) {
     );
 }
 
+/// A suffix no earlier run used: the private servers keep their data.
+fn unique() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
 fn available(var: &str) -> bool {
     if std::env::var(var).is_err() && !services_required() {
         eprintln!("skipped: {var} is unset, so this database is not set up here");
@@ -139,6 +147,22 @@ async fn tokens_grow_across_restarts(server: &PrivateServer) {
     }
 
     for how in ["clean shutdown", "crash"] {
+        // Held across the restart, released after it: the pooled connections
+        // the release draws first died with the server (four held at once
+        // leave four of them in the pool).
+        let warm = futures_util::future::join_all((0..4).map(|i| {
+            let client = &client;
+            async move { client.lock(&format!("restart/warm/{i}")).await }
+        }))
+        .await;
+        for g in warm {
+            g.expect("lock").unlock().await.expect("unlock");
+        }
+        let kept_name = format!("restart/kept/{}", unique());
+        let kept = client
+            .lock_with(&kept_name, &client.options().ttl(Duration::from_secs(120)))
+            .await
+            .expect("lock before the restart");
         match how {
             "clean shutdown" => server.down(),
             _ => server.crash(),
@@ -156,6 +180,15 @@ async fn tokens_grow_across_restarts(server: &PrivateServer) {
             "while down ({how}): {e:?}"
         );
         server.up();
+        let unlocked = kept
+            .unlock()
+            .await
+            .unwrap_or_else(|e| panic!("unlock after a restart ({how}): {e:?}"));
+        assert!(unlocked.is_free());
+        assert!(
+            client.inspect(&kept_name).await.unwrap().is_none(),
+            "the hold kept across the restart ({how}) is released, not left to its 120 s lease"
+        );
         // The same client, not rebuilt, works again, and tokens keep growing.
         for (name, last) in names.iter().zip(&mut last) {
             cycle(&client, name, last).await;
@@ -213,13 +246,7 @@ async fn tokens_grow_and_notifications_resume_across_postgres_restarts() {
 
     // A waiter that joined the wait list before a restart: its place is
     // retaken on the new server, so a release after the restart notifies.
-    let name = format!(
-        "restart/waitlist/{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
+    let name = format!("restart/waitlist/{}", unique());
     let held = a
         .lock_with(&name, &a.options().ttl(Duration::from_secs(60)))
         .await

@@ -436,7 +436,25 @@ fn is_duplicate(e: &sqlx::Error) -> bool {
 impl Inner {
     /// Runs `op`, retrying it while it fails in a way that certainly did not
     /// take effect (deadlock, lock wait timeout, busy database).
-    async fn retry<T, F, Fut>(&self, operation: &'static str, name: Option<&str>, mut op: F) -> Result<T, LockError>
+    async fn retry<T, F, Fut>(&self, operation: &'static str, name: Option<&str>, op: F) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        Ok(self.retry_if(operation, name, false, op).await?.0)
+    }
+
+    /// [`retry`](Self::retry); with `idempotent`, also after a failure that
+    /// may have taken effect (a connection lost mid-statement, e.g. a pooled
+    /// connection the server closed when it restarted) — for statements that
+    /// do nothing the second time. Says whether such a failure happened.
+    async fn retry_if<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        name: Option<&str>,
+        idempotent: bool,
+        mut op: F,
+    ) -> Result<(T, bool), LockError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
@@ -444,15 +462,17 @@ impl Inner {
         let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
         let started = Instant::now();
         let mut tries = 0;
+        let mut unsure = false;
         loop {
             match op().await {
-                Ok(v) => return Ok(v),
+                Ok(v) => return Ok((v, unsure)),
                 Err(e)
-                    if classify(&e) == Class::Transient
+                    if (classify(&e) == Class::Transient || idempotent && classify(&e) == Class::Retryable)
                         && tries + 1 < TRANSIENT_TRIES
                         && started.elapsed() < TRANSIENT_BUDGET =>
                 {
                     tries += 1;
+                    unsure |= classify(&e) == Class::Retryable;
                     tracing::debug!(backend = self.kind, operation, error = %e, "transient failure; retrying");
                     tokio::time::sleep(backoff.next_delay()).await;
                 }
@@ -574,29 +594,50 @@ impl Inner {
     }
 
     /// Runs a delete of one hold; whether it deleted it.
-    async fn delete(&self, operation: &'static str, sql: &Arc<str>, hold: &Hold) -> Result<bool, LockError> {
+    /// Deletes a hold; with `idempotent` (see [`retry_if`](Self::retry_if))
+    /// also retried after a lost connection. Returns whether a row was
+    /// deleted, and whether an earlier try may have deleted it unseen.
+    async fn delete(
+        &self,
+        operation: &'static str,
+        sql: &Arc<str>,
+        hold: &Hold,
+        idempotent: bool,
+    ) -> Result<(bool, bool), LockError> {
         let args = Self::hold_args(hold);
         let n = Some(hold.name.as_str());
-        let deleted = if self.sql.deletes_return_rows {
-            self.retry(operation, n, || self.db.fetch(sql, &args, &[Col::Int]))
-                .await?
-                .len() as u64
+        let (deleted, unsure) = if self.sql.deletes_return_rows {
+            let (rows, unsure) = self
+                .retry_if(operation, n, idempotent, || self.db.fetch(sql, &args, &[Col::Int]))
+                .await?;
+            (rows.len() as u64, unsure)
         } else {
-            self.retry(operation, n, || self.db.exec(sql, &args)).await?.rows
+            let (done, unsure) = self
+                .retry_if(operation, n, idempotent, || self.db.exec(sql, &args))
+                .await?;
+            (done.rows, unsure)
         };
         if deleted > 0 {
             self.waiters.wake(hold.name.as_bytes());
         }
-        Ok(deleted > 0)
+        Ok((deleted > 0, unsure))
     }
 
     async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
         let n = Some(hold.name.as_str());
         let args = Self::hold_args(hold);
         // Delete the last hold, or decrement; a second round covers a twin
-        // owner's release between the two statements.
+        // owner's release between the two statements. Deleting the last hold
+        // is idempotent, so it is tried again after a lost connection (a
+        // pooled connection that died with a server restart): if the lost
+        // try deleted it, the hold is released — not "not held". The
+        // decrement is not retried: a second one could free a hold that is
+        // still entered once.
+        let mut unsure = false;
         for _ in 0..2 {
-            if self.delete("release", &self.sql.release_last, hold).await? {
+            let (deleted, lost) = self.delete("release", &self.sql.release_last, hold, true).await?;
+            unsure |= lost;
+            if deleted {
                 return Ok(ReleaseOutcome::Released { remaining: 0 });
             }
             let remaining = if self.sql.updates_return_rows {
@@ -615,7 +656,11 @@ impl Inner {
                 return Ok(ReleaseOutcome::Released { remaining });
             }
         }
-        Ok(ReleaseOutcome::NotHeld)
+        Ok(if unsure {
+            ReleaseOutcome::Released { remaining: 0 }
+        } else {
+            ReleaseOutcome::NotHeld
+        })
     }
 
     async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
@@ -871,7 +916,12 @@ impl LockBackend for SqlBackend {
                 owner: info.owner.clone(),
                 token: info.token,
             };
-            if inner.delete("force release", &inner.sql.delete_hold, &hold).await? {
+            // Idempotent: retried after a lost connection; a try that may
+            // have deleted it unseen counts as deleted (it is gone either way).
+            let (deleted, unsure) = inner
+                .delete("force release", &inner.sql.delete_hold, &hold, true)
+                .await?;
+            if deleted || unsure {
                 return Ok(Some(info));
             }
         }

@@ -61,6 +61,19 @@
 //! releases. Each attempt runs detached, so a cancelled `lock` leaves no
 //! hold behind.
 //!
+//! # Failures
+//!
+//! A statement that failed in a way that certainly did not take effect
+//! (deadlock, lock wait timeout, busy database) is tried again at once, for
+//! up to two seconds. A lost connection is retried only where a second run
+//! does no harm: deleting a hold on release or force release. So a pooled
+//! connection that died with a database restart does not make `unlock`
+//! fail, and a release whose first try went through unseen reports the
+//! hold released. Acquisitions and decrements of a re-entered hold are not
+//! retried after a lost connection (a retry could take or free the name
+//! twice): `lock` reports a retryable error (or, while waiting, tries again
+//! as a new attempt).
+//!
 //! # Sweeper
 //!
 //! A background task deletes expired rows in batches (`?sweep_interval=`,

@@ -69,10 +69,7 @@ async fn bench_backend(url: &str, args: &Args, plan: &Plan, bar: &ProgressBar) -
             "w2" => rows.push(workloads::w2(url, args.clients, plan.seconds).await?),
             "w3" => {
                 for &c in &plan.w3_clients {
-                    let row = workloads::w3(url, c, plan.seconds).await?;
-                    let kind = row.backend.clone();
-                    rows.push(row);
-                    rows.extend(workloads::w3_floor(url, &kind, c, plan.seconds).await?);
+                    rows.extend(workloads::w3(url, c, plan.seconds).await?);
                 }
             }
             "w4" => rows.push(workloads::w4(url, floor.as_deref(), plan.w4_held, plan.w4_ttl, 3).await?),

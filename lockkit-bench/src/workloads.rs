@@ -234,8 +234,9 @@ async fn spread(c: usize, seconds: Duration, op: Op) -> Result<(Histogram<u64>, 
 }
 
 /// w3: `c` tasks acquire and release names drawn from 10,000. Tasks share
-/// up to 8 connected clients, each task a contender of its own.
-pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchError> {
+/// up to 8 connected clients, each task a contender of its own. Beside it,
+/// in alternating slices, the floor's raw cycle with as many tasks.
+pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, BenchError> {
     let mut connected = Vec::new();
     for _ in 0..c.min(8) {
         connected.push(lockkit::connect(url).await?);
@@ -255,15 +256,34 @@ pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchErro
             Ok(())
         })
     });
-    let (hist, total, secs) = spread(c, seconds, op).await?;
-    let series = Series {
-        imp: "lockkit",
-        backend: kind,
-        url,
-        workload: "w3",
-        clients: c,
-    };
-    Ok(Row::new(series, secs, total, &hist))
+    let mut series = vec![("lockkit", op)];
+    if let Some(floor_op) = w3_floor_op(url, c).await? {
+        series.push(("floor", floor_op));
+    }
+    // Measured in alternating slices, like w1, so drift slows both alike.
+    let mut totals: Vec<(Histogram<u64>, u64, f64)> = series.iter().map(|_| (histogram(), 0, 0.0)).collect();
+    for _ in 0..SLICES / 2 {
+        for ((_, op), total) in series.iter().zip(&mut totals) {
+            let (hist, n, secs) = spread(c, seconds / (SLICES / 2), op.clone()).await?;
+            total.0.add(&hist)?;
+            total.1 += n;
+            total.2 += secs;
+        }
+    }
+    Ok(series
+        .iter()
+        .zip(&totals)
+        .map(|((imp, _), (hist, n, secs))| {
+            let series = Series {
+                imp,
+                backend: kind,
+                url,
+                workload: "w3",
+                clients: c,
+            };
+            Row::new(series, *secs, *n, hist)
+        })
+        .collect())
 }
 
 /// w4: one client holds `held` locks with auto-extend and a short `ttl` for
@@ -339,8 +359,8 @@ async fn server_commands(floor: Option<&dyn Floor>) -> Result<Option<u64>, Bench
 
 /// w3 on the floor: `c` tasks cycle names of their own share of 10,000
 /// (a floor cannot wait, so tasks never collide), over up to 8 floors of
-/// their own connections.
-pub async fn w3_floor(url: &str, kind: &str, c: usize, seconds: Duration) -> Result<Option<Row>, BenchError> {
+/// their own connections. `None`: the backend has no floor.
+async fn w3_floor_op(url: &str, c: usize) -> Result<Option<Op>, BenchError> {
     let mut floors = Vec::new();
     for _ in 0..c.min(8) {
         match floor::floor_for(url).await? {
@@ -350,20 +370,11 @@ pub async fn w3_floor(url: &str, kind: &str, c: usize, seconds: Duration) -> Res
     }
     let prefix = format!("bench/w3f/{}", run_id());
     let share = (10_000 / c as u32).max(1);
-    let op: Op = Arc::new(move |i| {
+    Ok(Some(Arc::new(move |i| {
         let f = floors[i % floors.len()].clone();
         let name = format!("{prefix}/{}", i as u32 + c as u32 * rand::random_range(0..share));
         Box::pin(async move { f.cycle(&name).await })
-    });
-    let (hist, total, secs) = spread(c, seconds, op).await?;
-    let series = Series {
-        imp: "floor",
-        backend: kind,
-        url,
-        workload: "w3",
-        clients: c,
-    };
-    Ok(Some(Row::new(series, secs, total, &hist)))
+    })))
 }
 
 /// Resident set size of this process (Linux).

@@ -49,3 +49,24 @@ fn kit() -> Option<Kit> {
 }
 
 lockkit_core::conformance_tests!(kit());
+
+/// Clients (separate pools, like processes) opening one new database file at
+/// once: its switch to WAL makes some of them meet `SQLITE_BUSY` at once,
+/// which `connect` must wait out, not report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_open_a_new_file_at_once() {
+    for round in 0..20 {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let file = dir.join(format!("{PREFIX}{}-{n}.db", std::process::id()));
+        let url = format!("sqlite://{}", file.display());
+        let clients = futures_util::future::join_all((0..12).map(|_| lockkit::connect(&url))).await;
+        let clients: Vec<_> = clients
+            .into_iter()
+            .map(|c| c.unwrap_or_else(|e| panic!("round {round}: connect to a new file: {e:?}")))
+            .collect();
+        let g = clients[0].lock("opened").await.expect("lock");
+        assert!(clients[11].try_lock("opened").await.expect("try_lock").is_none());
+        g.unlock().await.expect("unlock");
+    }
+}

@@ -239,11 +239,15 @@ impl SqlBackend {
             for (object, stmt) in &inner.sql.create {
                 // Only what is missing: a least-privilege user (no CREATE)
                 // can use tables an administrator created.
+                // Retried while busy: processes opening a new SQLite file at
+                // once can meet on its switch to WAL (SQLITE_BUSY at once,
+                // without waiting for the busy timeout).
+                let args = [Arg::Text(Some(object))];
                 let found = inner
-                    .db
-                    .fetch(&inner.sql.exists, &[Arg::Text(Some(object))], &[Col::Int])
-                    .await
-                    .map_err(|e| backend_error(inner.kind, "connect", None, e))?;
+                    .retry("connect", None, || {
+                        inner.db.fetch(&inner.sql.exists, &args, &[Col::Int])
+                    })
+                    .await?;
                 if found.first().and_then(|r| r.first()).is_some_and(|v| v.int() > 0) {
                     continue;
                 }
@@ -269,11 +273,12 @@ impl SqlBackend {
                 }
             }
         }
+        let args = [Arg::Text(Some(table))];
         let rows = inner
-            .db
-            .fetch(&inner.sql.columns, &[Arg::Text(Some(table))], &[Col::Text, Col::Text])
-            .await
-            .map_err(|e| backend_error(inner.kind, "connect", None, e))?;
+            .retry("connect", None, || {
+                inner.db.fetch(&inner.sql.columns, &args, &[Col::Text, Col::Text])
+            })
+            .await?;
         if rows.is_empty() {
             let why = if inner.config.create_table {
                 "was not found after CREATE TABLE IF NOT EXISTS (is it visible to this user and schema?)"

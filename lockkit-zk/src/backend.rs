@@ -655,6 +655,9 @@ impl Inner {
             match change_count(&session.client, &path, &hold.owner, Some(token), known, -1).await {
                 Ok(Some(changed)) => {
                     self.remember(&hold.name, &path, &hold.owner, &changed, session.id);
+                    if changed.version.is_none() {
+                        session.released(&path);
+                    }
                     return Ok(ReleaseOutcome::Released {
                         remaining: changed.count,
                     });

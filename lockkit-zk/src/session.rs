@@ -12,10 +12,14 @@
 //! changes), so a node that disappears — deleted by an operator, or by a
 //! peer process sharing the owner id — fires the loss too.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use lockkit_core::LockError;
 use tokio_util::sync::CancellationToken;
@@ -108,6 +112,11 @@ pub(crate) struct Session {
     /// Loss tokens of the held nodes being watched, by path.
     nodes: Mutex<HashMap<String, (u64, CancellationToken)>>,
     next_watch: AtomicU64,
+    /// Held nodes whose watch is not armed yet, oldest first (see
+    /// [`ARM_AFTER`]); one task arms them when due.
+    arming: Mutex<VecDeque<Arming>>,
+    arm_wake: Arc<Notify>,
+    armer_started: AtomicBool,
     counters: Arc<Counters>,
 }
 
@@ -173,6 +182,9 @@ impl Session {
             dead: CancellationToken::new(),
             nodes: Mutex::new(HashMap::new()),
             next_watch: AtomicU64::new(0),
+            arming: Mutex::new(VecDeque::new()),
+            arm_wake: Arc::new(Notify::new()),
+            armer_started: AtomicBool::new(false),
             counters: counters.clone(),
         });
         Counters::bump(&counters.sessions);
@@ -281,14 +293,81 @@ impl Session {
         let id = self.next_watch.fetch_add(1, Ordering::Relaxed);
         nodes.insert(path.to_owned(), (id, token.clone()));
         drop(nodes);
-        tokio::spawn(watch_node(
-            Arc::downgrade(self),
-            path.to_owned(),
-            czxid,
-            id,
-            token.clone(),
-        ));
+        let first = {
+            let mut arming = lock(&self.arming);
+            arming.push_back(Arming {
+                due: Instant::now() + ARM_AFTER,
+                path: path.to_owned(),
+                czxid,
+                id,
+                token: token.clone(),
+            });
+            arming.len() == 1
+        };
+        if !self.armer_started.swap(true, Ordering::AcqRel) {
+            tokio::spawn(arm_watches(Arc::downgrade(self)));
+        }
+        if first {
+            self.arm_wake.notify_one();
+        }
         token.child_token()
+    }
+
+    /// The holder released `path` (deleted its node): a watch not armed yet
+    /// is not needed any more.
+    pub fn released(&self, path: &str) {
+        let mut nodes = lock(&self.nodes);
+        if nodes.get(path).is_some_and(|(_, token)| !token.is_cancelled()) {
+            nodes.remove(path);
+        }
+    }
+}
+
+/// How long a hold lives before its node's watch is armed. Most holds are
+/// shorter: they cost no watch request and no task. A node deleted under
+/// its holder (an operator's force release) is noticed at most this much
+/// later; the session's end is signalled at once, watch or not.
+const ARM_AFTER: Duration = Duration::from_millis(100);
+
+/// A held node waiting for its watch.
+struct Arming {
+    due: Instant,
+    path: String,
+    czxid: i64,
+    id: u64,
+    token: CancellationToken,
+}
+
+/// Arms the watch of every held node that is still held when due.
+async fn arm_watches(session: Weak<Session>) {
+    loop {
+        let Some(s) = session.upgrade() else { return };
+        let next = {
+            let mut arming = lock(&s.arming);
+            let now = Instant::now();
+            while arming.front().is_some_and(|a| a.due <= now) {
+                let Some(a) = arming.pop_front() else { break };
+                let still_held = lock(&s.nodes).get(&a.path).is_some_and(|(id, _)| *id == a.id);
+                if still_held && !a.token.is_cancelled() {
+                    tokio::spawn(watch_node(Arc::downgrade(&s), a.path, a.czxid, a.id, a.token));
+                }
+            }
+            arming.front().map(|a| a.due)
+        };
+        // No strong reference while waiting: the session goes when its
+        // backend does.
+        let (dead, arm_wake) = (s.dead.clone(), s.arm_wake.clone());
+        drop(s);
+        let wake = async {
+            match next {
+                Some(due) => tokio::time::sleep_until(due).await,
+                None => arm_wake.notified().await,
+            }
+        };
+        tokio::select! {
+            _ = wake => {}
+            _ = dead.cancelled() => return,
+        }
     }
 }
 

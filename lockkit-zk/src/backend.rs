@@ -22,9 +22,10 @@
 //! only if owner and token match. This backend remembers the nodes it holds
 //! (path, count, version), so an uncontended acquire + release costs two
 //! round trips, like a bare create + delete: the create (with the listing
-//! pipelined behind it) and the versioned delete. Each hold also arms one
-//! get-data watch on its own node, off the acquisition's path, so that a
-//! node deleted under its holder fires the lost signal.
+//! pipelined behind it) and the versioned delete. A hold that lives past
+//! 100 ms also gets one get-data watch on its own node (armed off the
+//! acquisition's path by one task per session), so that a node deleted under
+//! its holder fires the lost signal; shorter holds cost no watch.
 //!
 //! Reads are answered by the server a session is connected to, which may lag
 //! the leader; a contender's own listing always includes its own create and

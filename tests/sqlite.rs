@@ -28,7 +28,8 @@ fn clean_up_earlier_runs(dir: &std::path::Path) {
     }
 }
 
-fn kit() -> Option<Kit> {
+/// A database file of its own, not there yet.
+fn new_db_file() -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     if n == 0 {
@@ -38,7 +39,11 @@ fn kit() -> Option<Kit> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }
-    let url = format!("sqlite://{}?sweep_interval=500ms", file.display());
+    file
+}
+
+fn kit() -> Option<Kit> {
+    let url = format!("sqlite://{}?sweep_interval=500ms", new_db_file().display());
     Some(
         Kit::new("sqlite", move || {
             let url = url.clone();
@@ -56,10 +61,7 @@ lockkit_core::conformance_tests!(kit());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_open_a_new_file_at_once() {
     for round in 0..20 {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let file = dir.join(format!("{PREFIX}{}-{n}.db", std::process::id()));
-        let url = format!("sqlite://{}", file.display());
+        let url = format!("sqlite://{}", new_db_file().display());
         let clients = futures_util::future::join_all((0..12).map(|_| lockkit::connect(&url))).await;
         let clients: Vec<_> = clients
             .into_iter()

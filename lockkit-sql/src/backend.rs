@@ -469,20 +469,19 @@ impl Inner {
         let mut tries = 0;
         let mut unsure = false;
         loop {
-            match op().await {
+            let e = match op().await {
                 Ok(v) => return Ok((v, unsure)),
-                Err(e)
-                    if (classify(&e) == Class::Transient || idempotent && classify(&e) == Class::Retryable)
-                        && tries + 1 < TRANSIENT_TRIES
-                        && started.elapsed() < TRANSIENT_BUDGET =>
-                {
-                    tries += 1;
-                    unsure |= classify(&e) == Class::Retryable;
-                    tracing::debug!(backend = self.kind, operation, error = %e, "transient failure; retrying");
-                    tokio::time::sleep(backoff.next_delay()).await;
-                }
-                Err(e) => return Err(backend_error(self.kind, operation, name, e)),
+                Err(e) => e,
+            };
+            let class = classify(&e);
+            let again = class == Class::Transient || idempotent && class == Class::Retryable;
+            if !again || tries + 1 >= TRANSIENT_TRIES || started.elapsed() >= TRANSIENT_BUDGET {
+                return Err(backend_error(self.kind, operation, name, e));
             }
+            tries += 1;
+            unsure |= class == Class::Retryable;
+            tracing::debug!(backend = self.kind, operation, error = %e, "transient failure; retrying");
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     }
 
@@ -598,7 +597,6 @@ impl Inner {
         ]
     }
 
-    /// Runs a delete of one hold; whether it deleted it.
     /// Deletes a hold; with `idempotent` (see [`retry_if`](Self::retry_if))
     /// also retried after a lost connection. Returns whether a row was
     /// deleted, and whether an earlier try may have deleted it unseen.

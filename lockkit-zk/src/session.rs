@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -116,7 +116,6 @@ pub(crate) struct Session {
     /// [`ARM_AFTER`]); one task arms them when due.
     arming: Mutex<VecDeque<Arming>>,
     arm_wake: Arc<Notify>,
-    armer_started: AtomicBool,
     counters: Arc<Counters>,
 }
 
@@ -184,7 +183,6 @@ impl Session {
             next_watch: AtomicU64::new(0),
             arming: Mutex::new(VecDeque::new()),
             arm_wake: Arc::new(Notify::new()),
-            armer_started: AtomicBool::new(false),
             counters: counters.clone(),
         });
         Counters::bump(&counters.sessions);
@@ -199,6 +197,7 @@ impl Session {
         if session.client.state() != SessionState::SyncConnected {
             session.on_state(session.client.state());
         }
+        tokio::spawn(arm_watches(Arc::downgrade(&session)));
         tokio::spawn(async move {
             loop {
                 let state = watcher.changed().await;
@@ -304,9 +303,6 @@ impl Session {
             });
             arming.len() == 1
         };
-        if !self.armer_started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(arm_watches(Arc::downgrade(self)));
-        }
         if first {
             self.arm_wake.notify_one();
         }
@@ -316,10 +312,14 @@ impl Session {
     /// The holder released `path` (deleted its node): a watch not armed yet
     /// is not needed any more.
     pub fn released(&self, path: &str) {
-        let mut nodes = lock(&self.nodes);
-        if nodes.get(path).is_some_and(|(_, token)| !token.is_cancelled()) {
-            nodes.remove(path);
-        }
+        lock(&self.nodes).remove(path);
+    }
+}
+
+impl Drop for Session {
+    /// Ends the armer task (it holds no strong reference while it waits).
+    fn drop(&mut self) {
+        self.arm_wake.notify_one();
     }
 }
 
@@ -355,7 +355,7 @@ async fn arm_watches(session: Weak<Session>) {
             arming.front().map(|a| a.due)
         };
         // No strong reference while waiting: the session goes when its
-        // backend does.
+        // backend does (and its drop wakes this task to end it).
         let (dead, arm_wake) = (s.dead.clone(), s.arm_wake.clone());
         drop(s);
         let wake = async {

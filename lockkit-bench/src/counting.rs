@@ -52,9 +52,9 @@ impl LockBackend for Counting {
         self.count(1);
         self.inner.acquire(req, wait).await
     }
-    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         self.count(1);
-        self.inner.release(hold).await
+        self.inner.release(hold, attempt).await
     }
     async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
         self.count(1);

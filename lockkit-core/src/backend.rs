@@ -21,6 +21,15 @@ pub struct AcquireRequest<'a> {
     pub owner: &'a str,
     /// The lease length (TTL backends). At least 1 ms.
     pub ttl: Duration,
+    /// The attempt id: one per `lock`/`try_lock` call (see
+    /// [`new_attempt_id`](crate::name::new_attempt_id)), the same for every
+    /// try within that call. The backend records it with the hold, as this
+    /// acquisition's share of the hold count, so that a repeat of the same
+    /// attempt — lockkit's own retry, or a client library re-sending a
+    /// command after a lost reply — is recognised and counted once
+    /// (contract point 13). Release names it again to take exactly this share
+    /// back.
+    pub attempt: &'a str,
 }
 
 /// One existing hold: a name held by an owner under a fencing token.
@@ -200,9 +209,14 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// waiting: it should be told of releases by its server, not poll.
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError>;
 
-    /// Decrement the hold count of `hold`, freeing the name at zero; only if
+    /// Takes back the share of `hold` that the acquisition `attempt` made,
+    /// decrementing the hold count and freeing the name at zero; only if
     /// owner and token match.
-    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError>;
+    ///
+    /// Idempotent: when `attempt`'s share is already gone but the hold
+    /// still stands (a repeated release), nothing changes and the holds left
+    /// are reported again — a release runs at most once.
+    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError>;
 
     /// Extend `hold` to at least `ttl` from now; only if owner and token match.
     async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError>;

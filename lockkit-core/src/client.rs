@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Capabilities, Hold, Lease, LockBackend, LockInfo, TryAcquire};
-use crate::name::{random_owner, validate_name, validate_owner};
+use crate::name::{new_attempt_id, random_owner, validate_name, validate_owner};
 use crate::watchdog::Watchdog;
 use crate::{LockError, LockGuard, LockOptions, telemetry};
 
@@ -191,10 +191,12 @@ impl LockClient {
         options.validate()?;
         let owner = options.owner_value().unwrap_or(&self.owner);
         let backend = &self.shared.backend;
+        let attempt = new_attempt_id();
         let req = AcquireRequest {
             name,
             owner,
             ttl: options.ttl_value(),
+            attempt: &attempt,
         };
         let wait = if no_wait {
             Some(Duration::ZERO)
@@ -242,6 +244,6 @@ impl LockClient {
             .shared
             .watchdog
             .register(hold, &lease, req.ttl, auto_extend, started);
-        LockGuard::new(self.clone(), held, lease.hold_count)
+        LockGuard::new(self.clone(), held, lease.hold_count, req.attempt.to_owned())
     }
 }

@@ -39,16 +39,19 @@ pub struct LockGuard {
     client: LockClient,
     held: Arc<HeldLock>,
     hold_count: u32,
+    /// The acquisition attempt whose share of the hold this guard releases.
+    attempt: String,
     armed: bool,
     acquired_at: Instant,
 }
 
 impl LockGuard {
-    pub(crate) fn new(client: LockClient, held: Arc<HeldLock>, hold_count: u32) -> Self {
+    pub(crate) fn new(client: LockClient, held: Arc<HeldLock>, hold_count: u32, attempt: String) -> Self {
         LockGuard {
             client,
             held,
             hold_count,
+            attempt,
             armed: true,
             acquired_at: Instant::now(),
         }
@@ -157,11 +160,18 @@ impl LockGuard {
         self.disarm();
         let backend = self.client.backend().clone();
         let held = self.held.clone();
+        let attempt = self.attempt.clone();
         let kind = backend.kind();
         let name = held.hold.name.clone();
         let outcome = crate::detach::detach(
             kind,
-            async move { backend.release(&held.hold).await },
+            async move {
+                let outcome = backend.release(&held.hold, &attempt).await;
+                if let Ok(o) = &outcome {
+                    others_lost_if_freed(&held, o);
+                }
+                outcome
+            },
             move |outcome| async move {
                 tracing::debug!(backend = kind, lock = %name, ?outcome, "released after unlock was cancelled");
             },
@@ -205,11 +215,15 @@ impl Drop for LockGuard {
         self.disarm();
         let backend = self.client.backend().clone();
         let held = self.held.clone();
+        let attempt = std::mem::take(&mut self.attempt);
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
-                    match backend.release(&held.hold).await {
-                        Ok(outcome) => tracing::debug!(backend = backend.kind(), lock = %held.hold.name, ?outcome, "released on drop"),
+                    match backend.release(&held.hold, &attempt).await {
+                        Ok(outcome) => {
+                            others_lost_if_freed(&held, &outcome);
+                            tracing::debug!(backend = backend.kind(), lock = %held.hold.name, ?outcome, "released on drop")
+                        }
                         Err(error) => tracing::warn!(backend = backend.kind(), lock = %held.hold.name, %error, "release on drop failed; the lease will run out"),
                     }
                 });
@@ -220,5 +234,16 @@ impl Drop for LockGuard {
                 "guard dropped outside a tokio runtime; the lease will run out instead"
             ),
         }
+    }
+}
+
+/// A release that freed the name while other guards of this client still
+/// count on the same hold means their shares were lost on the way (a
+/// Redlock node that lost its keys, a hold the quorum no longer has): they
+/// are no longer protected from the moment the name is free, so their lost
+/// signal fires now rather than at their next extension.
+fn others_lost_if_freed(held: &HeldLock, outcome: &ReleaseOutcome) {
+    if *outcome == (ReleaseOutcome::Released { remaining: 0 }) && held.state().local_guards > 0 {
+        held.fire_lost(LostReason::NotHeld);
     }
 }

@@ -43,17 +43,22 @@ struct State {
 #[derive(Debug)]
 struct Entry {
     owner: String,
-    count: u32,
+    /// One attempt id per share of the hold: the hold count is their number.
+    attempts: Vec<String>,
     token: u64,
     expires_at: Instant,
 }
 
 impl Entry {
+    fn count(&self) -> u32 {
+        u32::try_from(self.attempts.len()).unwrap_or(u32::MAX)
+    }
+
     fn info(&self, name: &str, now: Instant) -> LockInfo {
         LockInfo {
             name: name.to_owned(),
             owner: self.owner.clone(),
-            hold_count: self.count,
+            hold_count: self.count(),
             token: self.token,
             remaining: Some(self.expires_at - now),
         }
@@ -144,9 +149,12 @@ impl MemoryBackend {
         let my_turn = ticket.is_none() || state.first_in_line(req.name, ticket);
         let (token, hold_count, expires_at) = match state.live(req.name, now) {
             Some(e) if e.owner == req.owner => {
-                e.count = e.count.saturating_add(1);
+                // A repeated attempt is the same share, counted once.
+                if !e.attempts.iter().any(|a| a == req.attempt) {
+                    e.attempts.push(req.attempt.to_owned());
+                }
                 e.expires_at = e.expires_at.max(now + ttl);
-                (e.token, e.count, e.expires_at)
+                (e.token, e.count(), e.expires_at)
             }
             Some(e) => {
                 return TryAcquire::Busy {
@@ -166,7 +174,7 @@ impl MemoryBackend {
                 let token = state.last_token;
                 let entry = Entry {
                     owner: req.owner.to_owned(),
-                    count: 1,
+                    attempts: vec![req.attempt.to_owned()],
                     token,
                     expires_at: now + ttl,
                 };
@@ -276,14 +284,15 @@ impl LockBackend for MemoryBackend {
         }
     }
 
-    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let now = Instant::now();
         let mut state = self.state();
         let Some(entry) = state.held_by(hold, now) else {
             return Ok(ReleaseOutcome::NotHeld);
         };
-        entry.count -= 1;
-        let remaining = entry.count;
+        // A share already taken back (a repeated release) changes nothing.
+        entry.attempts.retain(|a| a != attempt);
+        let remaining = entry.count();
         if remaining == 0 {
             state.locks.remove(&hold.name);
             state.wake(&hold.name);

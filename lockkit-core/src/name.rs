@@ -51,6 +51,23 @@ pub fn random_owner() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// The length of an attempt id ([`new_attempt_id`]).
+pub const ATTEMPT_ID_LEN: usize = 16;
+
+/// A new random attempt id: 64 bits as 16 lowercase hex digits. Backends
+/// store it beside a hold (a set of them, one per share of the hold count);
+/// its fixed length and alphabet let them be kept in a plain string and
+/// found by substring without false matches.
+pub fn new_attempt_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// Checks an attempt id made by [`new_attempt_id`]: backends that store
+/// ids in a string rely on its shape.
+pub fn is_attempt_id(id: &str) -> bool {
+    id.len() == ATTEMPT_ID_LEN && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +87,16 @@ mod tests {
             validate_name(&"锁".repeat(86)),
             Err(LockError::InvalidName { .. })
         ));
+    }
+
+    #[test]
+    fn attempt_ids() {
+        let a = new_attempt_id();
+        assert!(is_attempt_id(&a), "{a}");
+        assert_ne!(a, new_attempt_id());
+        assert!(!is_attempt_id("0123456789abcdeF"));
+        assert!(!is_attempt_id("0123456789abcde"));
+        assert!(!is_attempt_id("0123456789abcde "));
     }
 
     #[test]

@@ -512,7 +512,7 @@ impl RedisBackend {
             if let Ok(AcquireReply::Acquired { token, .. }) = reply {
                 let hold = Hold { name, owner, token };
                 let backend = RedisBackend { inner };
-                match backend.release(&hold).await {
+                match backend.release(&hold, "").await {
                     Ok(_) => tracing::debug!(lock = %hold.name, "released the hold of a cancelled acquisition"),
                     Err(e) => tracing::warn!(lock = %hold.name, error = %e, "releasing the hold of a cancelled acquisition failed; it expires with its ttl"),
                 }
@@ -753,7 +753,7 @@ impl LockBackend for RedisBackend {
         .await
     }
 
-    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+    async fn release(&self, hold: &Hold, _attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let r = scripts::release(
             &mut self.inner.conn.clone(),
             &self.inner.keys,

@@ -457,7 +457,7 @@ impl RedlockBackend {
                     owner,
                     token: lease.token,
                 };
-                if let Err(e) = (RedlockBackend { inner }).release(&hold).await {
+                if let Err(e) = (RedlockBackend { inner }).release(&hold, "").await {
                     tracing::warn!(lock = %hold.name, error = %e, "releasing the hold of a cancelled acquisition failed; it expires with its ttl");
                 }
             }
@@ -580,7 +580,7 @@ impl LockBackend for RedlockBackend {
         .await
     }
 
-    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+    async fn release(&self, hold: &Hold, _attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let inner = &self.inner;
         let results = inner
             .all(|_, mut c| async move {

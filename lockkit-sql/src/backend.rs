@@ -825,7 +825,7 @@ impl LockBackend for SqlBackend {
         .await
     }
 
-    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+    async fn release(&self, hold: &Hold, _attempt: &str) -> Result<ReleaseOutcome, LockError> {
         self.inner.release(hold).await
     }
 

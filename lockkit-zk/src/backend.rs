@@ -236,7 +236,7 @@ impl LockBackend for ZkBackend {
         self.inner.acquire(req.name, req.owner, deadline).await
     }
 
-    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+    async fn release(&self, hold: &Hold, _attempt: &str) -> Result<ReleaseOutcome, LockError> {
         self.inner.release(hold).await
     }
 

@@ -14,7 +14,8 @@ use tokio::time::timeout;
 
 use super::history::{Grant, check_history};
 use super::kit::{Kit, error_chain};
-use crate::backend::{ExtendOutcome, Hold, LeaseKind, ReleaseOutcome};
+use crate::backend::{AcquireRequest, ExtendOutcome, Hold, LeaseKind, ReleaseOutcome, TryAcquire};
+use crate::name::new_attempt_id;
 use crate::{LockClient, LockError, LockGuard};
 
 fn ttl_leases(client: &LockClient) -> bool {
@@ -299,7 +300,7 @@ pub async fn release_by_non_owner(kit: &Kit) {
         },
     ];
     for hold in &wrong {
-        let r = b.backend().release(hold).await.expect("release");
+        let r = b.backend().release(hold, &new_attempt_id()).await.expect("release");
         assert_eq!(r, ReleaseOutcome::NotHeld, "release by {hold:?} must be refused");
         let r = b.backend().extend(hold, Duration::from_secs(60)).await.expect("extend");
         assert_eq!(r, ExtendOutcome::NotHeld, "extend by {hold:?} must be refused");
@@ -312,7 +313,7 @@ pub async fn release_by_non_owner(kit: &Kit) {
         token: 1,
     };
     assert_eq!(
-        a.backend().release(&never).await.expect("release"),
+        a.backend().release(&never, &new_attempt_id()).await.expect("release"),
         ReleaseOutcome::NotHeld
     );
 
@@ -338,6 +339,85 @@ pub async fn release_by_non_owner(kit: &Kit) {
         Some((b.owner().to_owned(), 1, gb.fencing_token()))
     );
     must_unlock(gb).await;
+}
+
+/// Contract point 13: attempts are idempotent. The same acquisition attempt
+/// sent twice (a retry after a lost reply, a command a client library
+/// re-sent) is granted once: one share of the hold, the same token; a
+/// release sent twice takes one share back, never two; a repeated first
+/// acquisition does not turn into a re-entry.
+pub async fn idempotent_attempts(kit: &Kit) {
+    let name = kit.name("idempotent_attempts");
+    let a = kit.client().await;
+    let backend = a.backend();
+    let ttl = kit.ttl * 20;
+    let (first, second) = (new_attempt_id(), new_attempt_id());
+    let req = |attempt| AcquireRequest {
+        name: &name,
+        owner: a.owner(),
+        ttl,
+        attempt,
+    };
+    let grant = |r: Result<TryAcquire, LockError>, what: &str| match r {
+        Ok(TryAcquire::Acquired(lease)) => (lease.token, lease.hold_count),
+        Ok(TryAcquire::Busy { .. }) => panic!("{what}: busy, but nobody else holds the name"),
+        Err(e) => panic!("{what}: {}", error_chain(&e)),
+    };
+    let (token, count) = grant(backend.try_acquire(&req(&first)).await, "first acquisition");
+    assert_eq!(count, 1, "a first acquisition holds once");
+    let (again, count) = grant(backend.try_acquire(&req(&first)).await, "the same attempt again");
+    assert_eq!(
+        (again, count),
+        (token, 1),
+        "a repeated first acquisition is the same share, not a re-entry"
+    );
+    assert_eq!(holder(&a, &name).await, Some((a.owner().to_owned(), 1, token)));
+    let (reentered, count) = grant(backend.try_acquire(&req(&second)).await, "re-entry");
+    assert_eq!((reentered, count), (token, 2), "a new attempt re-enters");
+    let (reentered, count) = grant(backend.try_acquire(&req(&second)).await, "the re-entry again");
+    assert_eq!((reentered, count), (token, 2), "a repeated re-entry counts once");
+    assert_eq!(holder(&a, &name).await, Some((a.owner().to_owned(), 2, token)));
+
+    let hold = Hold {
+        name: name.clone(),
+        owner: a.owner().to_owned(),
+        token,
+    };
+    let release = |attempt: &str| {
+        let (backend, hold, attempt) = (backend.clone(), hold.clone(), attempt.to_owned());
+        async move {
+            backend
+                .release(&hold, &attempt)
+                .await
+                .unwrap_or_else(|e| panic!("release: {}", error_chain(&e)))
+        }
+    };
+    assert_eq!(release(&second).await, ReleaseOutcome::Released { remaining: 1 });
+    assert_eq!(
+        release(&second).await,
+        ReleaseOutcome::Released { remaining: 1 },
+        "a repeated release takes nothing more"
+    );
+    assert_eq!(holder(&a, &name).await, Some((a.owner().to_owned(), 1, token)));
+    assert_eq!(release(&first).await, ReleaseOutcome::Released { remaining: 0 });
+    assert_eq!(holder(&a, &name).await, None, "the last share freed the name");
+    assert_eq!(
+        release(&first).await,
+        ReleaseOutcome::NotHeld,
+        "a repeat after the name was freed finds nothing"
+    );
+    // The next acquisition is a new hold with a greater token.
+    let third = new_attempt_id();
+    let (next, count) = grant(backend.try_acquire(&req(&third)).await, "after release");
+    assert!(next > token && count == 1, "token {next} after {token}, count {count}");
+    assert_eq!(release(&third).await, ReleaseOutcome::NotHeld, "another hold's release");
+    let hold = Hold {
+        name: name.clone(),
+        owner: a.owner().to_owned(),
+        token: next,
+    };
+    let r = backend.release(&hold, &third).await.expect("release");
+    assert_eq!(r, ReleaseOutcome::Released { remaining: 0 });
 }
 
 /// Contract point 7: The watchdog keeps a lease alive for many ttls; an explicit extend

@@ -33,6 +33,7 @@ pub const CASES: &[&str] = &[
     "bounded_wait",
     "cancellation_safety",
     "release_by_non_owner",
+    "idempotent_attempts",
     "extend_and_auto_extend",
     "lost_signal",
     "fencing_monotonic",
@@ -51,7 +52,7 @@ macro_rules! conformance_tests {
     ($kit:expr) => {
         $crate::conformance_tests!(@cases ($kit)
             mutual_exclusion reentrancy try_lock_never_waits bounded_wait cancellation_safety
-            release_by_non_owner extend_and_auto_extend lost_signal fencing_monotonic crash_release
+            release_by_non_owner idempotent_attempts extend_and_auto_extend lost_signal fencing_monotonic crash_release
             names invalid_input stress admin);
     };
     (@cases ($kit:expr) $($case:ident)*) => {

@@ -39,8 +39,27 @@ pub enum Fault {
     /// that lost nothing carry on. To the client: no answer while it lasts,
     /// then a clean end of stream.
     Drop,
+    /// Deliver every request to the server but discard its replies: the
+    /// command runs, its answer is lost — what a client sees when the
+    /// connection breaks after the server acted and before the reply
+    /// arrived. A connection that lost a reply is closed with a FIN on both
+    /// sides when the fault changes (as after [`Drop`](Fault::Drop)), so
+    /// the client's next command goes on a new connection: the re-sent
+    /// command runs a second time.
+    LoseReplies,
     /// Reset every open connection and refuse new ones.
     Down,
+}
+
+impl Fault {
+    /// Whether bytes going in this direction are discarded.
+    fn discards(self, to_server: bool) -> bool {
+        match self {
+            Fault::Drop => true,
+            Fault::LoseReplies => !to_server,
+            _ => false,
+        }
+    }
 }
 
 /// A proxy in front of one upstream server. Dropping it stops it and closes
@@ -177,13 +196,13 @@ async fn relay(
     let dropped: Losses<'_> = (AtomicBool::new(false), total_dropped);
     let (mut down, mut healed) = (fault.clone(), fault.clone());
     let end = tokio::select! {
-        e = pump(&mut cr, &mut sw, fault.clone(), &dropped) => e,
-        e = pump(&mut sr, &mut cw, fault, &dropped) => e,
+        e = pump(&mut cr, &mut sw, fault.clone(), &dropped, true) => e,
+        e = pump(&mut sr, &mut cw, fault, &dropped, false) => e,
         _ = resets.changed() => End::Reset,
         _ = down.wait_for(|f| *f == Fault::Down) => End::Reset,
         // Re-checked on every fault change; `pump` covers a drop that
         // raced with the change.
-        _ = healed.wait_for(|f| !matches!(f, Fault::Drop | Fault::Down) && dropped.0.load(Ordering::SeqCst)) => End::Desynced,
+        _ = healed.wait_for(|f| !matches!(f, Fault::Drop | Fault::LoseReplies | Fault::Down) && dropped.0.load(Ordering::SeqCst)) => End::Desynced,
     };
     match end {
         End::Reset => {
@@ -216,12 +235,13 @@ async fn pump(
     to: &mut OwnedWriteHalf,
     fault: watch::Receiver<Fault>,
     losses: &Losses<'_>,
+    to_server: bool,
 ) -> End {
     let (tx, rx) = mpsc::channel(64);
-    let writer = deliver(rx, to, fault.clone(), losses);
+    let writer = deliver(rx, to, fault.clone(), losses, to_server);
     tokio::pin!(writer);
     let end = tokio::select! {
-        end = receive(from, tx, fault, losses) => end,
+        end = receive(from, tx, fault, losses, to_server) => end,
         end = &mut writer => return end,
     };
     match end {
@@ -237,7 +257,7 @@ fn lose(n: usize, fault: &watch::Receiver<Fault>, (dropped, total): &Losses<'_>)
     // The fault may have healed between the look and the mark, unseen by
     // the relay's watcher.
     match *fault.borrow() {
-        Fault::Drop => None,
+        Fault::Drop | Fault::LoseReplies => None,
         Fault::Down => Some(End::Reset),
         _ => Some(End::Desynced),
     }
@@ -250,6 +270,7 @@ async fn receive(
     tx: mpsc::Sender<(Instant, Vec<u8>)>,
     fault: watch::Receiver<Fault>,
     losses: &Losses<'_>,
+    to_server: bool,
 ) -> End {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -260,7 +281,7 @@ async fn receive(
         let current = *fault.borrow();
         match current {
             Fault::Down => return End::Reset,
-            Fault::Drop => {
+            f if f.discards(to_server) => {
                 if let Some(end) = lose(n, &fault, losses) {
                     return end;
                 }
@@ -280,12 +301,18 @@ async fn deliver(
     to: &mut OwnedWriteHalf,
     mut fault: watch::Receiver<Fault>,
     losses: &Losses<'_>,
+    to_server: bool,
 ) -> End {
     'chunks: while let Some((arrived, chunk)) = rx.recv().await {
         loop {
             let current = *fault.borrow_and_update();
             match current {
-                Fault::Pass => break,
+                f if f.discards(to_server) => match lose(chunk.len(), &fault, losses) {
+                    None => continue 'chunks,
+                    Some(end) => return end,
+                },
+                // (Drop always discards: handled above.)
+                Fault::Pass | Fault::LoseReplies | Fault::Drop => break,
                 Fault::Latency(d) => {
                     tokio::time::sleep_until((arrived + d).into()).await;
                     break;
@@ -295,10 +322,6 @@ async fn deliver(
                         return End::Closed;
                     }
                 }
-                Fault::Drop => match lose(chunk.len(), &fault, losses) {
-                    None => continue 'chunks,
-                    Some(end) => return end,
-                },
                 Fault::Down => return End::Reset,
             }
         }
@@ -456,6 +479,50 @@ mod tests {
         );
         let mut healed = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(roundtrip(&mut healed).await.unwrap(), b"ping");
+    }
+
+    /// Requests reach the server, replies are lost; healing ends the
+    /// connections that lost one.
+    #[tokio::test]
+    async fn lose_replies_delivers_requests_only() {
+        // A server that counts the bytes it got and echoes them.
+        let l = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let upstream = l.local_addr().unwrap();
+        let got = Arc::new(AtomicUsize::new(0));
+        let counted = got.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut b = [0u8; 64];
+                    while let Ok(n) = s.read(&mut b).await {
+                        counted.fetch_add(n, Ordering::SeqCst);
+                        if n == 0 || s.write_all(&b[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(roundtrip(&mut s).await.unwrap(), b"ping");
+        proxy.set(Fault::LoseReplies);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), roundtrip(&mut s))
+                .await
+                .is_err(),
+            "the reply is lost"
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while got.load(Ordering::SeqCst) < 8 || proxy.dropped_bytes() < 4 {
+            assert!(tokio::time::Instant::now() < deadline, "the request did not arrive");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        proxy.set(Fault::Pass);
+        assert_eq!(closed(&mut s).await.unwrap(), 0, "a FIN after healing");
+        let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(roundtrip(&mut fresh).await.unwrap(), b"ping");
     }
 
     #[tokio::test]

@@ -491,7 +491,7 @@ impl RedisBackend {
     /// when the answer comes, a hold it got is released at once.
     async fn attempt(&self, req: &AcquireRequest<'_>, queueing: Queueing) -> Result<TryAcquire, LockError> {
         let ttl_ms = ttl_millis(req.ttl);
-        let (name, owner) = (req.name.to_owned(), req.owner.to_owned());
+        let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
         let work = async move {
             let sent_at = Instant::now();
@@ -501,18 +501,18 @@ impl RedisBackend {
                 &name,
                 &owner,
                 ttl_ms,
-                "",
+                &attempt,
                 None,
                 &queueing,
             )
             .await;
-            (sent_at, r, inner, name, owner)
+            (sent_at, r, inner, name, owner, attempt)
         };
-        let (sent_at, reply, ..) = detach(self.inner.kind, work, |(_, reply, inner, name, owner)| async move {
+        let (sent_at, reply, ..) = detach(self.inner.kind, work, |(_, reply, inner, name, owner, attempt)| async move {
             if let Ok(AcquireReply::Acquired { token, .. }) = reply {
                 let hold = Hold { name, owner, token };
                 let backend = RedisBackend { inner };
-                match backend.release(&hold, "").await {
+                match backend.release(&hold, &attempt).await {
                     Ok(_) => tracing::debug!(lock = %hold.name, "released the hold of a cancelled acquisition"),
                     Err(e) => tracing::warn!(lock = %hold.name, error = %e, "releasing the hold of a cancelled acquisition failed; it expires with its ttl"),
                 }
@@ -520,7 +520,7 @@ impl RedisBackend {
         })
         .await?;
         Ok(match reply.map_err(|f| self.error("acquire", req.name, f))? {
-            AcquireReply::Acquired { token, count, pttl } => TryAcquire::Acquired(Lease {
+            AcquireReply::Acquired { token, count, pttl, .. } => TryAcquire::Acquired(Lease {
                 token,
                 hold_count: count,
                 valid_until: Some(lease::valid_until(sent_at, millis(pttl))),
@@ -718,6 +718,10 @@ pub(crate) fn millis(ms: i64) -> Duration {
 /// long the holder's lease runs (a key without expiry).
 pub(crate) const UNKNOWN_LEASE_RECHECK: Duration = Duration::from_secs(1);
 
+/// How often a release whose reply was lost is sent (it is idempotent by
+/// its attempt id).
+const RELEASE_TRIES: u32 = 3;
+
 #[async_trait]
 impl LockBackend for RedisBackend {
     fn kind(&self) -> &'static str {
@@ -753,22 +757,36 @@ impl LockBackend for RedisBackend {
         .await
     }
 
-    async fn release(&self, hold: &Hold, _attempt: &str) -> Result<ReleaseOutcome, LockError> {
-        let r = scripts::release(
-            &mut self.inner.conn.clone(),
-            &self.inner.keys,
-            &hold.name,
-            &hold.owner,
-            hold.token,
-            self.inner.publish,
-            self.inner.waiters.waiter_id().is_some(),
-        )
-        .await
-        .map_err(|f| self.error("release", &hold.name, f))?;
-        Ok(match r {
-            Some(remaining) => ReleaseOutcome::Released { remaining },
-            None => ReleaseOutcome::NotHeld,
-        })
+    /// Idempotent by `attempt`, so a try whose reply was lost (timed out,
+    /// connection reset) is sent again, up to [`RELEASE_TRIES`] times; a
+    /// retry that finds the hold gone after a lost try reports it released
+    /// (the lost try freed it — or its lease ran out meanwhile, which frees
+    /// it just the same).
+    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
+        let (mut lost_try, mut tries) = (false, 1);
+        loop {
+            let r = scripts::release(
+                &mut self.inner.conn.clone(),
+                &self.inner.keys,
+                &hold.name,
+                &hold.owner,
+                hold.token,
+                attempt,
+                self.inner.publish,
+                self.inner.waiters.waiter_id().is_some(),
+            )
+            .await;
+            match r {
+                Ok(Some(remaining)) => return Ok(ReleaseOutcome::Released { remaining }),
+                Ok(None) if lost_try => return Ok(ReleaseOutcome::Released { remaining: 0 }),
+                Ok(None) => return Ok(ReleaseOutcome::NotHeld),
+                Err(f) if f.retryable() && tries < RELEASE_TRIES => {
+                    tracing::debug!(lock = %hold.name, error = %f, "release reply lost; sending it again");
+                    (lost_try, tries) = (true, tries + 1);
+                }
+                Err(f) => return Err(self.error("release", &hold.name, f)),
+            }
+        }
     }
 
     async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {

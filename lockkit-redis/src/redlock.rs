@@ -20,7 +20,7 @@ use redis::aio::ConnectionManager;
 use crate::backend::{UNKNOWN_LEASE_RECHECK, manager_config, millis, open_client, pubsub_config};
 use crate::config::RedisConfig;
 use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Stored};
+use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Share, Stored};
 use crate::waiters::{Attempt, PubSubConn, Waiters, wait_loop};
 
 const KIND: &str = "redlock";
@@ -113,13 +113,34 @@ impl fmt::Debug for RedlockBackend {
     }
 }
 
-/// One node's share of a successful acquisition.
+/// One node's answer to an acquisition that holds there.
 #[derive(Debug, Clone, Copy)]
 struct NodeHold {
     node: usize,
     token: u64,
     count: u32,
     pttl: i64,
+    share: Share,
+    /// Holds the quorum's token (set by [`Inner::settle`]).
+    agreed: bool,
+}
+
+impl NodeHold {
+    /// The node's hold is this attempt's alone: new, or a repeat of it that
+    /// is the hold's only share.
+    fn fresh(&self) -> bool {
+        matches!(self.share, Share::New) || (matches!(self.share, Share::Repeated { .. }) && self.count == 1)
+    }
+
+    /// The least token a first acquisition may take after what this node
+    /// has seen: above its counter (tokens issued for the names that share
+    /// it) and its hold's token.
+    fn floor(&self) -> u64 {
+        match self.share {
+            Share::New => self.token,
+            Share::Reentered { counter } | Share::Repeated { counter } => counter.max(self.token).saturating_add(1),
+        }
+    }
 }
 
 /// What one Redlock attempt came to.
@@ -229,9 +250,10 @@ impl Inner {
         }
     }
 
-    /// One attempt: acquire on every node; seal or undo.
-    async fn attempt(self: &Arc<Self>, name: &str, owner: &str, ttl_ms: u64) -> Outcome {
-        let nonce = format!("{:016x}", rand::random::<u64>());
+    /// One attempt: acquire on every node; seal or undo. Every try of one
+    /// `lock` call carries the same `attempt` id, so a node that still has
+    /// an earlier try's share (its undo did not arrive) counts it once.
+    async fn attempt(self: &Arc<Self>, name: &str, owner: &str, attempt: &str, ttl_ms: u64) -> Outcome {
         // Every node gets the same proposal (this clock + a margin for
         // skew), so a first acquisition usually needs no sealing round.
         let proposal = std::time::SystemTime::now()
@@ -241,11 +263,18 @@ impl Inner {
         let keys = &self.keys;
         let sent_at = Instant::now();
         let replies = self
-            .all(|_, mut c| {
-                let nonce = &nonce;
-                async move {
-                    scripts::acquire(&mut c, keys, name, owner, ttl_ms, nonce, proposal, &Queueing::default()).await
-                }
+            .all(|_, mut c| async move {
+                scripts::acquire(
+                    &mut c,
+                    keys,
+                    name,
+                    owner,
+                    ttl_ms,
+                    attempt,
+                    proposal,
+                    &Queueing::default(),
+                )
+                .await
             })
             .await;
         let mut held = Vec::new();
@@ -253,33 +282,42 @@ impl Inner {
         let mut failed = Vec::new();
         for (node, r) in replies.iter().enumerate() {
             match r {
-                Ok(AcquireReply::Acquired { token, count, pttl }) => held.push(NodeHold {
+                Ok(AcquireReply::Acquired {
+                    token,
+                    count,
+                    pttl,
+                    share,
+                }) => held.push(NodeHold {
                     node,
                     token: *token,
                     count: *count,
                     pttl: *pttl,
+                    share: *share,
+                    agreed: false,
                 }),
                 Ok(AcquireReply::Busy { pttl }) => busy.push(*pttl),
                 Err(_) => failed.push(node),
             }
         }
         if held.len() >= self.quorum
-            && let Some(outcome) = self.settle(name, owner, sent_at, &mut held).await
+            && let Some(outcome) = self.settle(name, owner, attempt, sent_at, &mut held).await
         {
-            // Holds this attempt may have left on nodes that did not answer
-            // in time: take them back in the background.
-            if !failed.is_empty() {
-                self.spawn_undo(name, owner, &nonce, failed.iter().map(|&n| (n, None)).collect());
+            // Shares this attempt may have left on nodes that did not answer
+            // in time, or that did not agree: take them back in the
+            // background.
+            let stray: Vec<usize> = failed
+                .iter()
+                .copied()
+                .chain(held.iter().filter(|h| !h.agreed).map(|h| h.node))
+                .collect();
+            if !stray.is_empty() {
+                self.spawn_undo(name, owner, attempt, stray);
             }
             return outcome;
         }
         // No quorum: undo wherever this attempt may have counted.
-        let targets: HashMap<usize, Option<u64>> = held
-            .iter()
-            .map(|h| (h.node, Some(h.token)))
-            .chain(failed.iter().map(|&n| (n, None)))
-            .collect();
-        self.undo(name, owner, &nonce, &targets).await;
+        let targets: Vec<usize> = held.iter().map(|h| h.node).chain(failed.iter().copied()).collect();
+        self.undo(name, owner, attempt, &targets).await;
         let failures: Vec<&Fault> = replies.iter().filter_map(|r| r.as_ref().err()).collect();
         if failures.len() > self.n() - self.quorum {
             return Outcome::Failed(self.quorum_error(&failures));
@@ -297,48 +335,72 @@ impl Inner {
         }
     }
 
-    /// With a quorum acquired: fixes the token (sealing fresh node holds
-    /// with it) and the validity. `None` when either falls short.
-    async fn settle(&self, name: &str, owner: &str, sent_at: Instant, held: &mut [NodeHold]) -> Option<Outcome> {
-        let first = held.iter().all(|h| h.count == 1);
-        let token = if first {
-            held.iter().map(|h| h.token).max()?
-        } else {
-            // Re-entry: the token most re-entered nodes carry (ties: the
-            // greatest), the quorum token of the first acquisition.
-            let mut votes: HashMap<u64, usize> = HashMap::new();
-            for h in held.iter().filter(|h| h.count > 1) {
-                *votes.entry(h.token).or_default() += 1;
-            }
-            votes.into_iter().max_by_key(|(t, v)| (*v, *t)).map(|(t, _)| t)?
-        };
-        let to_seal: Vec<(usize, u64)> = held
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| h.token != token)
-            .map(|(i, h)| (i, h.token))
-            .collect();
-        if !to_seal.is_empty() {
-            let keys = &self.keys;
-            let by_node: HashMap<usize, u64> = to_seal.iter().map(|(i, t)| (held[*i].node, *t)).collect();
-            let sealed = self
-                .on_nodes(true, |node, mut c| {
-                    let node_token = by_node.get(&node).copied();
-                    async move {
-                        match node_token {
-                            Some(t) => scripts::seal(&mut c, keys, name, owner, t, token).await,
-                            None => Ok(false),
-                        }
-                    }
-                })
-                .await;
-            for (i, _) in &to_seal {
-                if matches!(sealed[held[*i].node], Ok(true)) {
-                    held[*i].token = token;
-                }
-            }
+    /// With a quorum of nodes holding for this owner: decides whether this
+    /// is a re-entry or a first acquisition, fixes the token (sealing the
+    /// nodes that disagree) and the validity. `None` when no quorum agrees.
+    ///
+    /// * **Re-entry** only where a quorum of nodes already had this owner's
+    ///   hold under one token `T` (or had this attempt's share under it: a
+    ///   repeat): the lease keeps `T`, and the other answering nodes are
+    ///   sealed to `T` with this attempt's share alone — whatever stale
+    ///   hold of the owner they kept cannot be a quorum's while `T` is.
+    /// * **First acquisition** only where a quorum of nodes had no hold of
+    ///   the owner (or only this attempt's share): the token is above
+    ///   every answering node's token and counter — also above a stale
+    ///   hold one node kept of this owner, which then loses it to the new
+    ///   hold.
+    /// * Otherwise (say the owner holds `T` on a quorum, one of whose nodes
+    ///   is slow now) neither can be told apart from the other, and the
+    ///   attempt is undone and tried again.
+    async fn settle(
+        &self,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        sent_at: Instant,
+        held: &mut [NodeHold],
+    ) -> Option<Outcome> {
+        let mut votes: HashMap<u64, usize> = HashMap::new();
+        for h in held.iter().filter(|h| !matches!(h.share, Share::New)) {
+            *votes.entry(h.token).or_default() += 1;
         }
-        let good: Vec<&NodeHold> = held.iter().filter(|h| h.token == token).collect();
+        let agreed = votes
+            .into_iter()
+            .filter(|(_, v)| *v >= self.quorum)
+            .map(|(t, _)| t)
+            .max();
+        let token = match agreed {
+            Some(t) => t,
+            None if held.iter().filter(|h| h.fresh()).count() >= self.quorum => {
+                held.iter().map(NodeHold::floor).max()?
+            }
+            None => return None,
+        };
+        let by_node: HashMap<usize, u64> = held
+            .iter()
+            .filter(|h| h.token != token)
+            .map(|h| (h.node, h.token))
+            .collect();
+        let sealed = if by_node.is_empty() {
+            Vec::new()
+        } else {
+            let keys = &self.keys;
+            let by_node = &by_node;
+            self.on_nodes(true, |node, mut c| async move {
+                match by_node.get(&node) {
+                    Some(t) => scripts::seal(&mut c, keys, name, owner, *t, token, attempt).await,
+                    None => Ok(false),
+                }
+            })
+            .await
+        };
+        for h in held.iter_mut() {
+            if h.token != token && matches!(sealed.get(h.node), Some(Ok(true))) {
+                (h.token, h.count) = (token, 1);
+            }
+            h.agreed = h.token == token;
+        }
+        let good: Vec<&NodeHold> = held.iter().filter(|h| h.agreed).collect();
         if good.len() < self.quorum {
             return None;
         }
@@ -351,24 +413,56 @@ impl Inner {
         }))
     }
 
-    async fn undo(&self, name: &str, owner: &str, nonce: &str, targets: &HashMap<usize, Option<u64>>) {
-        if targets.is_empty() {
+    /// Takes `attempt`'s share back on `nodes` (waiting for each up to the
+    /// response timeout).
+    async fn undo(&self, name: &str, owner: &str, attempt: &str, nodes: &[usize]) {
+        if nodes.is_empty() {
             return;
         }
         let keys = &self.keys;
         self.on_nodes(true, |node, mut c| async move {
-            match targets.get(&node) {
-                Some(token) => scripts::undo(&mut c, keys, name, owner, nonce, *token).await,
-                None => Ok(false),
+            if nodes.contains(&node) {
+                scripts::undo(&mut c, keys, name, owner, attempt).await
+            } else {
+                Ok(false)
             }
         })
         .await;
     }
 
-    fn spawn_undo(self: &Arc<Self>, name: &str, owner: &str, nonce: &str, targets: HashMap<usize, Option<u64>>) {
+    fn spawn_undo(self: &Arc<Self>, name: &str, owner: &str, attempt: &str, nodes: Vec<usize>) {
         let this = self.clone();
-        let (name, owner, nonce) = (name.to_owned(), owner.to_owned(), nonce.to_owned());
-        tokio::spawn(async move { this.undo(&name, &owner, &nonce, &targets).await });
+        let (name, owner, attempt) = (name.to_owned(), owner.to_owned(), attempt.to_owned());
+        tokio::spawn(async move { this.undo(&name, &owner, &attempt, &nodes).await });
+    }
+
+    /// Releases `attempt`'s share of `hold` on `nodes` again, in the
+    /// background: nodes whose answer to the release did not come.
+    fn spawn_release(self: &Arc<Self>, hold: &Hold, attempt: &str, nodes: Vec<usize>) {
+        let this = self.clone();
+        let (hold, attempt) = (hold.clone(), attempt.to_owned());
+        tokio::spawn(async move {
+            let (hold, attempt, nodes) = (&hold, &attempt, &nodes);
+            let keys = &this.keys;
+            this.on_nodes(true, |node, mut c| async move {
+                if nodes.contains(&node) {
+                    scripts::release(
+                        &mut c,
+                        keys,
+                        &hold.name,
+                        &hold.owner,
+                        hold.token,
+                        attempt,
+                        Publish::Classic,
+                        false,
+                    )
+                    .await
+                } else {
+                    Ok(None)
+                }
+            })
+            .await;
+        });
     }
 }
 
@@ -444,20 +538,20 @@ impl RedlockBackend {
     /// One attempt on its own task; a hold whose caller is gone is released.
     async fn attempt(&self, req: &AcquireRequest<'_>) -> Result<Outcome, LockError> {
         let ttl_ms = ttl_millis(req.ttl);
-        let (name, owner) = (req.name.to_owned(), req.owner.to_owned());
+        let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
         let work = async move {
-            let outcome = inner.attempt(&name, &owner, ttl_ms).await;
-            (outcome, inner, name, owner)
+            let outcome = inner.attempt(&name, &owner, &attempt, ttl_ms).await;
+            (outcome, inner, name, owner, attempt)
         };
-        let (outcome, ..) = detach(KIND, work, |(outcome, inner, name, owner)| async move {
+        let (outcome, ..) = detach(KIND, work, |(outcome, inner, name, owner, attempt)| async move {
             if let Outcome::Acquired(lease) = outcome {
                 let hold = Hold {
                     name,
                     owner,
                     token: lease.token,
                 };
-                if let Err(e) = (RedlockBackend { inner }).release(&hold, "").await {
+                if let Err(e) = (RedlockBackend { inner }).release(&hold, &attempt).await {
                     tracing::warn!(lock = %hold.name, error = %e, "releasing the hold of a cancelled acquisition failed; it expires with its ttl");
                 }
             }
@@ -580,7 +674,13 @@ impl LockBackend for RedlockBackend {
         .await
     }
 
-    async fn release(&self, hold: &Hold, _attempt: &str) -> Result<ReleaseOutcome, LockError> {
+    /// Takes `attempt`'s share back on every node. The holds left are the
+    /// quorum's: the largest count a quorum of nodes still has (nodes that
+    /// did not answer count as having none), so a name that fewer than a
+    /// quorum still hold reads as free — and any other guard of this client
+    /// on the hold turns lost. Nodes that did not answer get the release
+    /// again in the background (it is idempotent by `attempt`).
+    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let inner = &self.inner;
         let results = inner
             .all(|_, mut c| async move {
@@ -590,6 +690,7 @@ impl LockBackend for RedlockBackend {
                     &hold.name,
                     &hold.owner,
                     hold.token,
+                    attempt,
                     Publish::Classic,
                     false,
                 )
@@ -598,11 +699,16 @@ impl LockBackend for RedlockBackend {
             .await;
         let (yes, no, failures) = tally(&results);
         if yes > 0 {
-            let remaining = results
+            let unanswered: Vec<usize> = (0..inner.n()).filter(|&i| results[i].is_err()).collect();
+            if !unanswered.is_empty() {
+                inner.spawn_release(hold, attempt, unanswered);
+            }
+            let mut counts: Vec<u32> = results
                 .iter()
-                .filter_map(|r| r.as_ref().ok().copied().flatten())
-                .max()
-                .unwrap_or(0);
+                .map(|r| r.as_ref().ok().copied().flatten().unwrap_or(0))
+                .collect();
+            counts.sort_unstable_by(|a, b| b.cmp(a));
+            let remaining = counts[inner.quorum - 1];
             return Ok(ReleaseOutcome::Released { remaining });
         }
         if no > inner.n() - inner.quorum || failures.is_empty() {

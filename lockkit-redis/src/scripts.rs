@@ -7,7 +7,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token, `w` present once a client queued for this hold |
+//! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token, `w` present once a client queued for this hold, `a:ID` one field per share of the hold: the attempt id of the acquisition that made it |
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
 //! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, oldest first |
 //!
@@ -26,6 +26,15 @@
 //! after the tag. A fixed number of counters (instead of one per name) keeps
 //! memory bounded when names are ever-new (`order:<id>`); tokens still grow
 //! per name, since each name always draws from the same counter.
+//!
+//! # Attempts
+//!
+//! Every acquisition attempt carries an id (one per `lock` call); the hold
+//! keeps one `a:ID` field per share, so `c` is their number. An attempt
+//! whose field is already there is a repeat — lockkit's retry after a lost
+//! reply, or a command a client library sent again — and changes nothing;
+//! a release deletes its attempt's field, and a release whose field is gone
+//! changes nothing either. Every script is therefore safe to run twice.
 //!
 //! # Tokens
 //!
@@ -142,8 +151,8 @@ impl Keys {
 ///
 /// KEYS: lock, counter, queue. ARGV:
 /// 1. owner, 2. ttl ms,
-/// 3. nonce (`''`: none; Redlock records it so that a timed-out attempt can
-///    be undone),
+/// 3. the attempt id (its share is recorded as the field `a:ID`; a repeat
+///    of the attempt is recognised by it and changes nothing),
 /// 4. token proposal (`''`: none; Redlock proposes the same value to every
 ///    node so that they agree on the token without a second round trip; a
 ///    node takes it only as a floor, and only when it is less than a minute
@@ -154,11 +163,15 @@ impl Keys {
 ///    the turn and did not take it; `''`: none), 8. `PUBLISH`/`SPUBLISH` to
 ///    announce a taken lock to the queue (`''`: never).
 ///
-/// Returns `{1, token, count, pttl}` when held by the caller now, or
-/// `{0, '', 0, pttl}` when another owner holds it.
+/// Returns `{1, token, count, pttl, 'n'}` for a new hold, `{1, token,
+/// count, pttl, KIND, counter}` for the caller's existing hold (`KIND` `r`:
+/// this attempt re-entered it, `p`: this attempt was already counted in it;
+/// `counter`: the fencing counter now, which Redlock needs to draw a token
+/// above it), or `{0, '', 0, pttl}` when another owner holds it.
 const ACQUIRE: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 't')
 local ttl = tonumber(ARGV[2])
+local share = 'a:' .. ARGV[3]
 if not h[1] then
   local now = redis.call('TIME')
   local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
@@ -179,11 +192,10 @@ if not h[1] then
   -- Clients queued for the last hold still wait: mark this one for them.
   local queued = ARGV[8] ~= '' and redis.call('EXISTS', KEYS[3]) == 1
   if queued then
-    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, 'w', '1')
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1', 'w', '1')
   else
-    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts)
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1')
   end
-  if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'n', ARGV[3]) end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if queued then
     if ARGV[7] ~= '' then redis.call('ZREM', KEYS[3], ARGV[7]) end
@@ -192,17 +204,21 @@ if not h[1] then
     end
     redis.pcall(ARGV[8], KEYS[1], '+')
   end
-  return {1, ts, 1, ttl}
+  return {1, ts, 1, ttl, 'n'}
 end
 if h[1] == ARGV[1] then
-  local c = redis.call('HINCRBY', KEYS[1], 'c', 1)
-  if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'n', ARGV[3]) end
+  local c, kind
+  if redis.call('HSETNX', KEYS[1], share, '1') == 1 then
+    c, kind = redis.call('HINCRBY', KEYS[1], 'c', 1), 'r'
+  else
+    c, kind = tonumber(redis.call('HGET', KEYS[1], 'c')), 'p'
+  end
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < ttl then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     pttl = ttl
   end
-  return {1, h[2], c, pttl}
+  return {1, h[2], c, pttl, kind, redis.call('GET', KEYS[2]) or '0'}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
@@ -215,18 +231,22 @@ end
 return {0, '', 0, pttl}
 "#;
 
-/// Release one hold: decrement; at zero delete it and publish
+/// Release one share of a hold: delete its attempt's field and decrement;
+/// a share already gone (a repeated release) changes nothing and reports
+/// the holds left; at zero delete the hold and publish
 /// `TOKEN|HEAD` — `HEAD` the waiting client whose turn it is (moved to the
 /// back of the queue), or empty when nobody queued. Publishing uses `pcall`:
 /// a user without pub/sub permission still releases.
 ///
 /// KEYS: lock, queue. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`,
 /// `q` when every waiter queues (then an unmarked hold publishes nothing;
-/// `''`: always publish, for Redlock's waiters, which do not queue).
+/// `''`: always publish, for Redlock's waiters, which do not queue),
+/// 6. the attempt id whose share this is.
 /// Returns the holds left, or -1 when owner and token do not match.
 const RELEASE: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c', 'w')
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return -1 end
+if redis.call('HDEL', KEYS[1], 'a:' .. ARGV[6]) == 0 then return tonumber(h[3]) end
 local c = tonumber(h[3]) - 1
 if c > 0 then
   redis.call('HSET', KEYS[1], 'c', c)
@@ -289,38 +309,46 @@ redis.pcall(ARGV[2], ARGV[1], h[3])
 return {h[1], h[2], h[3], pttl}
 "#;
 
-/// Redlock: give a fresh node hold the quorum's token and raise the node's
-/// counter to it, so the next quorum's token is greater.
+/// Redlock: make a node's hold exactly the quorum's — the token the quorum
+/// agreed on, one share (this attempt's) — and raise the node's counter to
+/// the token, so the next quorum's token is greater. A node that answered
+/// with a fresh hold gets the token; one that answered with a stale hold of
+/// the same owner (one no quorum has, e.g. kept by a node whose peers lost
+/// their keys) loses the stale shares with it.
 ///
-/// KEYS: lock, counter. ARGV: owner, the node's own token, the quorum token.
+/// KEYS: lock, counter. ARGV: owner, the node's own token, the quorum
+/// token, the attempt id.
 /// Returns 1 when sealed, 0 when the hold is not there (any more).
 const SEAL: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 't')
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 't', ARGV[3])
+local share = 'a:' .. ARGV[4]
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(f, 1, 2) == 'a:' and f ~= share then redis.call('HDEL', KEYS[1], f) end
+end
+redis.call('HSET', KEYS[1], 't', ARGV[3], 'c', '1', share, '1')
 local c = tonumber(redis.call('GET', KEYS[2]) or '0')
 if c < tonumber(ARGV[3]) then redis.call('SET', KEYS[2], ARGV[3]) end
 return 1
 "#;
 
 /// Redlock: take back what one failed attempt did on a node — the hold it
-/// created or the re-entry it counted.
+/// created or the share it added — found by the attempt's field, so an
+/// undo that runs twice, or before a straggling acquire, is harmless.
 ///
-/// KEYS: lock. ARGV: owner, attempt nonce, the node token the attempt saw
-/// (`''` when its answer never came), channel, `PUBLISH`.
+/// KEYS: lock. ARGV: owner, attempt id, channel, `PUBLISH`.
 /// Returns 1 when something was undone.
 const UNDO: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'n')
+local h = redis.call('HMGET', KEYS[1], 'o', 'c')
 if h[1] ~= ARGV[1] then return 0 end
-if h[4] ~= ARGV[2] and (ARGV[3] == '' or h[3] ~= ARGV[3]) then return 0 end
+if redis.call('HDEL', KEYS[1], 'a:' .. ARGV[2]) == 0 then return 0 end
 local c = tonumber(h[2]) - 1
 if c > 0 then
   redis.call('HSET', KEYS[1], 'c', c)
-  redis.call('HDEL', KEYS[1], 'n')
   return 1
 end
 redis.call('DEL', KEYS[1])
-redis.pcall(ARGV[5], ARGV[4], 'u' .. ARGV[2])
+redis.pcall(ARGV[4], ARGV[3], 'u' .. ARGV[2])
 return 1
 "#;
 
@@ -350,6 +378,19 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 /// the same pipeline, so a script never blocks the server for long.
 pub(crate) const EXTEND_CHUNK: usize = 500;
 
+/// How an acquisition found the caller's hold on one server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Share {
+    /// A new hold, made by this attempt.
+    New,
+    /// The owner's existing hold, re-entered by this attempt; `counter` is
+    /// the node's fencing counter.
+    Reentered { counter: u64 },
+    /// The owner's existing hold, in which this attempt was already counted
+    /// (a repeat); `counter` is the node's fencing counter.
+    Repeated { counter: u64 },
+}
+
 /// What one acquire script call found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
@@ -361,6 +402,8 @@ pub(crate) enum AcquireReply {
         count: u32,
         /// The remaining lease in ms.
         pttl: i64,
+        /// How this attempt took part in the hold.
+        share: Share,
     },
     /// Another owner holds it for `pttl` more ms (negative: unknown).
     Busy {
@@ -394,17 +437,32 @@ fn text(v: &Value) -> Option<String> {
 pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> {
     let bad = || unexpected("acquire", v);
     let Value::Array(items) = v else { return Err(bad()) };
-    let [flag, token, count, pttl] = items.as_slice() else {
-        return Err(bad());
+    let (flag, token, count, pttl, rest) = match items.as_slice() {
+        [flag, token, count, pttl, rest @ ..] => (flag, token, count, pttl, rest),
+        _ => return Err(bad()),
     };
     let pttl = int(pttl).ok_or_else(bad)?;
+    let u64_of = |v: &Value| int(v).and_then(|t| u64::try_from(t).ok()).ok_or_else(bad);
     match int(flag) {
         Some(1) => Ok(AcquireReply::Acquired {
-            token: int(token).and_then(|t| u64::try_from(t).ok()).ok_or_else(bad)?,
+            token: u64_of(token)?,
             count: int(count).and_then(|c| u32::try_from(c).ok()).ok_or_else(bad)?,
             pttl,
+            share: match rest {
+                [kind] if text(kind).as_deref() == Some("n") => Share::New,
+                [kind, counter] => match text(kind).as_deref() {
+                    Some("r") => Share::Reentered {
+                        counter: u64_of(counter)?,
+                    },
+                    Some("p") => Share::Repeated {
+                        counter: u64_of(counter)?,
+                    },
+                    _ => return Err(bad()),
+                },
+                _ => return Err(bad()),
+            },
         }),
-        Some(0) => Ok(AcquireReply::Busy { pttl }),
+        Some(0) if rest.is_empty() => Ok(AcquireReply::Busy { pttl }),
         _ => Err(bad()),
     }
 }
@@ -521,7 +579,7 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
     name: &str,
     owner: &str,
     ttl_ms: u64,
-    nonce: &str,
+    attempt: &str,
     proposal: Option<u64>,
     queueing: &Queueing,
 ) -> Result<AcquireReply, Fault> {
@@ -538,7 +596,7 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
         .key(keys.queue(name))
         .arg(owner)
         .arg(ttl_ms)
-        .arg(nonce)
+        .arg(attempt)
         .arg(proposal.map(|p| p.to_string()).unwrap_or_default())
         .arg(queueing.waiter.as_deref().unwrap_or(""))
         .arg(flags)
@@ -549,9 +607,9 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
     Ok(parse_acquire(&v)?)
 }
 
-/// One release on one server: holds left, or `None` when not held.
-/// `queued`: every waiter of this name joins the queue (and marks the
-/// hold), so a release nobody queued for publishes nothing.
+/// One release of `attempt`'s share on one server: holds left, or `None`
+/// when not held. `queued`: every waiter of this name joins the queue (and
+/// marks the hold), so a release nobody queued for publishes nothing.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn release<C: ConnectionLike + Send>(
     conn: &mut C,
@@ -559,6 +617,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
     name: &str,
     owner: &str,
     token: u64,
+    attempt: &str,
     publish: Publish,
     queued: bool,
 ) -> Result<Option<u32>, Fault> {
@@ -572,6 +631,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
         .arg(&key)
         .arg(publish.command())
         .arg(if queued { "q" } else { "" })
+        .arg(attempt)
         .invoke_async(conn)
         .await?;
     Ok(parse_release(&v)?)
@@ -693,7 +753,9 @@ where
     }
 }
 
-/// Redlock: seals a fresh node hold with the quorum token.
+/// Redlock: makes a node's hold the quorum's: `token`, `attempt`'s share
+/// alone.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn seal<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
@@ -701,6 +763,7 @@ pub(crate) async fn seal<C: ConnectionLike + Send>(
     owner: &str,
     node_token: u64,
     token: u64,
+    attempt: &str,
 ) -> Result<bool, Fault> {
     let v: Value = SCRIPTS
         .seal
@@ -709,6 +772,7 @@ pub(crate) async fn seal<C: ConnectionLike + Send>(
         .arg(owner)
         .arg(node_token)
         .arg(token)
+        .arg(attempt)
         .invoke_async(conn)
         .await?;
     Ok(parse_flag("seal", &v)?)
@@ -720,16 +784,14 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
     keys: &Keys,
     name: &str,
     owner: &str,
-    nonce: &str,
-    node_token: Option<u64>,
+    attempt: &str,
 ) -> Result<bool, Fault> {
     let key = keys.lock(name);
     let v: Value = SCRIPTS
         .undo
         .key(&key)
         .arg(owner)
-        .arg(nonce)
-        .arg(node_token.map(|t| t.to_string()).unwrap_or_default())
+        .arg(attempt)
         .arg(&key)
         .arg(Publish::Classic.command())
         .invoke_async(conn)
@@ -777,15 +839,31 @@ mod tests {
             Value::BulkString(b"1700000000000123".to_vec()),
             Value::Int(2),
             Value::Int(999),
+            Value::BulkString(b"r".to_vec()),
+            Value::BulkString(b"1700000000000200".to_vec()),
         ]);
         assert_eq!(
             parse_acquire(&acquired).unwrap(),
             AcquireReply::Acquired {
                 token: 1_700_000_000_000_123,
                 count: 2,
-                pttl: 999
+                pttl: 999,
+                share: Share::Reentered {
+                    counter: 1_700_000_000_000_200
+                },
             }
         );
+        let new = Value::Array(vec![
+            Value::Int(1),
+            Value::BulkString(b"7".to_vec()),
+            Value::Int(1),
+            Value::Int(999),
+            Value::BulkString(b"n".to_vec()),
+        ]);
+        assert!(matches!(
+            parse_acquire(&new).unwrap(),
+            AcquireReply::Acquired { share: Share::New, .. }
+        ));
         let busy = Value::Array(vec![
             Value::Int(0),
             Value::BulkString(vec![]),

@@ -82,6 +82,31 @@
 //! | `redlock://h1,h2,h3,h4,h5` | [`RedlockBackend`] |
 //!
 //! Servers must speak RESP3 (Redis 6 or later).
+//!
+//! # Replication: what sentinel and cluster do not promise
+//!
+//! A sentinel group or a cluster shard is one master with replicas, and
+//! Redis replicates **asynchronously**: a hold is granted when the master
+//! has it, before any replica does. If the master fails before the hold
+//! reached the replica that is promoted, the hold is gone, and another
+//! owner can acquire the name while the first holder's guard is still
+//! valid (it turns lost only at its next extension). Tokens stay ordered
+//! through such a failover only by the clock rule above. Use Redlock over
+//! independent masters, or a backend with synchronous commits (SQL with
+//! synchronous replication, ZooKeeper), when a failover must not break
+//! mutual exclusion; at least run the lease short so the window is short.
+//! Waiting for replicas (`WAIT`) after each acquisition narrows the window
+//! but does not close it (a replica that acknowledged can still lose the
+//! election); it is not offered yet.
+//!
+//! # Retries
+//!
+//! Every script call is idempotent by the call's attempt id (see the key
+//! layout in the scripts' docs): a command that the client library sends
+//! again after a timeout or a dropped connection — the cluster client does
+//! so for redirections and lost connections — counts once. Only an
+//! operator's `force_release` is not: sent twice, it can remove a hold
+//! taken between the two.
 #![warn(missing_docs)]
 
 mod backend;

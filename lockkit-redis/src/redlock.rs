@@ -40,16 +40,29 @@ const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
 /// Each node runs the same Lua scripts as the single-server backend, so
 /// re-entry, hold counts and compare-and-delete work per node.
 ///
-/// * **Acquire**: the acquire script on every node. With a quorum held, the
-///   lease is valid for `min over the quorum of the remaining ttl − elapsed −
-///   drift` (the time since the requests were *sent*; drift = 1 % + 2 ms +
-///   the configured `drift`). Without a quorum, or if that validity is
-///   already gone, the attempt is undone on every node (including nodes that
-///   did not answer: a nonce stored with the hold identifies what this
-///   attempt did) and retried after a random delay (split vote) or when the
-///   holder releases or expires.
+/// * **Acquire**: the acquire script on every node, with the call's attempt
+///   id (each node records it as the attempt's share of the hold, so every
+///   command is safe to repeat). With a quorum held, the lease is valid for
+///   `min over the quorum of the remaining ttl − elapsed − drift` (the time
+///   since the requests were *sent*; drift = 1 % + 2 ms + the configured
+///   `drift`). Without a quorum, or if that validity is already gone, the
+///   attempt's share is taken back on every node (including nodes that did
+///   not answer) and it is retried after a random delay (split vote) or
+///   when the holder releases or expires.
+/// * **Holds are the quorum's, never one node's.** A re-entry counts only
+///   where a quorum of nodes already has the owner's hold under one token;
+///   a first acquisition only where a quorum had no hold of the owner, and
+///   its token is drawn above every answering node's counter — so a stale
+///   hold that one node kept (its peers lost their keys) can neither turn a
+///   first acquisition into a re-entry nor pull the token back. When a node
+///   is slow and the two cannot be told apart, the attempt is undone and
+///   tried again.
 /// * **Release / extend**: on all nodes; an extension counts only with a
-///   quorum, and the new validity is computed the same way.
+///   quorum, and the new validity is computed the same way. A release
+///   reports the holds a quorum still has; when fewer than a quorum still
+///   hold the name, it reads as free and the owner's other guards in this
+///   client turn lost at once. Nodes whose answer did not come get the
+///   release again in the background.
 /// * **Waiting**: like the single-server backend, with one pub/sub
 ///   connection per node; a waiter relies on messages once a quorum of them
 ///   confirmed its subscription (any quorum of holders then includes a node
@@ -75,11 +88,26 @@ const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
 ///   the node that issued the previous maximum (by more than the time
 ///   between the two acquisitions).
 /// * **Not promised**: with nodes that lose data *and* clocks that jump
-///   back, a token can repeat or go down; and mutual exclusion itself
-///   (not only the token) breaks when a majority of nodes lose their keys
-///   while a lease is live — restart a crashed node only after the longest
-///   ttl in use, or run the nodes with `appendfsync always`. Hence
+///   back, a token can repeat or go down; a node whose clock runs ahead
+///   issues tokens from its clock, so after it is corrected tokens stay at
+///   its old lead until real time catches up (they still grow, through the
+///   counters). Mutual exclusion itself (not only the token) breaks when
+///   nodes lose their keys while a lease is live and what remains is no
+///   longer a quorum: **one node losing its keys is enough when the holder
+///   had exactly a quorum** (e.g. 3 of 5: a restart without persistence of
+///   one of the three lets another owner take the other two plus the
+///   restarted one). Restart a crashed node only after the longest ttl in
+///   use, or run the nodes with `appendfsync always`. Hence
 ///   [`Capabilities::durable_tokens`] is `false`.
+/// * **Clocks**: the holder's validity is measured by this process's
+///   monotonic clock (remaining lease − elapsed − drift), but Redis stores
+///   a key's expiry as an absolute wall-clock time: a node whose wall clock
+///   is **stepped forward** expires the key early, before the holder's
+///   deadline — with exactly a quorum, that is the one-node failure above.
+///   Keep node clocks slewed (NTP without steps), and give `drift` room for
+///   the rate error you expect. A client process suspended (SIGSTOP, a VM
+///   pause) past its deadline finds its lost signal fired when it resumes,
+///   but may already be mid-write: that write must be fenced by the token.
 ///
 /// As the Kleppmann/antirez debate makes clear, the token protects a resource
 /// only if the resource checks it (rejects writes whose token is lower than

@@ -758,7 +758,7 @@ impl LockBackend for RedisBackend {
     }
 
     /// Idempotent by `attempt`, so a try whose reply was lost (timed out,
-    /// connection reset) is sent again, up to [`RELEASE_TRIES`] times; a
+    /// connection reset) is sent again, up to three times; a
     /// retry that finds the hold gone after a lost try reports it released
     /// (the lost try freed it — or its lease ran out meanwhile, which frees
     /// it just the same).

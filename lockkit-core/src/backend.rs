@@ -145,6 +145,11 @@ pub struct Capabilities {
     /// [`LockBackend::list`] and [`LockBackend::force_release`] are
     /// implemented.
     pub admin: bool,
+    /// Attempts are idempotent (contract point 13): an acquisition or a
+    /// release repeated with the same attempt id takes effect once. A
+    /// backend that does not declare it may count a retried acquisition as
+    /// a re-entry; the conformance kit checks it wherever it is declared.
+    pub idempotent_attempts: bool,
 }
 
 impl Capabilities {
@@ -156,6 +161,7 @@ impl Capabilities {
             extend_batch_max: usize::MAX,
             durable_tokens,
             admin: false,
+            idempotent_attempts: false,
         }
     }
 
@@ -167,6 +173,7 @@ impl Capabilities {
             extend_batch_max: usize::MAX,
             durable_tokens,
             admin: false,
+            idempotent_attempts: false,
         }
     }
 
@@ -174,6 +181,13 @@ impl Capabilities {
     /// call (see [`extend_batch_max`](Self::extend_batch_max)).
     pub const fn with_extend_batch_max(mut self, max: usize) -> Self {
         self.extend_batch_max = if max == 0 { 1 } else { max };
+        self
+    }
+
+    /// The same, declaring attempts idempotent (see
+    /// [`idempotent_attempts`](Self::idempotent_attempts)).
+    pub const fn with_idempotent_attempts(mut self) -> Self {
+        self.idempotent_attempts = true;
         self
     }
 

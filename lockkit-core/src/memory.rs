@@ -247,7 +247,7 @@ impl LockBackend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, false).with_admin()
+        Capabilities::ttl(true, false).with_admin().with_idempotent_attempts()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {

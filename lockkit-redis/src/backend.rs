@@ -729,7 +729,9 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, self.inner.durable_tokens).with_admin()
+        Capabilities::ttl(true, self.inner.durable_tokens)
+            .with_admin()
+            .with_idempotent_attempts()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {

@@ -647,7 +647,7 @@ impl LockBackend for RedlockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, false).with_admin()
+        Capabilities::ttl(true, false).with_admin().with_idempotent_attempts()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {

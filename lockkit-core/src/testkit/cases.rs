@@ -349,6 +349,13 @@ pub async fn release_by_non_owner(kit: &Kit) {
 pub async fn idempotent_attempts(kit: &Kit) {
     let name = kit.name("idempotent_attempts");
     let a = kit.client().await;
+    if !a.capabilities().idempotent_attempts {
+        eprintln!(
+            "{}: the backend does not declare idempotent attempts (Capabilities::idempotent_attempts): a retried acquisition may count as a re-entry",
+            kit.label()
+        );
+        return;
+    }
     let backend = a.backend();
     let ttl = kit.ttl * 20;
     let (first, second) = (new_attempt_id(), new_attempt_id());

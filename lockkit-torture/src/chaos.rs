@@ -11,7 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::check::{self, ProcLog, Report};
-use crate::log::{Event, LineWriter, Record, mono_ns, nanos, read_lines};
+use crate::faults::Faults;
+use crate::log::{Event, Holder, LineWriter, Record, mono_ns, nanos, read_lines};
 
 /// A small seeded generator (SplitMix64): the same seed, the same schedule.
 #[derive(Debug, Clone)]
@@ -84,6 +85,46 @@ pub struct RunArgs {
     /// Scheduling slack on top of the bound.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     pub slack: Duration,
+    /// Put a fault proxy in front of each server of the URL (workers connect
+    /// through it) and inject latency above the response timeout, lost
+    /// replies and connection resets. `redis://` gets `response_timeout=300ms`
+    /// unless the URL sets one.
+    #[arg(long)]
+    pub proxy: bool,
+    /// `redlock://` with at least 3 private nodes: pause one node, kill it
+    /// and restart it empty (`--node-restart-cmd`), wipe it (`FLUSHALL`).
+    /// Never on servers other tests use.
+    #[arg(long)]
+    pub node_faults: bool,
+    /// A shell command that kills the Redis node listening on `{port}` and
+    /// starts it again empty (for `--node-faults`).
+    #[arg(long)]
+    pub node_restart_cmd: Option<String>,
+    /// Mean time between network/node faults (one at a time).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1500ms")]
+    pub fault_every: Duration,
+    /// The timeout a slow server's latency must exceed (default: the URL's
+    /// `response_timeout` for Redis, `node_timeout` for Redlock, a quarter
+    /// of the session for ZooKeeper, 500 ms for SQL).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub latency: Option<Duration>,
+    /// Worker processes 2k and 2k+1 share their tasks' owner ids (their
+    /// holds of a name are one hold with a count on the server).
+    #[arg(long)]
+    pub shared_owners: bool,
+    /// Stop once the workers logged this many grants (`--seconds` stays the
+    /// limit).
+    #[arg(long)]
+    pub grants: Option<usize>,
+    /// The longest short critical section (default ttl/10).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub short_hold: Option<Duration>,
+    /// The share of holds that outlive a lease (default 1/3).
+    #[arg(long)]
+    pub long_holds: Option<f64>,
+    /// The longest gap between two holds of a task (default ttl/4).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub gap: Option<Duration>,
 }
 
 /// The bound and the session timeout the URL implies.
@@ -119,12 +160,14 @@ fn bounds(args: &RunArgs) -> Result<(Duration, Option<Duration>), String> {
     Ok((args.bound.unwrap_or(computed.0), computed.1))
 }
 
-/// Follows a worker's log as it grows: which of its owners hold a lock now.
+/// Follows a worker's log as it grows: which of its owners hold a lock now,
+/// and how many grants it logged.
 #[derive(Debug, Default)]
 struct Tail {
     offset: u64,
     partial: Vec<u8>,
     holding: HashMap<String, String>,
+    grants: usize,
 }
 
 impl Tail {
@@ -143,6 +186,7 @@ impl Tail {
             let line: Vec<u8> = self.partial.drain(..=nl).collect();
             match serde_json::from_slice::<Record>(&line) {
                 Ok(Record::Grant { owner, name, .. }) => {
+                    self.grants += 1;
                     self.holding.insert(owner, name);
                 }
                 Ok(Record::Release { owner, .. }) => {
@@ -204,6 +248,7 @@ fn log_path(dir: &Path, worker: usize, incarnation: u32) -> PathBuf {
 /// Runs the torture; the checker's report.
 pub fn run(args: &RunArgs) -> Result<Report, String> {
     let (bound, session) = bounds(args)?;
+    let (mut faults, worker_url) = Faults::setup(args)?;
     let seed = args
         .seed
         .unwrap_or_else(|| mono_ns() ^ (u64::from(std::process::id()) << 32));
@@ -213,7 +258,10 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
     let prefix = format!("torture/{seed:x}-{:x}", mono_ns() % 0xFFFF_FFFF);
     let events = LineWriter::create(&args.log_dir.join("chaos.jsonl")).map_err(|e| format!("chaos.jsonl: {e}"))?;
     let start = mono_ns();
-    let end = start + nanos(args.seconds);
+    let mut end = start + nanos(args.seconds);
+    let stop_at = end;
+    let stop_file = args.log_dir.join("stop");
+    let _ = std::fs::remove_file(&stop_file);
     let wait = (2 * (bound + args.slack)).max(Duration::from_secs(20));
     eprintln!(
         "torture: seed {seed} backend {} procs {} tasks {} names {} for {:?}, ttl {:?}, bound {:?} + slack {:?}, logs in {}",
@@ -227,6 +275,13 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
         args.slack,
         args.log_dir.display()
     );
+    if let Some(f) = &faults {
+        eprintln!(
+            "torture: faults {:?}, workers connect to {}",
+            f.kinds(),
+            lockkit::url::redact(&worker_url)
+        );
+    }
 
     let mut fleet = Fleet {
         slots: Vec::new(),
@@ -239,7 +294,9 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
         bound_ns: nanos(bound),
         slack_ns: nanos(args.slack),
         session_ns: session.map(nanos),
+        shared_owners: args.shared_owners,
     });
+    let owner_run = format!("torture-{seed:x}-{:x}", mono_ns() % 0xFFFF_FFFF);
 
     let spawn = |fleet: &mut Fleet, worker: usize, incarnation: u32, rng: &mut SplitMix| -> Result<Slot, String> {
         let log = log_path(&args.log_dir, worker, incarnation);
@@ -248,9 +305,9 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
             .append(true)
             .open(args.log_dir.join(format!("w{worker}-{incarnation}.out")))
             .map_err(|e| e.to_string())?;
-        let child = Command::new(&exe)
-            .arg("worker")
-            .args(["--backend", &args.backend])
+        let mut cmd = Command::new(&exe);
+        cmd.arg("worker")
+            .args(["--backend", &worker_url])
             .args(["--worker", &worker.to_string()])
             .args(["--incarnation", &incarnation.to_string()])
             .args(["--tasks", &args.tasks.to_string()])
@@ -258,10 +315,25 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
             .args(["--prefix", &prefix])
             .args(["--ttl", &humantime::format_duration(args.ttl).to_string()])
             .args(["--wait", &humantime::format_duration(wait).to_string()])
-            .args(["--stop-at", &end.to_string()])
+            .args(["--stop-at", &stop_at.to_string()])
             .args(["--seed", &rng.next_u64().to_string()])
             .arg("--log")
             .arg(&log)
+            .arg("--stop-file")
+            .arg(&stop_file);
+        if args.shared_owners {
+            cmd.args(["--owner-base", &format!("{owner_run}-pair{}", worker / 2)]);
+        }
+        if let Some(d) = args.short_hold {
+            cmd.args(["--short-hold", &humantime::format_duration(d).to_string()]);
+        }
+        if let Some(f) = args.long_holds {
+            cmd.args(["--long-holds", &f.to_string()]);
+        }
+        if let Some(d) = args.gap {
+            cmd.args(["--gap", &humantime::format_duration(d).to_string()]);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out.try_clone().map_err(|e| e.to_string())?)
             .stderr(out)
@@ -296,6 +368,9 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
     let mut restart: Option<Child> = None;
     let mut actions = 0u32;
     let restart_log = args.log_dir.join("restart.log");
+    // Grants of worker processes that ended, and when the live ones were counted last.
+    let mut past_grants = 0usize;
+    let mut next_count = start;
 
     loop {
         let now = mono_ns();
@@ -338,14 +413,36 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
             if s.child.is_none() && s.respawn_at.is_some_and(|r| now >= r) {
                 let (w, inc) = (s.worker, s.incarnation + 1);
                 if now + 1_000_000_000 < end {
+                    let old = &mut fleet.slots[i];
+                    old.tail.refresh(&log_path(&args.log_dir, old.worker, old.incarnation));
+                    past_grants += old.tail.grants;
                     fleet.slots[i] = spawn(&mut fleet, w, inc, &mut rng)?;
                 } else {
                     fleet.slots[i].respawn_at = None;
                 }
             }
         }
+        // Enough grants: stop early (the workers watch the stop file).
+        if let Some(target) = args.grants
+            && now >= next_count
+        {
+            next_count = now + 250_000_000;
+            let mut live = 0;
+            for s in fleet.slots.iter_mut().filter(|s| s.child.is_some()) {
+                s.tail.refresh(&log_path(&args.log_dir, s.worker, s.incarnation));
+                live += s.tail.grants;
+            }
+            if past_grants + live >= target {
+                end = end.min(now);
+            }
+        }
         if now >= end {
             break;
+        }
+
+        // Network and node faults.
+        if let Some(f) = faults.as_mut() {
+            f.tick(now, end, &mut rng, &mut |e| fleet.event(e));
         }
 
         // Kill or pause a holder.
@@ -447,8 +544,13 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    // The end: resume the paused, let the restart finish, let workers stop, reap all.
+    // The end: stop the workers, heal the faults, resume the paused, let the
+    // restart finish, let workers stop, reap all.
+    std::fs::write(&stop_file, mono_ns().to_string()).map_err(|e| format!("{}: {e}", stop_file.display()))?;
     fleet.event(Event::End { t: mono_ns() });
+    if let Some(f) = faults.as_mut() {
+        f.finish(&mut |e| fleet.event(e));
+    }
     for i in 0..fleet.slots.len() {
         let s = &mut fleet.slots[i];
         if s.paused_until.take().is_some() {
@@ -495,8 +597,79 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
             forced,
         });
     }
+    // Every worker is gone: the names must be free, or come free within the bound.
+    let names: Vec<String> = (0..args.names).map(|i| format!("{prefix}/{i}")).collect();
+    inspect(&args.backend, &names, bound + args.slack, faults.as_ref(), &mut |e| {
+        fleet.event(e)
+    });
+    drop(faults);
     drop(fleet);
     check_dir(&args.log_dir)
+}
+
+/// Inspects `names` through the backend (directly, not through a proxy):
+/// at once, then the held ones again after `bound`.
+fn inspect(backend: &str, names: &[String], bound: Duration, faults: Option<&Faults>, event: &mut dyn FnMut(Event)) {
+    let own;
+    let rt = match faults {
+        Some(f) => f.runtime(),
+        None => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => {
+                own = rt;
+                &own
+            }
+            Err(e) => {
+                eprintln!("torture: no runtime for the inspection: {e}");
+                return;
+            }
+        },
+    };
+    rt.block_on(async {
+        let client = match lockkit::connect(backend).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("torture: cannot connect for the inspection: {e}");
+                None
+            }
+        };
+        let mut pending: Vec<&String> = names.iter().collect();
+        for round in 0..2u32 {
+            if round == 1 {
+                if pending.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(bound).await;
+            }
+            let mut held = Vec::new();
+            for name in pending {
+                let (holder, error) = match &client {
+                    None => (None, Some("no connection".to_owned())),
+                    Some(c) => match c.inspect(name).await {
+                        Ok(info) => (
+                            info.map(|i| Holder {
+                                owner: i.owner,
+                                count: i.hold_count,
+                                token: i.token,
+                            }),
+                            None,
+                        ),
+                        Err(e) => (None, Some(e.to_string())),
+                    },
+                };
+                if holder.is_some() || error.is_some() {
+                    held.push(name);
+                }
+                event(Event::Inspect {
+                    t: mono_ns(),
+                    round,
+                    name: name.clone(),
+                    holder,
+                    error,
+                });
+            }
+            pending = held;
+        }
+    });
 }
 
 /// Runs the checker over a run's log directory.

@@ -25,6 +25,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use crate::log::{Event, Record};
+use crate::rules;
 
 /// Overlaps up to this long are clock-read noise: 1 ms.
 pub const TOLERANCE_NS: u64 = 1_000_000;
@@ -57,15 +58,33 @@ pub struct Report {
     pub frees_excused: usize,
     /// Killed holds not judged: nobody eligible waited for the name.
     pub frees_unchecked: usize,
+    /// Network and node faults, by kind (see [`crate::log::FAULT_KINDS`]).
+    pub faults: std::collections::BTreeMap<String, usize>,
+    /// Grants that re-entered a hold of the same owner held by another
+    /// process (`--shared-owners`).
+    pub shared_reentries: usize,
+    /// Unlocks that returned (their remaining hold counts were checked).
+    pub unlocks: usize,
+    /// Names inspected after the run (each once per round).
+    pub inspected: usize,
+    /// Names found still held at the first inspection, excused because a
+    /// holder was killed or lost or its unlock failed (they must be free at
+    /// the second).
+    pub leftovers_excused: usize,
     pub violations: Vec<String>,
 }
 
 impl Report {
     /// The one-line summary.
     pub fn summary(&self) -> String {
+        let faults: String = crate::log::FAULT_KINDS
+            .iter()
+            .map(|k| format!("{k}={} ", self.faults.get(*k).copied().unwrap_or(0)))
+            .collect();
         format!(
             "grants={} holds={} never_held={} lost={} kills={} pauses={} server_restarts={} worker_restarts={} \
-             frees_in_time={} frees_excused={} frees_unchecked={} violations={}",
+             frees_in_time={} frees_excused={} frees_unchecked={} {faults}shared_reentries={} unlocks={} \
+             inspected={} leftovers_excused={} violations={}",
             self.grants,
             self.holds,
             self.never_held,
@@ -77,33 +96,47 @@ impl Report {
             self.frees_in_time,
             self.frees_excused,
             self.frees_unchecked,
+            self.shared_reentries,
+            self.unlocks,
+            self.inspected,
+            self.leftovers_excused,
             self.violations.len()
         )
     }
 }
 
 #[derive(Debug)]
-struct Hold {
-    proc: usize,
-    name: String,
-    owner: String,
-    token: u64,
-    want_t: u64,
-    grant_t: u64,
+pub(crate) struct Hold {
+    pub(crate) proc: usize,
+    pub(crate) name: String,
+    pub(crate) owner: String,
+    pub(crate) token: u64,
+    pub(crate) want_t: u64,
+    pub(crate) grant_t: u64,
+    /// The hold count the guard reported at the grant.
+    pub(crate) count: Option<u32>,
     /// (time seen, deadline) for the grant and each renewal; `None`: session.
-    points: Vec<(u64, Option<u64>)>,
-    release: Option<(u64, bool)>,
+    pub(crate) points: Vec<(u64, Option<u64>)>,
+    pub(crate) release: Option<(u64, bool)>,
     /// `unlock` failed after the release line: the server may have kept the
     /// hold, so this owner's next grant of the name may re-enter it.
-    unlock_failed: bool,
-    intervals: Vec<(u64, u64)>,
+    pub(crate) unlock_failed: bool,
+    /// `unlock` returned: (time, the owner's holds left on the name).
+    pub(crate) unlocked: Option<(u64, u32)>,
+    /// The owner's next record in the process after the release line (its
+    /// task writes nothing before `unlock` returned).
+    pub(crate) next_t: Option<u64>,
+    pub(crate) intervals: Vec<(u64, u64)>,
+    /// Until when this hold's share may still be on the server (see
+    /// [`rules::share_ends`]).
+    pub(crate) share_end: u64,
 }
 
 #[derive(Debug, Default)]
-struct ProcInfo {
+pub(crate) struct ProcInfo {
     pid: Option<u32>,
     killed_at: Option<u64>,
-    end: u64,
+    pub(crate) end: u64,
     pauses: Vec<(u64, u64)>,
 }
 
@@ -190,6 +223,12 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                 }
                 restarts.push((open_restart.take().unwrap_or(*t), *t));
             }
+            // A fault slows or cuts the path: like a restart, it excuses a late free.
+            Event::Fault { t, kind, .. } => {
+                *report.faults.entry(kind.clone()).or_default() += 1;
+                open_restart = Some(*t);
+            }
+            Event::FaultEnd { t, .. } => restarts.push((open_restart.take().unwrap_or(*t), *t)),
             _ => {}
         }
     }
@@ -203,7 +242,15 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
         let mut current: HashMap<&str, usize> = HashMap::new();
         let mut released: HashMap<&str, usize> = HashMap::new();
         let mut wants: HashMap<&str, u64> = HashMap::new();
+        // Released holds whose owner has written nothing since (but the unlock outcome).
+        let mut awaiting: HashMap<&str, usize> = HashMap::new();
         for r in &p.records {
+            if !matches!(r, Record::Unlocked { .. } | Record::UnlockFailed { .. })
+                && let Some(owner) = record_owner(r)
+                && let Some(h) = awaiting.remove(owner.as_str())
+            {
+                holds[h].next_t = Some(r.t());
+            }
             match r {
                 Record::Start { pid, .. } => info[pi].pid = info[pi].pid.or(Some(*pid)),
                 Record::Want { t, owner, .. } => {
@@ -215,6 +262,7 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                     owner,
                     token,
                     valid,
+                    count,
                 } => {
                     report.grants += 1;
                     current.insert(owner, holds.len());
@@ -225,10 +273,14 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                         token: *token,
                         want_t: wants.get(owner.as_str()).copied().unwrap_or(*t),
                         grant_t: *t,
+                        count: *count,
                         points: vec![(*t, *valid)],
                         release: None,
                         unlock_failed: false,
+                        unlocked: None,
+                        next_t: None,
                         intervals: Vec::new(),
+                        share_end: 0,
                     });
                 }
                 Record::Valid {
@@ -248,6 +300,7 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                     {
                         holds[h].release = Some((*t, *lost));
                         released.insert(owner, h);
+                        awaiting.insert(owner, h);
                         if *lost {
                             report.lost += 1;
                         }
@@ -260,10 +313,24 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                         holds[h].unlock_failed = true;
                     }
                 }
+                Record::Unlocked {
+                    t,
+                    owner,
+                    token,
+                    remaining,
+                    ..
+                } => {
+                    if let Some(&h) = released.get(owner.as_str())
+                        && holds[h].token == *token
+                    {
+                        holds[h].unlocked = Some((*t, *remaining));
+                    }
+                }
                 Record::Fail { .. } => {}
             }
         }
     }
+    rules::share_ends(&mut holds, &info, bound + slack);
     for h in &mut holds {
         let pinfo = &info[h.proc];
         let mut end = h.release.map_or(pinfo.end, |(t, _)| t);
@@ -351,52 +418,47 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                 if s2 + TOLERANCE_NS >= e1 {
                     break;
                 }
-                if h1 == h2 || holds[h1].owner == holds[h2].owner || !seen.insert((h1.min(h2), h1.max(h2))) {
+                if h1 == h2 || !seen.insert((h1.min(h2), h1.max(h2))) {
                     continue;
                 }
                 let overlap = e1.min(e2) - s2;
-                report.violations.push(format!(
-                    "overlap on {name}: {:.3} ms while both valid: {} AND {}",
-                    overlap as f64 / 1e6,
-                    describe(&holds[h1]),
-                    describe(&holds[h2])
-                ));
+                if holds[h1].owner != holds[h2].owner {
+                    report.violations.push(format!(
+                        "overlap on {name}: {:.3} ms while both valid: {} AND {}",
+                        overlap as f64 / 1e6,
+                        describe(&holds[h1]),
+                        describe(&holds[h2])
+                    ));
+                } else if holds[h1].token != holds[h2].token {
+                    // One owner's holds are one hold on the server: a second
+                    // token while the first is valid is a second hold.
+                    report.violations.push(format!(
+                        "two holds of one owner on {name}: {:.3} ms while both valid, tokens differ: {} AND {}",
+                        overlap as f64 / 1e6,
+                        describe(&holds[h1]),
+                        describe(&holds[h2])
+                    ));
+                }
             }
         }
-        // (2) tokens in grant order.
-        let mut valid: Vec<usize> = ids
-            .iter()
-            .copied()
-            .filter(|&h| !holds[h].intervals.is_empty())
-            .collect();
-        valid.sort_by_key(|&h| holds[h].grant_t);
-        // Whether the previous hold's owner may still hold its token on the
-        // server (an unlock failed and nothing since took the name over).
-        let mut kept = false;
-        for w in valid.windows(2) {
-            let (a, b) = (&holds[w[0]], &holds[w[1]]);
-            kept |= a.unlock_failed;
-            if b.token == a.token && b.owner == a.owner && kept {
-                // A re-entry of the hold the failed unlock left on the server.
-                continue;
-            }
-            kept = false;
-            if b.token <= a.token {
-                report
-                    .violations
-                    .push(format!("token order on {name}: {} then {}", describe(a), describe(b)));
-            }
-        }
+        // (2) tokens in grant order; (4) hold counts balance.
+        rules::check_tokens(name, ids, &holds, &mut report, &describe);
+        rules::check_counts(name, ids, &holds, &mut report, &describe);
     }
+    // (5) the names every holder released are free after the run.
+    rules::check_inspections(events, &by_name, &holds, bound + slack, &secs, &mut report);
 
     // (3) a killed holder's names come free in time.
     for (pi, pinfo) in info.iter().enumerate() {
         let Some(k) = pinfo.killed_at else { continue };
-        let deadline = k + bound + slack;
         for h in holds
             .iter()
             .filter(|h| h.proc == pi && h.release.is_none() && !h.intervals.is_empty())
         {
+            // A shared owner's other processes keep the owner's hold (and
+            // with it the killed share) alive: the bound runs from their end.
+            let k = rules::co_owner_end(&holds, h, k, bound);
+            let deadline = k + bound + slack;
             let next = holds
                 .iter()
                 .filter(|o| o.name == h.name && o.grant_t > k)
@@ -479,6 +541,7 @@ fn record_owner(r: &Record) -> Option<&String> {
         | Record::Valid { owner, .. }
         | Record::Release { owner, .. }
         | Record::UnlockFailed { owner, .. }
+        | Record::Unlocked { owner, .. }
         | Record::Fail { owner, .. } => Some(owner),
     }
 }
@@ -501,6 +564,7 @@ mod tests {
             bound_ns: bound,
             slack_ns: S,
             session_ns: session,
+            shared_owners: false,
         }
     }
 
@@ -519,6 +583,7 @@ mod tests {
             owner: owner.into(),
             token,
             valid,
+            count: None,
         }
     }
 

@@ -55,13 +55,16 @@ pub enum Record {
     /// A task starts waiting for `name`.
     Want { t: u64, name: String, owner: String },
     /// `lock` returned a guard. `valid`: its validity deadline (`None` for
-    /// session leases).
+    /// session leases); `count`: the hold count the guard reports (the
+    /// owner's holds of the name on the server, this one included).
     Grant {
         t: u64,
         name: String,
         owner: String,
         token: u64,
         valid: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count: Option<u32>,
     },
     /// The holder saw its validity deadline move (a watchdog renewal), or
     /// (session leases) saw itself still holding.
@@ -92,6 +95,15 @@ pub enum Record {
         token: u64,
         error: String,
     },
+    /// `unlock` after a `Release` succeeded; `remaining`: the holds the
+    /// owner still has on the name (0: the name is free now).
+    Unlocked {
+        t: u64,
+        name: String,
+        owner: String,
+        token: u64,
+        remaining: u32,
+    },
     /// A wait ended without a grant (timed out, failed, or the run ended).
     Fail {
         t: u64,
@@ -111,6 +123,7 @@ impl Record {
             | Record::Valid { t, .. }
             | Record::Release { t, .. }
             | Record::UnlockFailed { t, .. }
+            | Record::Unlocked { t, .. }
             | Record::Fail { t, .. } => *t,
         }
     }
@@ -134,6 +147,9 @@ pub enum Event {
         /// Session leases: the session timeout (a paused holder's hold is
         /// certain only until half of it past the pause).
         session_ns: Option<u64>,
+        /// Pairs of worker processes share their owner ids (`--shared-owners`).
+        #[serde(default)]
+        shared_owners: bool,
     },
     /// A worker process started.
     Spawn {
@@ -178,7 +194,41 @@ pub enum Event {
     RestartEnd { t: u64, ok: bool },
     /// The run ended (no more chaos, workers told to stop).
     End { t: u64 },
+    /// A network or node fault began: `kind` is one of [`FAULT_KINDS`],
+    /// `node` the server's index in the backend URL.
+    Fault {
+        t: u64,
+        kind: String,
+        node: usize,
+        detail: String,
+    },
+    /// The fault that began last is over (healed, or the node is back).
+    FaultEnd { t: u64, ok: bool },
+    /// After the workers stopped: what the backend says of a name of the
+    /// run (`round` 0 at once, 1 after the lease bound); `holder` is
+    /// `None` when the name is free.
+    Inspect {
+        t: u64,
+        round: u32,
+        name: String,
+        holder: Option<Holder>,
+        /// The inspection failed (a violation: the run cannot show the name free).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
 }
+
+/// A leftover hold seen by an inspection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub owner: String,
+    pub count: u32,
+    pub token: u64,
+}
+
+/// The faults of `--proxy` (through a fault proxy in front of a server) and
+/// `--node-faults` (on one server of a multi-node URL), as logged.
+pub const FAULT_KINDS: [&str; 6] = ["latency", "lose_replies", "reset", "pause", "kill", "wipe"];
 
 /// An append-only JSON-lines file written with one `write` per line, so a
 /// killed process's log is complete up to the kill.
@@ -232,6 +282,7 @@ mod tests {
             owner: "o".into(),
             token: 7,
             valid: Some(9),
+            count: Some(1),
         };
         let line = serde_json::to_string(&r).unwrap();
         assert!(line.contains(r#""ev":"grant""#), "{line}");

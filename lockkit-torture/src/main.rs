@@ -29,7 +29,9 @@
 
 mod chaos;
 mod check;
+mod faults;
 mod log;
+mod rules;
 mod worker;
 
 use std::path::PathBuf;

@@ -3,6 +3,7 @@
 //! and logging every grant, renewal and release (see [`crate::log`]).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,45 @@ pub struct WorkerArgs {
     /// Seed of this worker's choices.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Owner ids `{owner_base}-t{task}` instead of random ones (two
+    /// processes given the same base share their owners' holds).
+    #[arg(long)]
+    pub owner_base: Option<String>,
+    /// The longest short critical section (default ttl/10).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub short_hold: Option<Duration>,
+    /// The share of holds that outlive a lease (up to 1.5 ttl, so the
+    /// watchdog's renewals count).
+    #[arg(long, default_value_t = 1.0 / 3.0)]
+    pub long_holds: f64,
+    /// The longest gap between two holds of a task (default ttl/4).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub gap: Option<Duration>,
+    /// Stop early once this file exists (it holds the stop time, ns).
+    #[arg(long)]
+    pub stop_file: Option<PathBuf>,
+}
+
+/// The `CLOCK_MONOTONIC` time (ns) at which workers stop: `--stop-at`, or
+/// earlier once the coordinator's stop file appears.
+static STOP_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+fn stop_at() -> u64 {
+    STOP_AT.load(Ordering::SeqCst)
+}
+
+/// Watches for the stop file; wakes `stopped` waiters when it appears.
+async fn watch_stop_file(path: PathBuf, stopped: tokio::sync::watch::Sender<bool>) {
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && let Ok(at) = text.trim().parse::<u64>()
+        {
+            STOP_AT.fetch_min(at, Ordering::SeqCst);
+            stopped.send_replace(true);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 type Log = Arc<Mutex<LineWriter>>;
@@ -91,15 +131,16 @@ pub fn run(args: WorkerArgs) -> i32 {
             return 3;
         }
     };
+    STOP_AT.store(args.stop_at, Ordering::SeqCst);
     rt.block_on(work(args, log));
     // Guards dropped on lost locks release in the background: let them go.
     rt.shutdown_timeout(Duration::from_secs(2));
     0
 }
 
-/// Time left until `stop_at`, or `None` once it passed.
-fn left(stop_at: u64) -> Option<Duration> {
-    let now = mono_ns();
+/// Time left until the stop time, or `None` once it passed.
+fn left() -> Option<Duration> {
+    let (now, stop_at) = (mono_ns(), stop_at());
     (now < stop_at).then(|| Duration::from_nanos(stop_at - now))
 }
 
@@ -109,7 +150,7 @@ async fn connect(args: &WorkerArgs) -> Option<LockClient> {
             Ok(c) => return Some(c),
             Err(e) => {
                 eprintln!("worker {}: connect failed (retrying): {e}", args.worker);
-                left(args.stop_at)?;
+                left()?;
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
         }
@@ -119,22 +160,52 @@ async fn connect(args: &WorkerArgs) -> Option<LockClient> {
 async fn work(args: WorkerArgs, log: Log) {
     let Some(client) = connect(&args).await else { return };
     let args = Arc::new(args);
+    let (stop_tx, stopped) = tokio::sync::watch::channel(false);
+    if let Some(path) = &args.stop_file {
+        tokio::spawn(watch_stop_file(path.clone(), stop_tx.clone()));
+    }
     let mut tasks = Vec::new();
     for i in 0..args.tasks {
-        let client = client.with_new_owner();
+        let client = match &args.owner_base {
+            Some(base) => match client.with_owner(format!("{base}-t{i}")) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("worker {}: bad owner id: {e}", args.worker);
+                    return;
+                }
+            },
+            None => client.with_new_owner(),
+        };
         let seed = args.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        tasks.push(tokio::spawn(task(client, args.clone(), log.clone(), seed)));
+        tasks.push(tokio::spawn(task(
+            client,
+            args.clone(),
+            log.clone(),
+            seed,
+            stopped.clone(),
+        )));
     }
     for t in tasks {
         let _ = t.await;
     }
+    drop(stop_tx);
 }
 
-async fn task(client: LockClient, args: Arc<WorkerArgs>, log: Log, seed: u64) {
+async fn task(
+    client: LockClient,
+    args: Arc<WorkerArgs>,
+    log: Log,
+    seed: u64,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
     let mut rng = SplitMix::new(seed);
     let owner = client.owner().to_owned();
     let options = LockOptions::new().ttl(args.ttl).wait(args.wait).auto_extend(true);
-    while let Some(remaining) = left(args.stop_at) {
+    let ms = nanos_ms(args.ttl);
+    let short_ms = args.short_hold.map_or(ms / 10, nanos_ms0);
+    let gap_ms = args.gap.map_or(ms / 4, nanos_ms0);
+    let long_per_mille = (args.long_holds.clamp(0.0, 1.0) * 1000.0) as u64;
+    while let Some(remaining) = left() {
         let name = format!("{}/{}", args.prefix, rng.below(args.names as u64));
         write(
             &log,
@@ -147,6 +218,7 @@ async fn task(client: LockClient, args: Arc<WorkerArgs>, log: Log, seed: u64) {
         let outcome = tokio::select! {
             r = client.lock_with(&name, &options) => Some(r),
             _ = tokio::time::sleep(remaining) => None,
+            _ = stopped.wait_for(|s| *s) => None,
         };
         match outcome {
             Some(Ok(guard)) => {
@@ -161,31 +233,42 @@ async fn task(client: LockClient, args: Arc<WorkerArgs>, log: Log, seed: u64) {
                         owner: owner.clone(),
                         token,
                         valid,
+                        count: Some(guard.hold_count()),
                     },
                 );
-                // Mostly short critical sections (many hand-offs), a third up to
+                // Mostly short critical sections (many hand-offs), some up to
                 // 1.5 ttl (outliving one lease, so the watchdog's renewals count).
-                let ms = nanos_ms(args.ttl);
-                let hold = if rng.below(3) == 0 {
+                let hold = if rng.below(1000) < long_per_mille {
                     Duration::from_millis(ms / 4 + rng.below(ms * 5 / 4 + 1))
                 } else {
-                    Duration::from_millis(5 + rng.below(ms / 10 + 1))
+                    Duration::from_millis(1 + rng.below(short_ms + 1))
                 };
                 if hold_for(&guard, hold, &args, &log, &name, &owner, token).await {
                     drop(guard); // lost: the background release is told NotHeld
-                } else if let Err(e) = guard.unlock().await
-                    && !matches!(e, lockkit::LockError::NotHeld { .. })
-                {
-                    write(
-                        &log,
-                        Record::UnlockFailed {
-                            t: mono_ns(),
-                            name: name.clone(),
-                            owner: owner.clone(),
-                            token,
-                            error: e.to_string(),
-                        },
-                    );
+                } else {
+                    match guard.unlock().await {
+                        Ok(u) => write(
+                            &log,
+                            Record::Unlocked {
+                                t: mono_ns(),
+                                name: name.clone(),
+                                owner: owner.clone(),
+                                token,
+                                remaining: u.remaining_holds,
+                            },
+                        ),
+                        Err(lockkit::LockError::NotHeld { .. }) => {}
+                        Err(e) => write(
+                            &log,
+                            Record::UnlockFailed {
+                                t: mono_ns(),
+                                name: name.clone(),
+                                owner: owner.clone(),
+                                token,
+                                error: e.to_string(),
+                            },
+                        ),
+                    }
                 }
             }
             Some(Err(e)) => {
@@ -214,13 +297,21 @@ async fn task(client: LockClient, args: Arc<WorkerArgs>, log: Log, seed: u64) {
             }
         }
         // A short gap between holds (sometimes none).
-        let gap = rng.below(nanos_ms(args.ttl) / 4 + 1);
-        tokio::time::sleep(Duration::from_millis(gap)).await;
+        let gap = rng.below(gap_ms + 1);
+        if gap > 0 {
+            tokio::time::sleep(Duration::from_millis(gap)).await;
+        } else {
+            tokio::task::yield_now().await;
+        }
     }
 }
 
 fn nanos_ms(d: Duration) -> u64 {
     (d.as_millis() as u64).max(4)
+}
+
+fn nanos_ms0(d: Duration) -> u64 {
+    d.as_millis() as u64
 }
 
 /// Holds `guard` for `hold` (or until its lost signal fires), logging each

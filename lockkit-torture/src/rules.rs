@@ -1,0 +1,272 @@
+//! The checker's rules about shares of a hold (see [`crate::check`]):
+//!
+//! - **shares**: each grant is one share of its owner's hold on the server.
+//!   A share is gone once its `unlock` returned; a share whose holder was
+//!   killed, lost it, or failed to unlock may stand until its lease ends —
+//!   and while another process of the same owner keeps the owner's hold
+//!   alive (`--shared-owners`), until that one's end plus the lease.
+//! - **tokens** strictly increase over distinct holds; a grant while a share
+//!   of the same owner may stand is either a re-entry (the standing
+//!   share's token) or a new hold (a greater token).
+//! - **counts balance**: a grant reports at most 1 + the owner's shares
+//!   that may stand; an `unlock` leaves at most the owner's other shares
+//!   that may stand.
+//! - **inspections** after the run: a name is free once every holder
+//!   released it; a name whose last holders did not release cleanly is free
+//!   one lease bound later.
+
+use std::collections::HashMap;
+
+use crate::check::{Hold, ProcInfo, Report};
+use crate::log::Event;
+
+/// When a hold's share certainly left the server, if its holder said so:
+/// its `unlock` returned (or, for a release line without an outcome, the
+/// task wrote its next line, which it does only after `unlock` returned
+/// `NotHeld`).
+fn clean_end(h: &Hold) -> Option<u64> {
+    if h.unlock_failed {
+        return None;
+    }
+    if let Some((t, _)) = h.unlocked {
+        return Some(t);
+    }
+    match h.release {
+        Some((_, false)) => h.next_t,
+        _ => None,
+    }
+}
+
+/// Sets every hold's [`Hold::share_end`]: its clean end, or for a share
+/// left behind, the end of its region (the same owner's overlapping shares
+/// of the name) plus `bound` (the lease bound and slack).
+pub(crate) fn share_ends(holds: &mut [Hold], info: &[ProcInfo], bound: u64) {
+    let mut order: Vec<usize> = (0..holds.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&holds[a], &holds[b]);
+        (&x.name, &x.owner, x.grant_t).cmp(&(&y.name, &y.owner, y.grant_t))
+    });
+    let mut region: Vec<usize> = Vec::new();
+    let (mut end, mut unclean) = (0u64, false);
+    let close = |holds: &mut [Hold], region: &mut Vec<usize>, end: u64| {
+        for h in region.drain(..) {
+            holds[h].share_end = clean_end(&holds[h]).unwrap_or(end);
+        }
+    };
+    for i in order {
+        let joins = region.first().is_some_and(|&r| {
+            let (a, b) = (&holds[r], &holds[i]);
+            a.name == b.name && a.owner == b.owner && b.grant_t < end
+        });
+        if !joins {
+            close(holds, &mut region, end);
+            (end, unclean) = (0, false);
+        }
+        match clean_end(&holds[i]) {
+            Some(e) => end = end.max(if unclean { e.saturating_add(bound) } else { e }),
+            None => {
+                unclean = true;
+                let h = &holds[i];
+                let last = h.release.map_or(info[h.proc].end, |(t, _)| t);
+                end = end.max(last.saturating_add(bound));
+            }
+        }
+        region.push(i);
+    }
+    close(holds, &mut region, end);
+}
+
+/// The holds of one owner of one name, in grant order, with the longest
+/// time any of them may stand (for a window search).
+struct OwnerHolds {
+    ids: Vec<usize>,
+    span: u64,
+}
+
+fn by_owner<'h>(ids: &[usize], holds: &'h [Hold]) -> HashMap<&'h str, OwnerHolds> {
+    let mut map: HashMap<&str, OwnerHolds> = HashMap::new();
+    for &h in ids {
+        let o = map.entry(holds[h].owner.as_str()).or_insert(OwnerHolds {
+            ids: Vec::new(),
+            span: 0,
+        });
+        o.ids.push(h);
+        o.span = o.span.max(holds[h].share_end.saturating_sub(holds[h].grant_t));
+    }
+    for o in map.values_mut() {
+        o.ids.sort_by_key(|&h| holds[h].grant_t);
+    }
+    map
+}
+
+/// The owner's shares other than `except` that may stand at `t`.
+fn standing(o: &OwnerHolds, holds: &[Hold], except: usize, t: u64) -> usize {
+    let from = o.ids.partition_point(|&h| holds[h].grant_t < t.saturating_sub(o.span));
+    o.ids[from..]
+        .iter()
+        .take_while(|&&h| holds[h].grant_t < t)
+        .filter(|&&h| h != except && t < holds[h].share_end)
+        .count()
+}
+
+/// Tokens in grant order over the holds that were valid at all: a re-entry
+/// keeps the token of a share of its owner that may stand (and no other
+/// owner took the name in between); anything else is a new hold, whose
+/// token is above every earlier one.
+pub(crate) fn check_tokens(
+    name: &str,
+    ids: &[usize],
+    holds: &[Hold],
+    report: &mut Report,
+    describe: &dyn Fn(&Hold) -> String,
+) {
+    let mut valid: Vec<usize> = ids
+        .iter()
+        .copied()
+        .filter(|&h| !holds[h].intervals.is_empty())
+        .collect();
+    valid.sort_by_key(|&h| holds[h].grant_t);
+    let mut max: Option<usize> = None;
+    // The current owner's holds since another owner's grant that may still stand.
+    let mut chain: Vec<usize> = Vec::new();
+    for b in valid {
+        let hb = &holds[b];
+        if chain.first().is_some_and(|&a| holds[a].owner != hb.owner) {
+            chain.clear();
+        }
+        chain.retain(|&a| hb.grant_t < holds[a].share_end);
+        let reentered = chain.iter().find(|&&a| holds[a].token == hb.token).copied();
+        match (reentered, max) {
+            (Some(a), _) => {
+                if holds[a].proc != hb.proc {
+                    report.shared_reentries += 1;
+                }
+            }
+            (None, Some(m)) if hb.token <= holds[m].token => report.violations.push(format!(
+                "token order on {name}: {} then {}",
+                describe(&holds[m]),
+                describe(hb)
+            )),
+            _ => {}
+        }
+        chain.push(b);
+        if max.is_none_or(|m| hb.token > holds[m].token) {
+            max = Some(b);
+        }
+    }
+}
+
+/// Hold counts balance: a grant's count is at most one more than the
+/// owner's shares that may stand, and an unlock leaves at most the owner's
+/// other shares that may stand (in a run without shared owners: a grant
+/// has count 1 and an unlock leaves 0, unless an unclean share of the same
+/// task may still stand).
+pub(crate) fn check_counts(
+    name: &str,
+    ids: &[usize],
+    holds: &[Hold],
+    report: &mut Report,
+    describe: &dyn Fn(&Hold) -> String,
+) {
+    let owners = by_owner(ids, holds);
+    for o in owners.values() {
+        for &b in &o.ids {
+            let hb = &holds[b];
+            if let Some(count) = hb.count {
+                let most = 1 + standing(o, holds, b, hb.grant_t);
+                if count as usize > most {
+                    report.violations.push(format!(
+                        "hold count on {name}: granted with count {count}, at most {most} possible (the owner's shares that may stand, and this one): {}",
+                        describe(hb)
+                    ));
+                }
+            }
+            if let Some((t, remaining)) = hb.unlocked {
+                report.unlocks += 1;
+                let most = standing(o, holds, b, t);
+                if remaining as usize > most {
+                    report.violations.push(format!(
+                        "unbalanced unlock on {name}: {remaining} holds left after the unlock at {:.3} ms past the grant, at most {most} other shares of the owner may stand: {}",
+                        (t.saturating_sub(hb.grant_t)) as f64 / 1e6,
+                        describe(hb)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The inspections after the run: at the first round a held name must have
+/// a share that may still stand (a holder killed or lost, or its unlock
+/// failed); at the second, one lease bound later, every name must be free.
+pub(crate) fn check_inspections(
+    events: &[Event],
+    by_name: &HashMap<&str, Vec<usize>>,
+    holds: &[Hold],
+    bound: u64,
+    secs: &dyn Fn(u64) -> f64,
+    report: &mut Report,
+) {
+    for e in events {
+        let Event::Inspect {
+            t,
+            round,
+            name,
+            holder,
+            error,
+        } = e
+        else {
+            continue;
+        };
+        report.inspected += 1;
+        if let Some(error) = error {
+            report
+                .violations
+                .push(format!("inspection of {name} failed at {:.3}s: {error}", secs(*t)));
+            continue;
+        }
+        let Some(holder) = holder else { continue };
+        let what = format!("owner {} count {} token {}", holder.owner, holder.count, holder.token);
+        if *round == 0 {
+            let ids = by_name.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+            if ids.iter().any(|&h| holds[h].grant_t < *t && *t < holds[h].share_end) {
+                report.leftovers_excused += 1;
+                continue;
+            }
+            report.violations.push(format!(
+                "leftover hold on {name} at {:.3}s, after every holder released it: {what}",
+                secs(*t)
+            ));
+        } else {
+            report.violations.push(format!(
+                "leftover hold on {name} at {:.3}s, {:.3}s (the lease bound and slack) after the first inspection: {what}",
+                secs(*t),
+                bound as f64 / 1e9
+            ));
+        }
+    }
+}
+
+/// When a killed share of `h`'s owner can start running out: the kill, or
+/// later while other processes of the same owner held the name (each
+/// re-entering within `bound` of the previous end keeps the hold alive).
+pub(crate) fn co_owner_end(holds: &[Hold], h: &Hold, killed: u64, bound: u64) -> u64 {
+    let mut others: Vec<&Hold> = holds
+        .iter()
+        .filter(|o| o.proc != h.proc && o.name == h.name && o.owner == h.owner)
+        .collect();
+    others.sort_by_key(|o| o.grant_t);
+    let mut end = killed;
+    for o in others {
+        if o.grant_t > end.saturating_add(bound) {
+            break;
+        }
+        let last = o
+            .unlocked
+            .map(|(t, _)| t)
+            .or(o.release.map(|(t, _)| t))
+            .unwrap_or(o.share_end);
+        end = end.max(last);
+    }
+    end
+}

@@ -546,8 +546,13 @@ fn record_owner(r: &Record) -> Option<&String> {
     }
 }
 
+/// An owner id for messages: a random one's first 8 characters, the
+/// `…-pairK-tN` end of a shared one.
 fn short(owner: &str) -> &str {
-    &owner[..owner.len().min(8)]
+    match owner.rfind("-pair") {
+        Some(i) => &owner[i + 1..],
+        None => &owner[..owner.len().min(8)],
+    }
 }
 
 #[cfg(test)]
@@ -887,5 +892,207 @@ mod tests {
         let b_early = proc(1, vec![grant(3 * S, "n", "b", 2, None), release(8 * S, "n", "b", 2)]);
         let r = check(&[a, b_early], &events);
         assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+    }
+
+    fn grant_n(t: u64, name: &str, owner: &str, token: u64, valid: u64, count: u32) -> Record {
+        Record::Grant {
+            t,
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            valid: Some(valid),
+            count: Some(count),
+        }
+    }
+
+    fn unlocked(t: u64, name: &str, owner: &str, token: u64, remaining: u32) -> Record {
+        Record::Unlocked {
+            t,
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            remaining,
+        }
+    }
+
+    /// One clean hold: grant, release, unlock returned `remaining`.
+    fn clean(t: u64, until: u64, name: &str, owner: &str, token: u64, count: u32, remaining: u32) -> Vec<Record> {
+        vec![
+            want(t, name, owner),
+            grant_n(t, name, owner, token, t + 2 * S, count),
+            release(until, name, owner, token),
+            unlocked(until + 1000, name, owner, token, remaining),
+        ]
+    }
+
+    fn inspect(t: u64, round: u32, name: &str, holder: Option<(&str, u32, u64)>) -> Event {
+        Event::Inspect {
+            t,
+            round,
+            name: name.into(),
+            holder: holder.map(|(owner, count, token)| crate::log::Holder {
+                owner: owner.into(),
+                count,
+                token,
+            }),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_shared_owner_overlap_is_one_hold() {
+        // Two processes of owner s: the second re-enters (count 2, same
+        // token) while the first holds; the first unlocks leaving 1, the
+        // second leaving 0. Then another owner takes the name with a
+        // greater token.
+        let p0 = proc(0, clean(S, 2 * S, "n", "s", 5, 1, 1));
+        let p1 = proc(1, clean(S + S / 2, 3 * S, "n", "s", 5, 2, 0));
+        let p2 = proc(2, clean(3 * S + S / 10, 4 * S, "n", "o", 6, 1, 0));
+        let events = [run(2 * S, None), inspect(5 * S, 0, "n", None)];
+        let r = check(&[p0, p1, p2], &events);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!((r.holds, r.shared_reentries, r.unlocks, r.inspected), (3, 1, 3, 1));
+    }
+
+    #[test]
+    fn a_shared_owner_taking_a_new_token_while_its_hold_stands_is_a_violation() {
+        let p0 = proc(0, clean(S, 2 * S, "n", "s", 5, 1, 0));
+        let p1 = proc(1, clean(S + S / 2, 3 * S, "n", "s", 6, 1, 0));
+        let r = check(&[p0, p1], &[run(2 * S, None)]);
+        assert!(
+            r.violations
+                .iter()
+                .any(|v| v.starts_with("two holds of one owner on n")),
+            "{:?}",
+            r.violations
+        );
+    }
+
+    #[test]
+    fn a_different_owner_overlap_is_refused_with_shared_owners_too() {
+        // s holds from two processes; o is granted while the second share is valid.
+        let p0 = proc(0, clean(S, 2 * S, "n", "s", 5, 1, 1));
+        let p1 = proc(1, clean(S + S / 2, 3 * S, "n", "s", 5, 2, 0));
+        let p2 = proc(2, clean(2 * S + S / 2, 4 * S, "n", "o", 6, 1, 0));
+        let r = check(&[p0, p1, p2], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].starts_with("overlap on n"), "{}", r.violations[0]);
+    }
+
+    #[test]
+    fn a_re_entry_after_another_owner_is_a_token_violation() {
+        // s holds, releases; o holds; s is granted again with its old token.
+        let p0 = proc(0, clean(S, 2 * S, "n", "s", 5, 1, 0));
+        let p1 = proc(1, clean(2 * S + S / 10, 3 * S, "n", "o", 6, 1, 0));
+        let p2 = proc(2, clean(3 * S + S / 10, 4 * S, "n", "s", 5, 1, 0));
+        let r = check(&[p0, p1, p2], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].starts_with("token order on n"), "{}", r.violations[0]);
+    }
+
+    #[test]
+    fn counts_that_do_not_balance_are_violations() {
+        // No shared owner: a grant with count 2 and an unlock leaving 1
+        // (a retried acquisition counted twice).
+        let a = proc(0, clean(S, 2 * S, "n", "a", 5, 2, 1));
+        let r = check(&[a], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
+        assert!(r.violations[0].starts_with("hold count on n"), "{}", r.violations[0]);
+        assert!(
+            r.violations[1].starts_with("unbalanced unlock on n"),
+            "{}",
+            r.violations[1]
+        );
+        // After a failed unlock the share may stand: a count of 2 is a re-entry.
+        let a = proc(
+            0,
+            vec![
+                grant_n(S, "n", "a", 5, 3 * S, 1),
+                release(S + 100, "n", "a", 5),
+                unlock_failed(S + 200, "n", "a", 5),
+                want(2 * S, "n", "a"),
+                grant_n(2 * S, "n", "a", 5, 4 * S, 2),
+                release(2 * S + 100, "n", "a", 5),
+                unlocked(2 * S + 200, "n", "a", 5, 1),
+            ],
+        );
+        let r = check(&[a], &[run(2 * S, None)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+
+    #[test]
+    fn an_unbalanced_leftover_hold_is_reported() {
+        // Every holder unlocked cleanly, yet the name is still held after the run.
+        let a = proc(0, clean(S, 2 * S, "n", "a", 5, 1, 0));
+        let events = [
+            run(2 * S, None),
+            inspect(3 * S, 0, "n", Some(("a", 1, 5))),
+            inspect(6 * S, 1, "n", Some(("a", 1, 5))),
+        ];
+        let r = check(&[a], &events);
+        assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
+        assert!(
+            r.violations[0].starts_with("leftover hold on n") && r.violations[0].contains("owner a count 1 token 5"),
+            "{}",
+            r.violations[0]
+        );
+        assert!(
+            r.violations[1].contains("after the first inspection"),
+            "{}",
+            r.violations[1]
+        );
+    }
+
+    #[test]
+    fn a_killed_holder_leftover_is_excused_until_the_bound() {
+        // a was killed holding n: held at the first inspection is fine, free at the second.
+        let a = proc(0, vec![want(S, "n", "a"), grant_n(S, "n", "a", 5, 3 * S, 1)]);
+        let events = [
+            run(2 * S, None),
+            kill(2 * S, 0),
+            inspect(3 * S, 0, "n", Some(("a", 1, 5))),
+            inspect(6 * S, 1, "n", None),
+        ];
+        let r = check(&[a], &events);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!((r.leftovers_excused, r.inspected), (1, 2));
+    }
+
+    #[test]
+    fn a_shared_owner_keeps_a_killed_share_alive() {
+        // p0 (owner s) is killed holding n at 2 s; p1 (owner s) re-entered at
+        // 1.5 s and holds until 6 s; o waits from 2 s and gets n at 8 s, after
+        // p1's end + bound (2 s): in time, although 6 s after the kill.
+        let p0 = proc(0, vec![want(S, "n", "s"), grant_n(S, "n", "s", 5, 3 * S, 1)]);
+        let mut p1 = clean(S + S / 2, 6 * S, "n", "s", 5, 2, 1);
+        p1.insert(2, renew(3 * S, "n", "s", 5, 5 * S));
+        p1.insert(3, renew(4 * S, "n", "s", 5, 6 * S + S / 2));
+        let p1 = proc(1, p1);
+        let p2 = proc(
+            2,
+            vec![
+                want(2 * S, "n", "o"),
+                grant_n(8 * S, "n", "o", 6, 10 * S, 1),
+                release(9 * S, "n", "o", 6),
+                unlocked(9 * S + 10, "n", "o", 6, 0),
+            ],
+        );
+        let events = [run(2 * S, None), kill(2 * S, 0), exit(10 * S, 1), exit(10 * S, 2)];
+        let r = check(&[p0, p1, p2], &events);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.frees_in_time, 1);
+    }
+
+    #[test]
+    fn a_co_owner_share_counts_from_the_start_of_its_lock_call() {
+        // p0's acquisition ran first on the server (count 1) but p0 logged it
+        // after p1 logged its re-entry (count 2): both orders are one hold.
+        let mut p0 = clean(S, 2 * S, "n", "s", 5, 1, 1);
+        p0[1] = grant_n(S + 2000, "n", "s", 5, 3 * S, 1);
+        let mut p1 = clean(S + 1000, 3 * S, "n", "s", 5, 2, 0);
+        p1[0] = want(S + 500, "n", "s");
+        let r = check(&[proc(0, p0), proc(1, p1)], &[run(2 * S, None)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.shared_reentries, 1);
     }
 }

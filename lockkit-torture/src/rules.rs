@@ -76,8 +76,9 @@ pub(crate) fn share_ends(holds: &mut [Hold], info: &[ProcInfo], bound: u64) {
     close(holds, &mut region, end);
 }
 
-/// The holds of one owner of one name, in grant order, with the longest
-/// time any of them may stand (for a window search).
+/// The holds of one owner of one name, in the order their `lock` calls
+/// began, with the longest time any of them may stand (for a window
+/// search).
 struct OwnerHolds {
     ids: Vec<usize>,
     span: u64,
@@ -91,20 +92,23 @@ fn by_owner<'h>(ids: &[usize], holds: &'h [Hold]) -> HashMap<&'h str, OwnerHolds
             span: 0,
         });
         o.ids.push(h);
-        o.span = o.span.max(holds[h].share_end.saturating_sub(holds[h].grant_t));
+        o.span = o.span.max(holds[h].share_end.saturating_sub(holds[h].want_t));
     }
     for o in map.values_mut() {
-        o.ids.sort_by_key(|&h| holds[h].grant_t);
+        o.ids.sort_by_key(|&h| holds[h].want_t);
     }
     map
 }
 
-/// The owner's shares other than `except` that may stand at `t`.
+/// The owner's shares other than `except` that may stand at `t`: from the
+/// start of their `lock` call (the server may have granted a share before
+/// the process logged it — another process of the owner can log its
+/// re-entry first) to their share end.
 fn standing(o: &OwnerHolds, holds: &[Hold], except: usize, t: u64) -> usize {
-    let from = o.ids.partition_point(|&h| holds[h].grant_t < t.saturating_sub(o.span));
+    let from = o.ids.partition_point(|&h| holds[h].want_t < t.saturating_sub(o.span));
     o.ids[from..]
         .iter()
-        .take_while(|&&h| holds[h].grant_t < t)
+        .take_while(|&&h| holds[h].want_t < t)
         .filter(|&&h| h != except && t < holds[h].share_end)
         .count()
 }

@@ -1,20 +1,28 @@
-//! Short torture runs, one per backend: 3 worker processes × 2 tasks on 3
-//! names for 15 s, with kills, pauses and worker restarts; server restarts
+//! Short torture runs, one per backend: 4 worker processes × 2 tasks on 3
+//! names for 18 s, with kills, pauses and worker restarts; server restarts
 //! where the data survives and a restart is cheap (a private Redis with
 //! `appendfsync always`, a private MariaDB and a private Postgres, each on
-//! its own port and data directory, so no other test's server is touched).
-//! Redlock and ZooKeeper run against the shared servers without restarts.
-//! Every run must show 0 violations, and grants, kills and pauses (> 0).
+//! its own port and data directory, so no other test's server is touched);
+//! network faults through a fault proxy (latency above the response
+//! timeout, lost replies, connection resets) on every server backend;
+//! Redlock on five private nodes with node faults (one node paused, killed
+//! and restarted empty, wiped); shared owners (worker pairs with the same
+//! owner ids) on SQLite, Redis, MariaDB, Postgres and Redlock. ZooKeeper runs
+//! against the shared server without restarts or shared owners. Every run
+//! must show 0 violations, and each fault it was given at least once.
 //!
 //! Server-backed runs read the shared server URLs (`LOCKKIT_*_URL`, from
 //! `scripts/services up`): skipped without them, a failure under
 //! `LOCKKIT_REQUIRE_SERVICES=1`. Private ports: `LOCKKIT_TORTURE_REDIS_PORT`
 //! (16479), `LOCKKIT_TORTURE_MYSQL_PORT` (13318),
-//! `LOCKKIT_TORTURE_POSTGRES_PORT` (15443).
+//! `LOCKKIT_TORTURE_POSTGRES_PORT` (15443), `LOCKKIT_TORTURE_REDLOCK_PORT`
+//! (16491, and the four above it).
 //!
-//! `LOCKKIT_TORTURE_LONG=1` makes each run `LOCKKIT_TORTURE_SECONDS` long
-//! (default 120); `LOCKKIT_TORTURE_SEED` fixes the seed (else each run picks
-//! one and prints it).
+//! `LOCKKIT_TORTURE_LONG=1` makes each run a long one: 4 processes × 4 tasks
+//! on 8 names with short critical sections until `LOCKKIT_TORTURE_GRANTS`
+//! grants (default 100000; at most `LOCKKIT_TORTURE_SECONDS`, default 1800),
+//! asserting that many grants. `LOCKKIT_TORTURE_SEED` fixes the seed (else
+//! each run picks one and prints it).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,35 +41,61 @@ fn long() -> bool {
     std::env::var("LOCKKIT_TORTURE_LONG").is_ok_and(|v| v == "1")
 }
 
+/// What a run adds to the kills, pauses and worker restarts.
+#[derive(Default)]
+struct Extra<'a> {
+    /// A shell command restarting the server with its data.
+    restart_cmd: Option<&'a str>,
+    /// Fault proxies in front of the servers.
+    proxy: bool,
+    /// Redlock node faults, with the command that kills the node on
+    /// `{port}` and starts it empty.
+    node_restart_cmd: Option<&'a str>,
+    /// Worker pairs share their owner ids.
+    shared_owners: bool,
+}
+
+fn env_or(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.into())
+}
+
 /// Runs the torture against `url`; the summary's counts. Panics on any
-/// violation, a failed run, or a run without grants, kills or pauses.
-fn torture(label: &str, url: &str, restart_cmd: Option<&str>) -> HashMap<String, u64> {
+/// violation, a failed run, or a run without grants, kills, pauses or
+/// any of the faults it was given.
+fn torture(label: &str, url: &str, extra: Extra<'_>) -> HashMap<String, u64> {
     let dir = tempfile::Builder::new()
         .prefix(&format!("torture-{label}-"))
         .tempdir()
         .expect("temp dir");
-    let seconds = if long() {
-        std::env::var("LOCKKIT_TORTURE_SECONDS").unwrap_or_else(|_| "120".into())
-    } else {
-        "15".into()
-    };
     let mut cmd = Command::new(BIN);
-    cmd.args(["run", "--backend", url])
-        .args(["--procs", "3", "--tasks", "2", "--names", "3", "--ttl", "2s"])
-        .args([
-            "--seconds",
-            &format!("{seconds}s"),
-            "--chaos-every",
-            "1500ms",
-            "--slack",
-            "5s",
-        ])
-        .arg("--log-dir")
-        .arg(dir.path());
+    cmd.args(["run", "--backend", url]).args(["--slack", "5s"]);
+    let target: Option<u64> = if long() {
+        // Throughput: short critical sections, rare long holds, chaos every few seconds.
+        let grants = env_or("LOCKKIT_TORTURE_GRANTS", "100000");
+        cmd.args(["--procs", "4", "--tasks", "4", "--names", "8", "--ttl", "1s"])
+            .args(["--short-hold", "2ms", "--long-holds", "0.001", "--gap", "2ms"])
+            .args(["--chaos-every", "4s", "--fault-every", "3s", "--grants", &grants])
+            .args(["--seconds", &format!("{}s", env_or("LOCKKIT_TORTURE_SECONDS", "1800"))]);
+        Some(grants.parse().expect("LOCKKIT_TORTURE_GRANTS is a number"))
+    } else {
+        cmd.args(["--procs", "4", "--tasks", "2", "--names", "3", "--ttl", "2s"])
+            .args(["--seconds", "18s", "--chaos-every", "1500ms", "--fault-every", "1s"]);
+        None
+    };
+    cmd.arg("--log-dir").arg(dir.path());
+    if extra.proxy {
+        cmd.arg("--proxy");
+    }
+    if let Some(restart) = extra.node_restart_cmd {
+        cmd.args(["--node-faults", "--node-restart-cmd", restart]);
+    }
+    if extra.shared_owners {
+        cmd.arg("--shared-owners");
+    }
     if let Ok(seed) = std::env::var("LOCKKIT_TORTURE_SEED") {
         cmd.args(["--seed", &seed]);
     }
-    if let Some(restart) = restart_cmd {
+    if let Some(restart) = extra.restart_cmd {
         cmd.args(["--restart-cmd", restart, "--restart-every", "6s"]);
     }
     let out = cmd.output().expect("run lockkit-torture");
@@ -85,16 +119,38 @@ fn torture(label: &str, url: &str, restart_cmd: Option<&str>) -> HashMap<String,
             kept.display()
         );
     }
-    for key in ["grants", "holds", "kills", "pauses", "worker_restarts"] {
+    let mut expected = vec![
+        "grants",
+        "holds",
+        "kills",
+        "pauses",
+        "worker_restarts",
+        "unlocks",
+        "inspected",
+    ];
+    if extra.restart_cmd.is_some() {
+        expected.push("server_restarts");
+    }
+    if extra.proxy {
+        expected.extend(["latency", "lose_replies", "reset"]);
+    }
+    if extra.node_restart_cmd.is_some() {
+        expected.extend(["pause", "kill", "wipe"]);
+    }
+    if extra.shared_owners {
+        expected.push("shared_reentries");
+    }
+    for key in expected {
         assert!(
             counts.get(key).is_some_and(|&n| n > 0),
             "{label}: no {key} in: {summary}"
         );
     }
-    if restart_cmd.is_some() {
+    if let Some(target) = target {
         assert!(
-            counts["server_restarts"] > 0,
-            "{label}: no server restart in: {summary}"
+            counts["grants"] >= target,
+            "{label}: {} grants, not {target}: {summary}",
+            counts["grants"]
         );
     }
     counts
@@ -105,7 +161,14 @@ fn torture(label: &str, url: &str, restart_cmd: Option<&str>) -> HashMap<String,
 fn sqlite() {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}?sweep_interval=1s", dir.path().join("torture.db").display());
-    torture("sqlite", &url, None);
+    torture(
+        "sqlite",
+        &url,
+        Extra {
+            shared_owners: true,
+            ..Extra::default()
+        },
+    );
 }
 
 /// A private server of `scripts/services` (its own state directory and
@@ -184,7 +247,12 @@ fn mysql() {
     torture(
         "mysql",
         &format!("{url}?sweep_interval=1s"),
-        Some(&server.restart_cmd()),
+        Extra {
+            restart_cmd: Some(&server.restart_cmd()),
+            proxy: true,
+            shared_owners: true,
+            ..Extra::default()
+        },
     );
 }
 
@@ -198,7 +266,12 @@ fn postgres() {
     torture(
         "postgres",
         &format!("{url}?sweep_interval=1s"),
-        Some(&server.restart_cmd()),
+        Extra {
+            restart_cmd: Some(&server.restart_cmd()),
+            proxy: true,
+            shared_owners: true,
+            ..Extra::default()
+        },
     );
 }
 
@@ -265,18 +338,105 @@ fn redis() {
         return;
     }
     let (server, url) = PrivateRedis::start();
-    torture("redis", &url, Some(&server.restart_cmd()));
+    torture(
+        "redis",
+        &format!("{url}?response_timeout=300ms"),
+        Extra {
+            restart_cmd: Some(&server.restart_cmd()),
+            proxy: true,
+            shared_owners: true,
+            ..Extra::default()
+        },
+    );
+}
+
+/// Five private, empty redis-servers (no persistence) as Redlock masters,
+/// killed when dropped; `restart_cmd` kills the one on `{port}` and starts
+/// it again empty.
+#[cfg(feature = "redis")]
+struct PrivateRedlock {
+    dir: tempfile::TempDir,
+    ports: Vec<u16>,
+}
+
+#[cfg(feature = "redis")]
+impl PrivateRedlock {
+    fn start() -> (Self, String) {
+        let base: u16 = env_or("LOCKKIT_TORTURE_REDLOCK_PORT", "16491")
+            .parse()
+            .expect("LOCKKIT_TORTURE_REDLOCK_PORT is a port");
+        let dir = tempfile::Builder::new()
+            .prefix("torture-redlock-")
+            .tempdir()
+            .expect("temp dir");
+        let d = dir.path().display();
+        let script = format!(
+            "#!/bin/sh\n\
+             # start.sh PORT [restart]: an empty redis-server on PORT (killing the one there first)\n\
+             p=$1; d='{d}'\n\
+             if [ \"$2\" = restart ]; then pid=$(cat \"$d/$p.pid\") && kill -KILL $pid && \
+             while kill -0 $pid 2>/dev/null; do sleep 0.05; done; fi\n\
+             redis-server --bind 127.0.0.1 --port $p --save '' --appendonly no --daemonize yes \
+             --pidfile \"$d/$p.pid\" --dir \"$d\" --logfile \"$d/$p.log\" || exit 1\n\
+             for i in $(seq 100); do [ \"$(redis-cli -p $p ping 2>/dev/null)\" = PONG ] && exit 0; sleep 0.05; done; exit 1\n"
+        );
+        std::fs::write(dir.path().join("start.sh"), script).expect("write start.sh");
+        let ports: Vec<u16> = (base..base + 5).collect();
+        let node = PrivateRedlock { dir, ports };
+        for p in &node.ports {
+            let busy = Command::new("redis-cli").args(["-p", &p.to_string(), "ping"]).output();
+            assert!(
+                !busy.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("PONG")),
+                "port {p} is taken by another server; set LOCKKIT_TORTURE_REDLOCK_PORT"
+            );
+            let ok = Command::new("sh")
+                .arg(node.dir.path().join("start.sh"))
+                .arg(p.to_string())
+                .status()
+                .expect("start redis-server");
+            assert!(ok.success(), "the private redis-server on {p} did not start");
+        }
+        let hosts: Vec<String> = node.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let url = format!("redlock://{}", hosts.join(","));
+        (node, url)
+    }
+
+    fn restart_cmd(&self) -> String {
+        format!("sh '{}' {{port}} restart", self.dir.path().join("start.sh").display())
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Drop for PrivateRedlock {
+    fn drop(&mut self) {
+        for p in &self.ports {
+            let pid = self.dir.path().join(format!("{p}.pid"));
+            let _ = Command::new("sh")
+                .args(["-c", &format!("kill -KILL $(cat '{}')", pid.display())])
+                .status();
+        }
+    }
 }
 
 #[cfg(feature = "redis")]
 #[test]
 fn redlock() {
-    // The shared masters: no restarts (Redlock without persistence would need
-    // delayed restarts to stay safe).
-    let Some(url) = lockkit_core::testkit::server_url("LOCKKIT_REDLOCK_URL") else {
+    // Private masters: node kills and wipes must not touch the shared ones.
+    // The shared URL says redis-server is installed (or skips).
+    if lockkit_core::testkit::server_url("LOCKKIT_REDLOCK_URL").is_none() {
         return;
-    };
-    torture("redlock", &url, None);
+    }
+    let (nodes, url) = PrivateRedlock::start();
+    torture(
+        "redlock",
+        &url,
+        Extra {
+            proxy: true,
+            node_restart_cmd: Some(&nodes.restart_cmd()),
+            shared_owners: true,
+            ..Extra::default()
+        },
+    );
 }
 
 #[cfg(feature = "zookeeper")]
@@ -287,5 +447,12 @@ fn zookeeper() {
         return;
     };
     let sep = if url.contains('?') { '&' } else { '?' };
-    torture("zookeeper", &format!("{url}{sep}session_timeout=4s"), None);
+    torture(
+        "zookeeper",
+        &format!("{url}{sep}session_timeout=4s"),
+        Extra {
+            proxy: true,
+            ..Extra::default()
+        },
+    );
 }

@@ -1095,4 +1095,29 @@ mod tests {
         assert!(r.violations.is_empty(), "{:?}", r.violations);
         assert_eq!(r.shared_reentries, 1);
     }
+
+    #[test]
+    fn a_lock_call_may_return_the_hold_its_lost_reply_made() {
+        // p1's lock call starts at 1 s; its acquisition runs but the reply is
+        // lost; p0 (same owner) re-enters that hold (token 5, count 2) at 2 s
+        // and unlocks leaving 1; p1's retry returns the same hold at 4 s.
+        let p0 = proc(0, clean(2 * S, 3 * S, "n", "s", 5, 2, 1));
+        let mut p1 = clean(4 * S, 5 * S, "n", "s", 5, 1, 0);
+        p1[0] = want(S, "n", "s");
+        let r = check(&[p0, proc(1, p1)], &[run(2 * S, None)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        // The same token after a clean release, with no call under way, is a
+        // new hold that did not get a new token.
+        let a = proc(
+            0,
+            [
+                clean(S, 2 * S, "n", "a", 5, 1, 0),
+                clean(3 * S, 4 * S, "n", "a", 5, 1, 0),
+            ]
+            .concat(),
+        );
+        let r = check(&[a], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].starts_with("token order on n"), "{}", r.violations[0]);
+    }
 }

@@ -113,10 +113,13 @@ fn standing(o: &OwnerHolds, holds: &[Hold], except: usize, t: u64) -> usize {
         .count()
 }
 
-/// Tokens in grant order over the holds that were valid at all: a re-entry
-/// keeps the token of a share of its owner that may stand (and no other
-/// owner took the name in between); anything else is a new hold, whose
-/// token is above every earlier one.
+/// Tokens in grant order over the holds that were valid at all: each hold
+/// has a token above every earlier one (a new hold), or is a re-entry: the
+/// token of a share of its owner that may stand (from the start of that
+/// share's `lock` call, as it may be logged later) or that was granted
+/// while this hold's `lock` call was under way, and no older than any
+/// other owner's hold granted before (no other owner held the name in
+/// between).
 pub(crate) fn check_tokens(
     name: &str,
     ids: &[usize],
@@ -124,6 +127,7 @@ pub(crate) fn check_tokens(
     report: &mut Report,
     describe: &dyn Fn(&Hold) -> String,
 ) {
+    let owners = by_owner(ids, holds);
     let mut valid: Vec<usize> = ids
         .iter()
         .copied()
@@ -131,30 +135,53 @@ pub(crate) fn check_tokens(
         .collect();
     valid.sort_by_key(|&h| holds[h].grant_t);
     let mut max: Option<usize> = None;
-    // The current owner's holds since another owner's grant that may still stand.
-    let mut chain: Vec<usize> = Vec::new();
+    // The greatest token each owner was granted so far.
+    let mut by_owner_max: HashMap<&str, u64> = HashMap::new();
     for b in valid {
         let hb = &holds[b];
-        if chain.first().is_some_and(|&a| holds[a].owner != hb.owner) {
-            chain.clear();
-        }
-        chain.retain(|&a| hb.grant_t < holds[a].share_end);
-        let reentered = chain.iter().find(|&&a| holds[a].token == hb.token).copied();
-        match (reentered, max) {
-            (Some(a), _) => {
-                if holds[a].proc != hb.proc {
-                    report.shared_reentries += 1;
+        let fresh = max.is_none_or(|m| hb.token > holds[m].token);
+        if !fresh {
+            let others_max = by_owner_max
+                .iter()
+                .filter(|(o, _)| **o != hb.owner)
+                .map(|(_, t)| *t)
+                .max()
+                .unwrap_or(0);
+            let o = &owners[hb.owner.as_str()];
+            let from = o
+                .ids
+                .partition_point(|&h| holds[h].want_t < hb.grant_t.saturating_sub(o.span));
+            let reentered = o.ids[from..]
+                .iter()
+                .take_while(|&&a| holds[a].want_t < hb.grant_t)
+                .find(|&&a| {
+                    let ha = &holds[a];
+                    // `a` may stand, or was granted while `b`'s call was under
+                    // way (and may have re-entered the hold `b`'s call made
+                    // before its reply was lost).
+                    let during = hb.want_t < ha.grant_t && ha.grant_t < hb.grant_t;
+                    a != b && ha.token == hb.token && (hb.grant_t < ha.share_end || during)
+                })
+                .copied();
+            match reentered {
+                Some(a) if hb.token >= others_max => {
+                    if holds[a].proc != hb.proc {
+                        report.shared_reentries += 1;
+                    }
+                }
+                _ => {
+                    let m = max.expect("not fresh: a hold before");
+                    report.violations.push(format!(
+                        "token order on {name}: {} then {}",
+                        describe(&holds[m]),
+                        describe(hb)
+                    ));
                 }
             }
-            (None, Some(m)) if hb.token <= holds[m].token => report.violations.push(format!(
-                "token order on {name}: {} then {}",
-                describe(&holds[m]),
-                describe(hb)
-            )),
-            _ => {}
         }
-        chain.push(b);
-        if max.is_none_or(|m| hb.token > holds[m].token) {
+        let e = by_owner_max.entry(hb.owner.as_str()).or_insert(0);
+        *e = (*e).max(hb.token);
+        if fresh {
             max = Some(b);
         }
     }

@@ -1,7 +1,8 @@
 //! The checker: merges the workers' logs and the chaos log and proves, per
 //! name,
 //!
-//! 1. **no two holds overlap while both are valid.** A hold is valid on the
+//! 1. **no two holds of different owners overlap while both are valid**
+//!    (two of one owner with different tokens neither). A hold is valid on the
 //!    union of `[t, min(deadline, end)]` over its grant and each renewal it
 //!    logged (`t` when the deadline was seen), where `end` is its release (or
 //!    lost) line, else the kill of its process, else the process's end. A
@@ -17,6 +18,13 @@
 //!    live, unpaused worker was waiting for the name through that window
 //!    and no server restart overlapped it (otherwise counted as excused or
 //!    unchecked).
+//!
+//! 4. **hold counts balance** and **tokens are kept by re-entry**: one
+//!    owner's holds are shares of one hold (`--shared-owners` gives two
+//!    processes the same owner), see [`crate::rules`];
+//! 5. **names are free after the run**: inspected through the backend once
+//!    the workers stopped, and again one lease bound later where a holder
+//!    was killed or lost or its unlock failed.
 //!
 //! Overlaps shorter than [`TOLERANCE_NS`] are ignored (clock reads of two
 //! processes and the deadline conversion, not lock behaviour).
@@ -1119,5 +1127,43 @@ mod tests {
         let r = check(&[a], &[run(2 * S, None)]);
         assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
         assert!(r.violations[0].starts_with("token order on n"), "{}", r.violations[0]);
+    }
+
+    #[test]
+    fn server_order_may_differ_from_log_order_between_co_owners() {
+        // p1's re-entry ran on the server before p0's unlock (p0's unlock
+        // left 1), though p1 logged its grant after p0 logged the unlock.
+        let mut p0 = clean(S, 2 * S, "n", "s", 5, 1, 1);
+        p0[3] = unlocked(2 * S + 10_000, "n", "s", 5, 1);
+        let mut p1 = clean(2 * S + 20_000, 3 * S, "n", "s", 5, 2, 0);
+        p1[0] = want(2 * S - 10_000, "n", "s");
+        let r = check(&[proc(0, p0), proc(1, p1)], &[run(2 * S, None)]);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+
+    #[test]
+    fn a_count_left_behind_is_one_violation_not_one_per_re_entry() {
+        // A lock call failed after the server granted it: the next hold has
+        // count 2 and leaves 1; the holds after it re-enter the leftover.
+        let mut records = vec![
+            want(S / 2, "n", "a"),
+            Record::Fail {
+                t: S,
+                name: "n".into(),
+                owner: "a".into(),
+                error: "timed out".into(),
+            },
+        ];
+        records.extend(clean(S + S / 10, S + S / 5, "n", "a", 5, 2, 1));
+        records.extend(clean(S + S / 2, S + S * 6 / 10, "n", "a", 5, 2, 1));
+        records.extend(clean(S + S * 7 / 10, S + S * 8 / 10, "n", "a", 5, 2, 1));
+        let r = check(&[proc(0, records)], &[run(2 * S, None)]);
+        assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
+        assert!(r.violations[0].starts_with("hold count on n"), "{}", r.violations[0]);
+        assert!(
+            r.violations[1].starts_with("unbalanced unlock on n"),
+            "{}",
+            r.violations[1]
+        );
     }
 }

@@ -23,13 +23,16 @@ use crate::log::Event;
 /// When a hold's share certainly left the server, if its holder said so:
 /// its `unlock` returned (or, for a release line without an outcome, the
 /// task wrote its next line, which it does only after `unlock` returned
-/// `NotHeld`).
+/// `NotHeld`). An unlock that left holds the checker cannot account for
+/// is reported (see [`check_counts`]) and then taken at its word: the
+/// owner's hold stands on, as after a failed unlock, so one lost count is
+/// one violation, not one per later re-entry.
 fn clean_end(h: &Hold) -> Option<u64> {
     if h.unlock_failed {
         return None;
     }
-    if let Some((t, _)) = h.unlocked {
-        return Some(t);
+    if let Some((t, remaining)) = h.unlocked {
+        return (remaining == 0).then_some(t);
     }
     match h.release {
         Some((_, false)) => h.next_t,
@@ -67,7 +70,11 @@ pub(crate) fn share_ends(holds: &mut [Hold], info: &[ProcInfo], bound: u64) {
             None => {
                 unclean = true;
                 let h = &holds[i];
-                let last = h.release.map_or(info[h.proc].end, |(t, _)| t);
+                let last = h
+                    .unlocked
+                    .map(|(t, _)| t)
+                    .or(h.release.map(|(t, _)| t))
+                    .unwrap_or(info[h.proc].end);
                 end = end.max(last.saturating_add(bound));
             }
         }
@@ -100,25 +107,33 @@ fn by_owner<'h>(ids: &[usize], holds: &'h [Hold]) -> HashMap<&'h str, OwnerHolds
     map
 }
 
-/// The owner's shares other than `except` that may stand at `t`: from the
-/// start of their `lock` call (the server may have granted a share before
-/// the process logged it — another process of the owner can log its
-/// re-entry first) to their share end.
-fn standing(o: &OwnerHolds, holds: &[Hold], except: usize, t: u64) -> usize {
-    let from = o.ids.partition_point(|&h| holds[h].want_t < t.saturating_sub(o.span));
+/// The owner's shares other than `except` that may have stood at some
+/// moment in `(lo, hi)`, the span in which the server acted on a call
+/// (between the log lines before and after it). A share may stand from the
+/// start of its `lock` call (the server may have granted it before the
+/// process logged it — another process of the owner can log its re-entry
+/// first) to its share end.
+fn standing<'a>(
+    o: &'a OwnerHolds,
+    holds: &'a [Hold],
+    except: usize,
+    lo: u64,
+    hi: u64,
+) -> impl Iterator<Item = usize> + 'a {
+    let from = o.ids.partition_point(|&h| holds[h].want_t < lo.saturating_sub(o.span));
     o.ids[from..]
         .iter()
-        .take_while(|&&h| holds[h].want_t < t)
-        .filter(|&&h| h != except && t < holds[h].share_end)
-        .count()
+        .take_while(move |&&h| holds[h].want_t < hi)
+        .filter(move |&&h| h != except && lo < holds[h].share_end)
+        .copied()
 }
 
 /// Tokens in grant order over the holds that were valid at all: each hold
 /// has a token above every earlier one (a new hold), or is a re-entry: the
-/// token of a share of its owner that may stand (from the start of that
-/// share's `lock` call, as it may be logged later) or that was granted
-/// while this hold's `lock` call was under way, and no older than any
-/// other owner's hold granted before (no other owner held the name in
+/// token of a share of its owner that may have stood while this hold's
+/// `lock` call was under way (that share may be logged later, or may be
+/// the hold this call made before its reply was lost), and no older than
+/// any other owner's hold granted before (no other owner held the name in
 /// between).
 pub(crate) fn check_tokens(
     name: &str,
@@ -148,21 +163,7 @@ pub(crate) fn check_tokens(
                 .max()
                 .unwrap_or(0);
             let o = &owners[hb.owner.as_str()];
-            let from = o
-                .ids
-                .partition_point(|&h| holds[h].want_t < hb.grant_t.saturating_sub(o.span));
-            let reentered = o.ids[from..]
-                .iter()
-                .take_while(|&&a| holds[a].want_t < hb.grant_t)
-                .find(|&&a| {
-                    let ha = &holds[a];
-                    // `a` may stand, or was granted while `b`'s call was under
-                    // way (and may have re-entered the hold `b`'s call made
-                    // before its reply was lost).
-                    let during = hb.want_t < ha.grant_t && ha.grant_t < hb.grant_t;
-                    a != b && ha.token == hb.token && (hb.grant_t < ha.share_end || during)
-                })
-                .copied();
+            let reentered = standing(o, holds, b, hb.want_t, hb.grant_t).find(|&a| holds[a].token == hb.token);
             match reentered {
                 Some(a) if hb.token >= others_max => {
                     if holds[a].proc != hb.proc {
@@ -204,7 +205,7 @@ pub(crate) fn check_counts(
         for &b in &o.ids {
             let hb = &holds[b];
             if let Some(count) = hb.count {
-                let most = 1 + standing(o, holds, b, hb.grant_t);
+                let most = 1 + standing(o, holds, b, hb.want_t, hb.grant_t).count();
                 if count as usize > most {
                     report.violations.push(format!(
                         "hold count on {name}: granted with count {count}, at most {most} possible (the owner's shares that may stand, and this one): {}",
@@ -214,7 +215,8 @@ pub(crate) fn check_counts(
             }
             if let Some((t, remaining)) = hb.unlocked {
                 report.unlocks += 1;
-                let most = standing(o, holds, b, t);
+                let released = hb.release.map_or(t, |(r, _)| r);
+                let most = standing(o, holds, b, released, t).count();
                 if remaining as usize > most {
                     report.violations.push(format!(
                         "unbalanced unlock on {name}: {remaining} holds left after the unlock at {:.3} ms past the grant, at most {most} other shares of the owner may stand: {}",

@@ -96,7 +96,8 @@ fn torture(label: &str, url: &str, extra: Extra<'_>) -> HashMap<String, u64> {
         cmd.args(["--seed", &seed]);
     }
     if let Some(restart) = extra.restart_cmd {
-        cmd.args(["--restart-cmd", restart, "--restart-every", "6s"]);
+        let every = if long() { "20s" } else { "6s" };
+        cmd.args(["--restart-cmd", restart, "--restart-every", every]);
     }
     let out = cmd.output().expect("run lockkit-torture");
     let stdout = String::from_utf8_lossy(&out.stdout);

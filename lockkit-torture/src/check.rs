@@ -182,6 +182,7 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
         .collect();
     let mut restarts: Vec<(u64, u64)> = Vec::new();
     let mut open_restart = None;
+    let mut open_fault: Option<&str> = None;
     for e in events {
         match e {
             Event::Kill {
@@ -233,10 +234,18 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
             }
             // A fault slows or cuts the path: like a restart, it excuses a late free.
             Event::Fault { t, kind, .. } => {
-                *report.faults.entry(kind.clone()).or_default() += 1;
+                open_fault = Some(kind.as_str());
                 open_restart = Some(*t);
             }
-            Event::FaultEnd { t, .. } => restarts.push((open_restart.take().unwrap_or(*t), *t)),
+            Event::FaultEnd { t, ok } => {
+                // Counted once over, and only where it could be done.
+                if let Some(kind) = open_fault.take()
+                    && *ok
+                {
+                    *report.faults.entry(kind.to_owned()).or_default() += 1;
+                }
+                restarts.push((open_restart.take().unwrap_or(*t), *t));
+            }
             _ => {}
         }
     }
@@ -1165,5 +1174,34 @@ mod tests {
             "{}",
             r.violations[1]
         );
+    }
+
+    #[test]
+    fn faults_count_when_they_could_be_done_and_excuse_a_late_free() {
+        let fault = |t, kind: &str| Event::Fault {
+            t,
+            kind: kind.into(),
+            node: 0,
+            detail: String::new(),
+        };
+        // a killed at 2 s; b waits but is granted at 8 s: a latency fault
+        // from 3 s to 6 s excuses it.
+        let a = proc(0, vec![grant(S, "n", "a", 1, Some(3 * S))]);
+        let b = proc(1, vec![want(S, "n", "b"), grant(8 * S, "n", "b", 2, Some(10 * S))]);
+        let events = [
+            run(2 * S, None),
+            kill(2 * S, 0),
+            fault(3 * S, "latency"),
+            Event::FaultEnd { t: 6 * S, ok: true },
+            fault(7 * S, "wipe"),
+            Event::FaultEnd { t: 7 * S, ok: false },
+            exit(9 * S, 1),
+        ];
+        let r = check(&[a, b], &events);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.frees_excused, 1);
+        assert_eq!(r.faults.get("latency"), Some(&1));
+        assert_eq!(r.faults.get("wipe"), None);
+        assert!(r.summary().contains("latency=1 lose_replies=0"), "{}", r.summary());
     }
 }

@@ -42,6 +42,8 @@ struct Active {
     restart: Option<Child>,
     /// The pause before the next fault, drawn when this one started.
     gap: u64,
+    /// Whether the fault could be started.
+    started: bool,
 }
 
 /// The fault schedule and what it acts on.
@@ -324,6 +326,7 @@ impl Faults {
             until,
             restart,
             gap,
+            started: failed.is_none(),
         });
         if let Some(e) = &failed {
             eprintln!("torture: fault {kind} on {addr} failed: {e}");
@@ -362,6 +365,7 @@ impl Faults {
             }
         };
         let a = self.active.take().expect("active");
+        let ok = ok && a.started;
         match a.kind {
             "latency" | "lose_replies" => self.proxies[a.node].set(Fault::Pass),
             "pause" if force => {

@@ -740,12 +740,17 @@ impl LockBackend for RedisBackend {
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-        // Uncontended: one round trip, no subscription.
-        if let TryAcquire::Acquired(lease) = self.attempt(req, self.queueing(None)).await? {
-            return Ok(Some(lease));
-        }
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-            return Ok(None);
+        // Uncontended: one round trip, no subscription. A retryable failure
+        // (a reply lost to a timeout or a reset) is tried again in the wait
+        // loop with the same attempt id, which the server recognises if the
+        // lost try went through.
+        let first = self.attempt(req, self.queueing(None)).await;
+        let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        match first {
+            Ok(TryAcquire::Acquired(lease)) => return Ok(Some(lease)),
+            Ok(TryAcquire::Busy { .. }) if expired => return Ok(None),
+            Err(e) if expired || !e.is_retryable() => return Err(e),
+            Ok(TryAcquire::Busy { .. }) | Err(_) => {}
         }
         let channel = self.inner.keys.lock(req.name);
         wait_loop(&self.inner.waiters, &channel, deadline, |turn| async move {

@@ -65,14 +65,24 @@
 //!
 //! A statement that failed in a way that certainly did not take effect
 //! (deadlock, lock wait timeout, busy database) is tried again at once, for
-//! up to two seconds. A lost connection is retried only where a second run
-//! does no harm: deleting a hold on release or force release. So a pooled
-//! connection that died with a database restart does not make `unlock`
-//! fail, and a release whose first try went through unseen reports the
-//! hold released. Acquisitions and decrements of a re-entered hold are not
-//! retried after a lost connection (a retry could take or free the name
-//! twice): `lock` reports a retryable error (or, while waiting, tries again
-//! as a new attempt).
+//! up to two seconds. So is a statement whose connection was lost
+//! mid-way — it may or may not have run — because every statement that
+//! changes a hold is idempotent by its attempt id: the row's `attempts`
+//! column keeps one id per share of the hold (`hold_count` is their
+//! number), so a claim that committed unseen and is sent again is
+//! recognised and counted once, and a release takes out only its own share
+//! (a repeat finds it gone and changes nothing; a release whose try may
+//! have deleted the row unseen reports the hold released). A pooled
+//! connection that died with a database restart therefore fails neither
+//! `lock` nor `unlock`; when the retries run out, `lock` reports a
+//! retryable error, or while waiting tries again with the same attempt id.
+//!
+//! A table made by a lockkit without the `attempts` column gets it on the
+//! first connect that may create tables (`ALTER TABLE … ADD COLUMN`, the
+//! only change lockkit makes to an existing table); with
+//! `create_table=false` the connect fails and names the statement to run.
+//! Upgrade every process that uses one table together: rows written by the
+//! older version carry no attempt ids, and their holds end with their lease.
 //!
 //! # Sweeper
 //!

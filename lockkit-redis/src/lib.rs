@@ -72,6 +72,21 @@
 //! the counter without relying on clocks. For Redlock see [`RedlockBackend`]:
 //! its tokens are the maximum over a quorum, with the limits stated there.
 //!
+//! # Clocks
+//!
+//! A lease is a key expiry, which Redis keeps as a time on its **wall
+//! clock**; the holder turns the remaining lease it was told into a
+//! deadline on its own monotonic clock, so the client's clock steps change
+//! nothing. A forward step of the *server's* wall clock by `d` ends every
+//! lease `d` early while its holder still trusts it — another owner can
+//! acquire before the holder's lost signal fires (the newcomer's fencing
+//! token is greater, and the clock rule above keeps it so). Run Redis hosts
+//! with a slewing time daemon (chrony) so corrections never step. A step
+//! back only lengthens leases, and can hold tokens at the counter (they
+//! still grow by one). A holder process suspended past its deadline (a
+//! pause, a VM migration) finds its guard lost when it resumes; work it
+//! had in flight is what fencing tokens are for.
+//!
 //! # Modes
 //!
 //! | URL | backend |

@@ -105,6 +105,46 @@
 //! - MySQL sessions run at `READ COMMITTED` (so the sweeper's scan does not
 //!   lock live rows); a server with `binlog_format=STATEMENT` refuses writes
 //!   at that level: use `ROW` or `MIXED` (the defaults).
+//!
+//! # What durable tokens assume of the server
+//!
+//! [`Capabilities::durable_tokens`](lockkit_core::Capabilities) is `true`
+//! for MySQL, Postgres and SQLite files: a token is handed out only after
+//! the transaction that drew it committed. That is durable only if a
+//! commit is:
+//!
+//! - **MySQL/MariaDB**: `innodb_flush_log_at_trx_commit=1` (the default).
+//!   With `2` an operating-system crash, with `0` a server crash, can lose
+//!   the last second of commits — the counter row goes back, and a token
+//!   already given to a holder (who may have written with it) is given
+//!   again. With a replica taking over, only a semi-synchronous (or
+//!   Galera) replica is sure to have the counter; an asynchronous one can
+//!   be behind and repeat tokens. `sync_binlog=1` keeps the binary log in
+//!   step for such replicas.
+//! - **PostgreSQL**: `fsync=on` and `synchronous_commit` at `on` or above
+//!   (the defaults). With `synchronous_commit=off` (for the server, the
+//!   database or lockkit's user) a crash can lose recent commits and the
+//!   sequence's last WAL record with them, so a token can repeat. A standby
+//!   that takes over has every token only if it was a synchronous standby
+//!   (`synchronous_standby_names`).
+//! - **SQLite**: lockkit opens files in WAL mode with `synchronous=FULL`;
+//!   another program that opens the file with `synchronous=OFF` may lose
+//!   commits on power loss. `sqlite::memory:` is not durable (and says so).
+//!
+//! # Clocks
+//!
+//! Leases are measured by the **database's** clock (never the client's) and
+//! each holder turns the remaining lease it was told into a deadline on its
+//! own monotonic clock. So a client's wall-clock step changes nothing. A
+//! step of the *database server's* wall clock does: forward by `d`, every
+//! lease ends `d` early on the server while its holder still trusts it —
+//! another owner can take the name over before the holder's lost signal
+//! fires (fencing tokens still order them: the newcomer's token is
+//! greater). Run the database host with a slewing time daemon (chrony,
+//! `ntpd -x`) so corrections never step. A step back only lengthens
+//! leases. A holder process suspended past its deadline (a pause, a VM
+//! migration) finds its guard lost when it resumes; work it had in flight
+//! is what fencing tokens exist for.
 #![warn(missing_docs)]
 // Without a driver feature the crate has no database to talk to.
 #![cfg_attr(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")), allow(unused))]

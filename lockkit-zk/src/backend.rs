@@ -3,34 +3,59 @@
 //! # The recipe
 //!
 //! Each contender creates an ephemeral-sequential child of the name's
-//! parent (a container node) holding its owner id and a hold count of 1, and
-//! lists the parent in the same round trip (requests of one session are
-//! answered in order). The lowest sequence holds the lock; its creation
-//! zxid is the fencing token. Any other contender
+//! parent (a container node), named by its owner's tag and its attempt id
+//! and holding its owner id and that attempt id, and lists the parent in the
+//! same round trip (requests of one session are answered in order). The
+//! lowest sequence holds the lock, unless share nodes of another owner's
+//! hold are left (below); its creation zxid is the fencing token. Any other
+//! contender
 //!
-//! * re-enters instead, if the holder is its own owner (a process sharing
-//!   the owner id): the holder's count goes up with a versioned `set_data`,
-//!   and its own child is deleted;
+//! * joins the hold instead, if it is its own owner's (re-entry, see
+//!   below), and deletes its own child;
 //! * or, for `try_lock`, deletes its child and reports the name busy;
 //! * or watches its direct predecessor only (a get-data watch) and lists the
 //!   parent again when that one goes — it may have given up rather than
 //!   released, so the contender may have a new predecessor rather than the
 //!   lock. One release wakes one waiter, in queue order.
 //!
-//! Release and re-entry change the count with versioned writes (a
-//! compare-and-set on the node's data version), and delete the node at zero,
-//! only if owner and token match. This backend remembers the nodes it holds
-//! (path, count, version), so an uncontended acquire + release costs two
-//! round trips, like a bare create + delete: the create (with the listing
-//! pipelined behind it) and the versioned delete. A hold that lives past
-//! 100 ms also gets one get-data watch on its own node (armed off the
-//! acquisition's path by one task per session), so that a node deleted under
-//! its holder fires the lost signal; shorter holds cost no watch.
+//! # Shares of a hold, and sessions
+//!
+//! A node records the attempt ids of the shares of the hold it carries (the
+//! hold count is their number over all the hold's nodes). A re-entry adds
+//! its attempt id to *its own session's* node of the hold with a versioned
+//! `set_data`; a session that has no node of the hold yet (another process
+//! with the same owner id) creates an ephemeral **share node** of its own,
+//! `share-<owner tag>-<session id>`, carrying the hold's token, in one
+//! `multi` with a check that a node of the hold still stands. A hold stands
+//! while its contender node or any of its share nodes does: the first
+//! contender waits (watching one of them) while another owner's share nodes
+//! are left. So each session's share lives and dies with that session, and
+//! a guard's lost signal rests on its own session's node only — a process
+//! never holds a lock through another process's session.
+//!
+//! Every change is idempotent by attempt id (contract point 13): an attempt
+//! already recorded is not added again, a release whose attempt is gone
+//! changes nothing and reports the holds left, and a write whose answer was
+//! lost with the connection is recognised on the next read by its attempt id
+//! (a create by its name, after a `sync` so that the server read from has
+//! applied what the leader did).
+//!
+//! This backend remembers its own node of each hold (path, data, version),
+//! so an uncontended acquire + release costs two round trips, like a bare
+//! create + delete: the create (with the listing pipelined behind it) and the
+//! versioned delete (with a listing pipelined behind it, which tells whether
+//! other nodes carry the hold). A hold that lives past 100 ms also gets one
+//! get-data watch on its own node (armed off the acquisition's path by one
+//! task per session), so that a node deleted under its holder fires the lost
+//! signal; shorter holds cost no watch.
 //!
 //! Reads are answered by the server a session is connected to, which may lag
 //! the leader; a contender's own listing always includes its own create and
 //! everything committed before it, so "lowest node" is decided on a state at
-//! least as new as the contender's node. `inspect` and `list` may briefly
+//! least as new as the contender's node. A share node made after that
+//! listing needed a node of its hold standing when it was made, so that
+//! hold's nodes are in the listing too: a contender that sees none of
+//! another owner's nodes ahead of it holds the lock for good. `inspect` and `list` may briefly
 //! show a holder that has just released.
 //!
 //! The crate's own `Client::lock` recipe was not used: it has no way to try

@@ -26,7 +26,10 @@
 //! `set_data`; a session that has no node of the hold yet (another process
 //! with the same owner id) creates an ephemeral **share node** of its own,
 //! `share-<owner tag>-<session id>`, carrying the hold's token, in one
-//! `multi` with a check that a node of the hold still stands. A hold stands
+//! `multi` with a versioned rewrite of a node of the hold (its data as it
+//! is): the share is made only while that node stands, and the node's
+//! version goes up, so its holder's next versioned write notices that the
+//! hold has another node now. A hold stands
 //! while its contender node or any of its share nodes does: the first
 //! contender waits (watching one of them) while another owner's share nodes
 //! are left. So each session's share lives and dies with that session, and
@@ -40,11 +43,13 @@
 //! (a create by its name, after a `sync` so that the server read from has
 //! applied what the leader did).
 //!
-//! This backend remembers its own node of each hold (path, data, version),
-//! so an uncontended acquire + release costs two round trips, like a bare
-//! create + delete: the create (with the listing pipelined behind it) and the
-//! versioned delete (with a listing pipelined behind it, which tells whether
-//! other nodes carry the hold). A hold that lives past 100 ms also gets one
+//! This backend remembers its own node of each hold (path, data, version,
+//! and whether other nodes carried the hold as of its last write), so an
+//! uncontended acquire + release costs two round trips, like a bare create +
+//! delete: the create (with the listing pipelined behind it) and the
+//! versioned delete. Only when another session joined the hold (the delete
+//! then meets a new version) or a share node was seen before does a release
+//! list the parent to report the holds left. A hold that lives past 100 ms also gets one
 //! get-data watch on its own node (armed off the acquisition's path by one
 //! task per session), so that a node deleted under its holder fires the lost
 //! signal; shorter holds cost no watch.
@@ -82,7 +87,7 @@ use zookeeper_client::{Error as ZkError, EventType, MultiWriteError, MultiWriteR
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, ForeignNode, is_session_end, zk};
-use crate::nodes::{NodeData, owner_tag, parent_path, queue, share_name};
+use crate::nodes::{NodeData, Share, owner_tag, parent_path, queue, share_name};
 use crate::queue::{
     Change, Cleanup, DeleteError, Known, Plan, View, ZkResult, change, count_after, delete_hold, enqueue, hold_of,
     list, list_held, plan, read, refresh, remove_node, sync,
@@ -159,6 +164,10 @@ struct HeldNode {
     token: i64,
     known: Known,
     session: i64,
+    /// No other node carried the hold as of our last write: our node is
+    /// its contender node and no share node was seen. A session joining
+    /// the hold later bumps our node's version, so our next write notices.
+    alone: bool,
 }
 
 impl fmt::Debug for ZkBackend {
@@ -350,7 +359,7 @@ impl Inner {
 
     /// Records this session's node of a hold after our write (`known`
     /// `None`: deleted).
-    fn remember(&self, name: &str, path: &str, owner: &str, known: Option<Known>, session: i64) {
+    fn remember(&self, name: &str, path: &str, owner: &str, known: Option<Known>, session: i64, alone: bool) {
         let mut held = self.held();
         if held.session != session && self.sessions.peek().is_some_and(|s| s.id == session) {
             // The nodes of an ended session went with it.
@@ -367,6 +376,7 @@ impl Inner {
                         token: known.token(),
                         known,
                         session,
+                        alone,
                     },
                 );
             }
@@ -404,7 +414,9 @@ impl Inner {
         epoch: &CancellationToken,
     ) -> Lease {
         let (token, czxid) = (node.token(), node.czxid);
-        self.remember(name, path, owner, Some(node), session.id);
+        // Alone: a contender node that carries the whole count.
+        let alone = Share::parse(node_name(path)).is_none() && count == node.data.count();
+        self.remember(name, path, owner, Some(node), session.id, alone);
         Lease {
             token: token as u64,
             hold_count: count,
@@ -427,6 +439,9 @@ impl Inner {
         let parent = parent_path(name);
         let client = &session.client;
         let reentered = async {
+            // Alone, the node's own count is the hold's unless somebody
+            // wrote it meanwhile: no listing needed.
+            let list_after = (!h.alone).then_some(parent.as_str());
             let (changed, listing) = change(
                 client,
                 &h.path,
@@ -434,14 +449,22 @@ impl Inner {
                 Some(h.token),
                 Some(h.known.clone()),
                 Change::Add(attempt),
-                Some(&parent),
+                list_after,
             )
             .await?;
-            let Some(node) = changed.and_then(|c| c.known()) else {
+            let Some(changed) = changed else {
+                return Ok(None);
+            };
+            let raced = changed.raced;
+            let Some(node) = changed.known() else {
                 return Ok(None);
             };
             let own = node.data.count();
-            let count = count_after(client, &parent, node_name(&h.path), own, owner, h.token, listing).await?;
+            let count = if h.alone && !raced {
+                own
+            } else {
+                count_after(client, &parent, node_name(&h.path), own, owner, h.token, listing).await?
+            };
             Ok(Some((node, count)))
         };
         match reentered.await {
@@ -508,8 +531,13 @@ impl Inner {
                 token: Some(view.token),
                 attempts: vec![attempt.to_owned()],
             };
+            // The write to a node of the hold (its data as it is, under its
+            // version) makes sure that node stands, and bumps its version:
+            // its holder's next versioned write notices that the hold has
+            // another node now (see `HeldNode::alone`).
+            let checked = &view.nodes[0];
             let mut multi = client.new_multi_writer();
-            multi.add_check_version(&view.nodes[0].path, -1)?;
+            multi.add_set_data(&checked.path, &checked.known.data.encode(), Some(checked.known.version))?;
             multi.add_create(&path, &data.encode(), &session.share_options())?;
             match multi.commit().await {
                 Ok(results) => {
@@ -530,11 +558,11 @@ impl Inner {
                     let lease = self.lease(session, name, owner, &path, node, count, &epoch);
                     return Ok(Joined::Lease(lease, path));
                 }
-                // The checked node went (look at the hold again), or this
-                // session's share node exists already (a concurrent attempt
-                // of this session made it: join that one).
+                // The checked node went or changed (look at the hold again),
+                // or this session's share node exists already (a concurrent
+                // attempt of this session made it: join that one).
                 Err(MultiWriteError::OperationFailed {
-                    source: ZkError::NoNode | ZkError::NodeExists,
+                    source: ZkError::NoNode | ZkError::NodeExists | ZkError::BadVersion,
                     ..
                 }) => {}
                 Err(e) => match ZkError::from(e) {
@@ -845,12 +873,12 @@ impl Inner {
         let parent = parent_path(&hold.name);
         let mut cached = self.cached(session, hold, token).filter(|h| h.known.data.has(attempt));
         loop {
-            let (path, known, mine) = match cached.take() {
-                Some(h) => (h.path, h.known, true),
+            let (path, known, mine, alone) = match cached.take() {
+                Some(h) => (h.path, h.known, true, h.alone),
                 None => match hold_of(client, &parent).await? {
                     View::Held(view) if view.owner == hold.owner && view.token == token => {
                         match view.nodes.iter().find(|n| n.known.data.has(attempt)) {
-                            Some(n) => (n.path.clone(), n.known.clone(), n.session == session.id),
+                            Some(n) => (n.path.clone(), n.known.clone(), n.session == session.id, false),
                             None => {
                                 return Ok(ReleaseOutcome::Released {
                                     remaining: view.count(),
@@ -861,6 +889,10 @@ impl Inner {
                     _ => return Ok(ReleaseOutcome::NotHeld),
                 },
             };
+            // Alone (the common case), the release is the versioned write
+            // alone: nobody wrote the node since, so no other node carries
+            // the hold. Otherwise a listing behind it tells.
+            let list_after = (!alone).then_some(parent.as_str());
             let (changed, listing) = change(
                 client,
                 &path,
@@ -868,7 +900,7 @@ impl Inner {
                 Some(token),
                 Some(known),
                 Change::Remove(attempt),
-                Some(&parent),
+                list_after,
             )
             .await?;
             let Some(changed) = changed else {
@@ -876,14 +908,19 @@ impl Inner {
                 self.forget(&hold.name, &path);
                 continue;
             };
-            if mine {
-                self.remember(&hold.name, &path, &hold.owner, changed.known(), session.id);
-            }
             if changed.node.is_none() {
                 session.released(&path);
             }
             let own = changed.count();
-            let remaining = count_after(client, &parent, node_name(&path), own, &hold.owner, token, listing).await?;
+            let remaining = if alone && !changed.raced {
+                own
+            } else {
+                count_after(client, &parent, node_name(&path), own, &hold.owner, token, listing).await?
+            };
+            if mine {
+                let alone = Share::parse(node_name(&path)).is_none() && remaining == own;
+                self.remember(&hold.name, &path, &hold.owner, changed.known(), session.id, alone);
+            }
             return Ok(ReleaseOutcome::Released { remaining });
         }
     }

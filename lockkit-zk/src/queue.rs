@@ -220,6 +220,11 @@ pub(crate) struct Changed {
     pub(crate) node: Option<(NodeData, i32)>,
     /// Its creation zxid.
     pub(crate) czxid: i64,
+    /// Somebody else wrote the node since the state the change started
+    /// from (a version conflict, a stale known state, or an answer lost
+    /// with the connection): a session joining the hold bumps its node's
+    /// version.
+    pub(crate) raced: bool,
 }
 
 impl Changed {
@@ -272,7 +277,9 @@ pub(crate) async fn change(
 ) -> ZkResult<(Option<Changed>, Option<Vec<String>>)> {
     let mut deleted_lost = false;
     let mut fresh = false;
+    let mut raced = false;
     let mut czxid = known.as_ref().map_or(0, |k| k.czxid);
+    let started = known.as_ref().map(|k| k.version);
     loop {
         let current = match known.take() {
             Some(k) => k,
@@ -284,6 +291,7 @@ pub(crate) async fn change(
                     let Some(data) = data else {
                         return Ok((None, None));
                     };
+                    raced |= started.is_some_and(|v| v != stat.version);
                     Known {
                         data,
                         version: stat.version,
@@ -291,7 +299,11 @@ pub(crate) async fn change(
                     }
                 }
                 Err(ZkError::NoNode) => {
-                    let deleted = deleted_lost.then_some(Changed { node: None, czxid });
+                    let deleted = deleted_lost.then_some(Changed {
+                        node: None,
+                        czxid,
+                        raced: true,
+                    });
                     return Ok((deleted, None));
                 }
                 Err(ZkError::ConnectionLoss) => continue,
@@ -313,6 +325,7 @@ pub(crate) async fn change(
             let changed = Changed {
                 czxid: current.czxid,
                 node: Some((current.data, current.version)),
+                raced,
             };
             let listing = match list_after {
                 Some(parent) => client.list_children(parent).await.ok(),
@@ -330,6 +343,7 @@ pub(crate) async fn change(
             delete.await.map(|()| Changed {
                 node: None,
                 czxid: current.czxid,
+                raced,
             })
         } else {
             let set = client.set_data(path, &next.encode(), Some(current.version));
@@ -337,6 +351,7 @@ pub(crate) async fn change(
             set.await.map(|stat| Changed {
                 node: Some((next, stat.version)),
                 czxid: current.czxid,
+                raced,
             })
         };
         let listing = match listing {
@@ -345,15 +360,19 @@ pub(crate) async fn change(
         };
         match result {
             Ok(changed) => return Ok((Some(changed), listing)),
-            Err(ZkError::BadVersion) => {}
+            Err(ZkError::BadVersion) => raced = true,
             Err(ZkError::NoNode) => {
                 let deleted = deleted_lost.then_some(Changed {
                     node: None,
                     czxid: current.czxid,
+                    raced: true,
                 });
                 return Ok((deleted, None));
             }
-            Err(ZkError::ConnectionLoss) => deleted_lost |= deleting,
+            Err(ZkError::ConnectionLoss) => {
+                deleted_lost |= deleting;
+                raced = true;
+            }
             Err(e) => return Err(e),
         }
     }

@@ -2,9 +2,9 @@
 //!
 //! # The recipe
 //!
-//! Each contender creates an ephemeral-sequential child of the name's
-//! parent (a container node), named by its owner's tag and its attempt id
-//! and holding its owner id and that attempt id, and lists the parent in the
+//! Each contender creates an ephemeral-sequential child of the name's parent
+//! (a container node), named by its owner's tag and its attempt id and
+//! holding its owner id and that attempt id, and lists the parent in the
 //! same round trip (requests of one session are answered in order). The
 //! lowest sequence holds the lock, unless share nodes of another owner's
 //! hold are left (below); its creation zxid is the fencing token. Any other
@@ -29,12 +29,12 @@
 //! `multi` with a versioned rewrite of a node of the hold (its data as it
 //! is): the share is made only while that node stands, and the node's
 //! version goes up, so its holder's next versioned write notices that the
-//! hold has another node now. A hold stands
-//! while its contender node or any of its share nodes does: the first
-//! contender waits (watching one of them) while another owner's share nodes
-//! are left. So each session's share lives and dies with that session, and
-//! a guard's lost signal rests on its own session's node only — a process
-//! never holds a lock through another process's session.
+//! hold has another node now. A hold stands while its contender node or any
+//! of its share nodes does: the first contender waits (watching one of them)
+//! while another owner's share nodes are left. So each session's share lives
+//! and dies with that session, and a guard's lost signal rests on its own
+//! session's node only — a process never holds a lock through another
+//! process's session.
 //!
 //! Every change is idempotent by attempt id (contract point 13): an attempt
 //! already recorded is not added again, a release whose attempt is gone
@@ -49,10 +49,10 @@
 //! delete: the create (with the listing pipelined behind it) and the
 //! versioned delete. Only when another session joined the hold (the delete
 //! then meets a new version) or a share node was seen before does a release
-//! list the parent to report the holds left. A hold that lives past 100 ms also gets one
-//! get-data watch on its own node (armed off the acquisition's path by one
-//! task per session), so that a node deleted under its holder fires the lost
-//! signal; shorter holds cost no watch.
+//! list the parent to report the holds left. A hold that lives past 100 ms
+//! also gets one get-data watch on its own node (armed off the acquisition's
+//! path by one task per session), so that a node deleted under its holder
+//! fires the lost signal; shorter holds cost no watch.
 //!
 //! Reads are answered by the server a session is connected to, which may lag
 //! the leader; a contender's own listing always includes its own create and
@@ -60,12 +60,12 @@
 //! least as new as the contender's node. A share node made after that
 //! listing needed a node of its hold standing when it was made, so that
 //! hold's nodes are in the listing too: a contender that sees none of
-//! another owner's nodes ahead of it holds the lock for good. `inspect` and `list` may briefly
-//! show a holder that has just released.
+//! another owner's nodes ahead of it holds the lock for good. `inspect` and
+//! `list` may briefly show a holder that has just released.
 //!
 //! The crate's own `Client::lock` recipe was not used: it has no way to try
-//! without waiting, no hold count shared by an owner across processes, and no
-//! token; the contract needs all three.
+//! without waiting, no hold count shared by an owner across processes, and
+//! no token; the contract needs all three.
 
 use std::collections::HashMap;
 use std::fmt;

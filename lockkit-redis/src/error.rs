@@ -54,6 +54,20 @@ pub struct NodeTimeout {
     pub timeout: Duration,
 }
 
+/// Fewer replicas than `wait_replicas` acknowledged a change within
+/// `wait_replicas_timeout`: the acquisition was taken back (or the extension
+/// counts as failed). Retryable: the replicas may catch up.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{acknowledged} of {asked} replicas acknowledged within {}", humantime_ms(*.timeout))]
+pub struct ReplicasError {
+    /// Replicas that acknowledged.
+    pub acknowledged: u32,
+    /// Replicas asked for (`wait_replicas`).
+    pub asked: u32,
+    /// How long the master waited (`wait_replicas_timeout`).
+    pub timeout: Duration,
+}
+
 /// A Redlock operation that could not reach a quorum of nodes because too
 /// many of them failed (as opposed to being held by another owner).
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +91,7 @@ pub(crate) enum Fault {
     Redis(RedisError),
     Reply(UnexpectedReply),
     Timeout(NodeTimeout),
+    Replicas(ReplicasError),
 }
 
 impl Fault {
@@ -84,7 +99,7 @@ impl Fault {
         match self {
             Fault::Redis(e) => is_retryable(e),
             Fault::Reply(_) => false,
-            Fault::Timeout(_) => true,
+            Fault::Timeout(_) | Fault::Replicas(_) => true,
         }
     }
 
@@ -94,6 +109,7 @@ impl Fault {
             Fault::Redis(e) => LockError::backend(backend, operation, name, retryable, e),
             Fault::Reply(e) => LockError::backend(backend, operation, name, retryable, e),
             Fault::Timeout(e) => LockError::backend(backend, operation, name, retryable, e),
+            Fault::Replicas(e) => LockError::backend(backend, operation, name, retryable, e),
         }
     }
 }
@@ -104,6 +120,7 @@ impl std::fmt::Display for Fault {
             Fault::Redis(e) => e.fmt(f),
             Fault::Reply(e) => e.fmt(f),
             Fault::Timeout(e) => e.fmt(f),
+            Fault::Replicas(e) => e.fmt(f),
         }
     }
 }

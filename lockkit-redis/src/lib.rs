@@ -120,7 +120,7 @@ use std::sync::Arc;
 
 pub use backend::RedisBackend;
 pub use config::{Mode, RedisConfig};
-pub use error::{NodeTimeout, QuorumError, UnexpectedReply};
+pub use error::{NodeTimeout, QuorumError, ReplicasError, UnexpectedReply};
 pub use redlock::RedlockBackend;
 
 use lockkit_core::url::ConnectUrl;

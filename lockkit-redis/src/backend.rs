@@ -129,7 +129,8 @@ impl SentinelConn {
         let failover = e.is_io_error()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
-            || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"));
+            || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+            || crate::error::is_replica_refusal(e);
         if !failover || self.shared.looking.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -183,8 +184,15 @@ impl ConnectionLike for SentinelConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let r = self.current().req_packed_commands(cmd, offset, count).await;
-            if let Err(e) = &r {
-                self.check(e);
+            match &r {
+                Err(e) => self.check(e),
+                // A pipeline that ignores errors (a script call and its
+                // `WAIT`) gets a demoted master's READONLY as a reply.
+                Ok(replies) => {
+                    if let Some(Value::ServerError(e)) = replies.iter().find(|v| matches!(v, Value::ServerError(_))) {
+                        self.check(&e.clone().into());
+                    }
+                }
             }
             r
         })

@@ -21,10 +21,18 @@ pub(crate) fn is_retryable(e: &RedisError) -> bool {
         ErrorKind::Server(ServerErrorKind::ResponseError) | ErrorKind::Extension => {
             // `BUSY` (a long script), `OOM`, `LOADING` and friends pass; an
             // `ERR` from our own scripts does not.
-            matches!(e.code(), Some("BUSY" | "OOM" | "LOADING" | "MASTERDOWN" | "TRYAGAIN"))
+            matches!(e.code(), Some("BUSY" | "OOM" | "LOADING" | "MASTERDOWN" | "TRYAGAIN")) || is_replica_refusal(e)
         }
         _ => !matches!(e.retry_method(), RetryMethod::NoRetry),
     }
+}
+
+/// Whether a server refused `WAIT` because it is a replica: what a master
+/// demoted by a failover answers (a plain `ERR`) to the `WAIT` after a
+/// script that only read, so the client should look for the new master.
+pub(crate) fn is_replica_refusal(e: &RedisError) -> bool {
+    e.detail()
+        .is_some_and(|d| d.starts_with("WAIT cannot be used with replica"))
 }
 
 /// A [`LockError::Backend`] for a failed Redis call.
@@ -154,5 +162,19 @@ mod tests {
         let e = redis_error("redis", "acquire", Some("x"), auth);
         assert!(matches!(e, LockError::Backend { retryable: false, .. }));
         assert!(std::error::Error::source(&e).is_some());
+        let script_error: RedisError = (
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "user_script:1: oops".to_owned(),
+        )
+            .into();
+        assert!(!is_retryable(&script_error));
+        let demoted: RedisError = (
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "WAIT cannot be used with replica instances. Please also note …".to_owned(),
+        )
+            .into();
+        assert!(is_replica_refusal(&demoted) && is_retryable(&demoted));
     }
 }

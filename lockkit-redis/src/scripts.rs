@@ -691,21 +691,20 @@ async fn pipelined<C: ConnectionLike + Send>(
         ))
         .into());
     }
-    let acked = match replicas {
-        None => None,
-        Some(_) => match replies.pop() {
-            Some(Value::ServerError(e)) => return Err(Fault::Redis(e.into())),
-            Some(v) => Some(
-                int(&v)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| unexpected("wait", &v))?,
-            ),
-            None => None,
-        },
-    };
+    // A script's error first: a demoted master answers READONLY (retryable)
+    // to the script and a plain error to its WAIT.
     if let Some(Value::ServerError(e)) = replies.iter().find(|v| matches!(v, Value::ServerError(_))) {
         return Err(Fault::Redis(e.clone().into()));
     }
+    let acked = match replicas {
+        None => None,
+        Some(_) => replies.pop().map(|v| {
+            int(&v)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| unexpected("wait", &v))
+        }),
+    }
+    .transpose()?;
     Ok((replies, acked))
 }
 

@@ -178,6 +178,40 @@ async fn more_replicas_than_the_master_has_fail_every_acquisition() {
     g.unlock().await.expect("unlock");
 }
 
+/// `WAIT` is sent once per acquisition and extension, never with a release,
+/// and never without `wait_replicas`: the default path sends what it sent
+/// before the option existed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_is_sent_only_when_asked() {
+    if !support::available("wait_is_sent_only_when_asked") {
+        return;
+    }
+    let master = Server::start();
+    let _replica = Server::replica_of(&master);
+    let waits = || master.command_calls().get("wait").copied().unwrap_or(0);
+    let opts = LockOptions::new().auto_extend(false);
+    let plain = lockkit::connect(&master.url()).await.expect("connect");
+    for _ in 0..3 {
+        let g = plain.lock_with("counted", &opts).await.expect("lock");
+        g.extend(Duration::from_secs(30)).await.expect("extend");
+        g.unlock().await.expect("unlock");
+    }
+    assert_eq!(waits(), 0, "no WAIT without wait_replicas");
+    let waiting = lockkit::connect(&format!("{}?{WAIT_1}", master.url()))
+        .await
+        .expect("connect");
+    for _ in 0..3 {
+        let g = waiting.lock_with("counted", &opts).await.expect("lock");
+        g.extend(Duration::from_secs(30)).await.expect("extend");
+        g.unlock().await.expect("unlock");
+    }
+    assert_eq!(
+        waits(),
+        6,
+        "one WAIT per acquisition and per extension, none per release"
+    );
+}
+
 /// The watchdog's extensions fail while the replica is frozen, so the lost
 /// signal fires (at the validity deadline at the latest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

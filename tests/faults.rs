@@ -10,7 +10,10 @@
 //!   fast instead of hanging;
 //! - latency: 50 ms each way keeps a 1 s lease alive for several ttls;
 //! - resets mid-hold: the holder keeps the lock or is told it lost it —
-//!   another owner never holds it while the holder still believes it does.
+//!   another owner never holds it while the holder still believes it does;
+//! - lost replies (contract point 13): the server runs a claim or a release
+//!   and its answer is lost; the command is sent again on a new connection
+//!   and takes effect once — one share, one decrement.
 //!
 //! Servers come from `LOCKKIT_REDIS_URL`, `LOCKKIT_MYSQL_URL`,
 //! `LOCKKIT_POSTGRES_URL`, `LOCKKIT_ZK_URL` (skipped without, failed with
@@ -21,7 +24,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use lockkit::url::ConnectUrl;
-use lockkit::{LockClient, LockError, LockGuard, LockOptions, LostSignal};
+use lockkit::{LeaseKind, LockClient, LockError, LockGuard, LockOptions, LostSignal};
 use lockkit_core::testkit::{Fault, FaultProxy, server_url};
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
@@ -423,6 +426,88 @@ async fn resets_mid_hold(spec: &'static Spec) {
     theirs.unlock().await.expect("unlock");
 }
 
+/// Waits (up to [`BOUND`]) until the proxy has discarded more than `before`
+/// bytes: the server ran what it was sent and its answer is gone.
+async fn reply_lost(proxy: &FaultProxy, before: u64) {
+    timeout(BOUND, async {
+        while proxy.dropped_bytes() <= before {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("a reply was discarded");
+}
+
+/// Contract point 13 under lost replies. A waiting `lock` whose claim ran
+/// but whose answer was lost tries again (same attempt) once the path heals:
+/// one share, count 1. The inner `unlock` of a count-2 hold whose answer was
+/// lost is sent again: one share taken back, the outer hold stands.
+async fn lost_replies_count_once(spec: &'static Spec) {
+    let Some(rig) = rig(spec).await else { return };
+    let label = spec.var;
+    let name = unique("lost-replies");
+    // A long lease: the watchdog's extensions during the fault are not the point.
+    let opts = rig.holder.options().ttl(Duration::from_secs(60)).wait(BOUND);
+    // Warm: a pooled connection (Redis: the scripts loaded) before the fault.
+    let warm = rig.holder.lock_with(&name, &opts).await.expect("lock");
+    warm.unlock().await.expect("unlock");
+
+    let before = rig.proxy.dropped_bytes();
+    rig.proxy.set(Fault::LoseReplies);
+    let lock = {
+        let (holder, name, opts) = (rig.holder.clone(), name.clone(), opts.clone());
+        tokio::spawn(async move { holder.lock_with(&name, &opts).await })
+    };
+    reply_lost(&rig.proxy, before).await;
+    rig.proxy.set(Fault::Pass);
+    let outer = timeout(BOUND, lock)
+        .await
+        .expect("lock returns once the path heals")
+        .expect("task")
+        .unwrap_or_else(|e| panic!("{label}: lock: {}", lockkit::one_line(&e)));
+    let info = rig.other.inspect(&name).await.expect("inspect").expect("held");
+    assert_eq!(
+        (outer.hold_count(), info.hold_count),
+        (1, 1),
+        "{label}: an acquisition whose reply was lost and that was sent again counts once"
+    );
+    assert_eq!(info.token, outer.fencing_token(), "{label}: one hold, one token");
+
+    let inner = rig.holder.lock_with(&name, &opts).await.expect("re-enter");
+    assert_eq!(inner.hold_count(), 2);
+    let before = rig.proxy.dropped_bytes();
+    rig.proxy.set(Fault::LoseReplies);
+    let unlock = tokio::spawn(inner.unlock());
+    reply_lost(&rig.proxy, before).await;
+    rig.proxy.set(Fault::Pass);
+    let unlocked = timeout(BOUND, unlock)
+        .await
+        .expect("unlock returns once the path heals")
+        .expect("task")
+        .unwrap_or_else(|e| {
+            panic!(
+                "{label}: the inner unlock, its reply lost, fails: {}",
+                lockkit::one_line(&e)
+            )
+        });
+    assert_eq!(unlocked.remaining_holds, 1, "{label}: one share taken back");
+    let info = rig.other.inspect(&name).await.expect("inspect");
+    assert_eq!(
+        info.map(|i| (i.owner, i.hold_count)),
+        Some((rig.holder.owner().to_owned(), 1)),
+        "{label}: the outer hold stands after the inner unlock was sent twice"
+    );
+    if rig.holder.capabilities().leases == LeaseKind::Ttl {
+        // (A session lease is lost with its connection, by design.)
+        assert!(!outer.is_lost(), "{label}: the outer guard is not lost");
+    }
+    assert_eq!(outer.unlock().await.expect("unlock").remaining_holds, 0);
+    assert!(
+        rig.other.inspect(&name).await.expect("inspect").is_none(),
+        "{label}: free"
+    );
+}
+
 macro_rules! fault_tests {
     ($feature:literal, $module:ident, $spec:expr) => {
         #[cfg(feature = $feature)]
@@ -445,6 +530,11 @@ macro_rules! fault_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn resets_mid_hold_never_double_hold() {
                 super::resets_mid_hold(&$spec).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn lost_replies_count_once() {
+                super::lost_replies_count_once(&$spec).await
             }
         }
     };

@@ -7,70 +7,10 @@
 #[path = "redis_support.rs"]
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lockkit::{LockClient, LockGuard, LockOptions};
-use support::Server;
-
-struct Sentinel {
-    port: u16,
-    child: Child,
-    dir: std::path::PathBuf,
-}
-
-impl Sentinel {
-    fn start(master: &Server) -> Sentinel {
-        let port = support::free_port();
-        let dir = master.dir().join("sentinel");
-        std::fs::create_dir_all(&dir).expect("dir");
-        let conf = dir.join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "bind 127.0.0.1\nport {port}\ndir {dir}\nlogfile {dir}/sentinel.log\n\
-                 sentinel monitor m 127.0.0.1 {master} 1\n\
-                 sentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 5000\n",
-                dir = dir.display(),
-                master = master.port
-            ),
-        )
-        .expect("sentinel.conf");
-        let child = Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn sentinel");
-        Sentinel { port, child, dir }
-    }
-
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn master_port(&self) -> Option<u16> {
-        self.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"])
-            .lines()
-            .nth(1)
-            .and_then(|p| p.trim().parse().ok())
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use support::{Sentinel, Server};
 
 async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
 where
@@ -103,6 +43,22 @@ async fn the_client_follows_a_failover() {
     if !support::available("the_client_follows_a_failover") {
         return;
     }
+    follows_a_failover("").await;
+}
+
+/// The same with `wait_replicas=1`: every acquisition is a pipeline whose
+/// errors are replies, and the demoted master's READONLY among them still
+/// sends the client to the sentinels. The old master becomes the new one's
+/// replica, so acquisitions are acknowledged again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_follows_a_failover_waiting_for_replicas() {
+    if !support::available("the_client_follows_a_failover_waiting_for_replicas") {
+        return;
+    }
+    follows_a_failover("?wait_replicas=1").await;
+}
+
+async fn follows_a_failover(params: &str) {
     let master = Server::start();
     let replica_of = master.port.to_string();
     let replica = Server::start_with(&["--replicaof", "127.0.0.1", &replica_of]);
@@ -112,7 +68,7 @@ async fn the_client_follows_a_failover() {
             .then_some(())
     })
     .await;
-    let url = format!("redis+sentinel://127.0.0.1:{}/m", sentinel.port);
+    let url = format!("redis+sentinel://127.0.0.1:{}/m{params}", sentinel.port);
     let (a, b) = (
         lockkit::connect(&url).await.expect("connect"),
         lockkit::connect(&url).await.expect("connect"),
@@ -123,11 +79,7 @@ async fn the_client_follows_a_failover() {
     let before = g.fencing_token();
     g.unlock().await.expect("unlock");
     eventually("the replica has the hold", || async {
-        (replica
-            .cli(&["EXISTS", &format!("lockkit:{}:kept", tag("kept"))])
-            .trim()
-            == "1")
-            .then_some(())
+        (replica.cli(&["EXISTS", &support::lock_key("kept")]).trim() == "1").then_some(())
     })
     .await;
 
@@ -146,9 +98,14 @@ async fn the_client_follows_a_failover() {
     })
     .await;
     assert_eq!((info.owner.as_str(), info.token), (a.owner(), held.fencing_token()));
-    held.extend(Duration::from_secs(30))
-        .await
-        .expect("the hold extends on the new master");
+    eventually("the hold extends on the new master", || async {
+        match held.extend(Duration::from_secs(30)).await {
+            Ok(()) => Some(()),
+            Err(e) if e.is_retryable() => None,
+            Err(e) => panic!("extend: {e:?}"),
+        }
+    })
+    .await;
     // A waiter on the new master is woken by the release.
     let waiter = tokio::spawn({
         let (b, opts) = (b.clone(), opts.clone());
@@ -164,12 +121,4 @@ async fn the_client_follows_a_failover() {
     gb.unlock().await.expect("unlock");
     held.unlock().await.expect("unlock");
     assert_eq!(replica.cli(&["ROLE"]).lines().next(), Some("master"));
-}
-
-/// The hash tag lockkit puts before a name (see lockkit-redis' key layout).
-fn tag(name: &str) -> String {
-    let h = name
-        .bytes()
-        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
-    format!("{{{:03x}}}", h % 4096)
 }

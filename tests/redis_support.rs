@@ -152,6 +152,43 @@ impl Server {
             .unwrap_or_else(|| panic!("redis-cli -p {} {args:?} failed", self.port))
     }
 
+    /// Runs the commands in `input` (one a line) on one `redis-cli`
+    /// connection, so a `READONLY` first lets a cluster replica answer reads.
+    pub fn cli_session(&self, input: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-cli");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write to redis-cli");
+        let out = child.wait_with_output().expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Starts a replica of `master` and waits until it has synchronised.
+    pub fn replica_of(master: &Server) -> Server {
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !replica.cli(&["INFO", "replication"]).contains("master_link_status:up") {
+            assert!(
+                Instant::now() < deadline,
+                "the replica on port {} did not synchronise with {}",
+                replica.port,
+                master.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        replica
+    }
+
     /// The `calls` of every command in `INFO commandstats`, by command name.
     pub fn command_calls(&self) -> std::collections::BTreeMap<String, u64> {
         self.cli(&["INFO", "commandstats"])
@@ -208,4 +245,77 @@ impl Drop for Server {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A private sentinel monitoring `master` as the group `m` (quorum 1,
+/// down after 1 s), in a directory of the master's.
+pub struct Sentinel {
+    pub port: u16,
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Sentinel {
+    /// Starts it on a free port.
+    pub fn start(master: &Server) -> Sentinel {
+        let port = free_port();
+        let dir = master.dir().join("sentinel");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "bind 127.0.0.1\nport {port}\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+                 sentinel monitor m 127.0.0.1 {master} 1\n\
+                 sentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 5000\n",
+                dir = dir.display(),
+                master = master.port
+            ),
+        )
+        .expect("sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sentinel");
+        Sentinel { port, child, dir }
+    }
+
+    /// Runs one `redis-cli` command against the sentinel.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The port of the master the sentinel names for `m`.
+    pub fn master_port(&self) -> Option<u16> {
+        self.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"])
+            .lines()
+            .nth(1)
+            .and_then(|p| p.trim().parse().ok())
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The key lockkit keeps `name`'s hold in under the default prefix (see
+/// lockkit-redis' key layout): `lockkit:{TAG}:NAME`.
+pub fn lock_key(name: &str) -> String {
+    let h = name
+        .bytes()
+        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    format!("lockkit:{{{:03x}}}:{name}", h % 4096)
 }

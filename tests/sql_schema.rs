@@ -227,3 +227,112 @@ async fn postgres_names_keep_nul_bytes() {
     .await
     .expect("released");
 }
+
+/// A lock table made by a lockkit that did not record attempt ids (no
+/// `attempts` column): with `create_table=false` it is refused with the
+/// statement that adds the column; a client that may create tables adds it,
+/// and holds count by attempt from then on.
+async fn old_table_gains_attempts<F, Fut>(url: &str, table: &str, create: String, exec: F)
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    exec(create).await;
+    let e = lockkit::connect(&format!("{url}?table={table}&create_table=false"))
+        .await
+        .expect_err("a table without the attempts column");
+    let message = e.to_string();
+    assert!(
+        message.contains("attempts") && message.contains("ADD COLUMN"),
+        "names the column and how to add it: {message}"
+    );
+    assert_eq!(config_part(e), "query parameter table");
+    let locks = lockkit::connect(&format!("{url}?table={table}"))
+        .await
+        .expect("the column is added");
+    let outer = locks.lock("x").await.unwrap();
+    let inner = locks.lock("x").await.unwrap();
+    assert_eq!((outer.hold_count(), inner.hold_count()), (1, 2));
+    assert_eq!(inner.unlock().await.unwrap().remaining_holds, 1);
+    assert_eq!(outer.unlock().await.unwrap().remaining_holds, 0);
+    assert!(locks.inspect("x").await.unwrap().is_none());
+    drop(locks);
+    // A second client finds the column there.
+    let again = lockkit::connect(&format!("{url}?table={table}&create_table=false"))
+        .await
+        .expect("the upgraded table is used as it is");
+    again.lock("x").await.unwrap().unlock().await.unwrap();
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_old_table_gains_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+    let create = "CREATE TABLE old_locks (name BLOB PRIMARY KEY NOT NULL, owner BLOB NOT NULL, \
+                  hold_count INTEGER NOT NULL, token INTEGER NOT NULL, expires_at INTEGER NOT NULL, \
+                  acquired_at INTEGER NOT NULL, memo TEXT) WITHOUT ROWID";
+    let url = format!("sqlite://{}", path.display());
+    old_table_gains_attempts(&url, "old_locks", create.to_owned(), |sql| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+        }
+    })
+    .await;
+    pool.close().await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn mysql_old_table_gains_attempts() {
+    let Some(url) = server_url("LOCKKIT_MYSQL_URL") else {
+        return;
+    };
+    let t = tag();
+    let table = format!("lockkit_old_{}", &t[t.len() - 8..]);
+    let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
+    let create = format!(
+        "CREATE TABLE `{table}` (name VARBINARY(255) NOT NULL, owner VARBINARY(255) NOT NULL, \
+         hold_count BIGINT NOT NULL, token BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL, \
+         acquired_at DATETIME(6) NOT NULL, memo VARCHAR(1024) NULL, PRIMARY KEY (name)) ENGINE=InnoDB"
+    );
+    let exec = |sql: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+        }
+    };
+    old_table_gains_attempts(&url, &table, create, exec).await;
+    exec(format!("DROP TABLE `{table}`, `{table}_tokens`")).await;
+    pool.close().await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_old_table_gains_attempts() {
+    let Some(url) = server_url("LOCKKIT_POSTGRES_URL") else {
+        return;
+    };
+    let t = tag();
+    let table = format!("lockkit_old_{}", &t[t.len() - 8..]);
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let create = format!(
+        "CREATE TABLE \"{table}\" (name BYTEA PRIMARY KEY, owner BYTEA NOT NULL, hold_count BIGINT NOT NULL, \
+         token BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL, acquired_at TIMESTAMPTZ NOT NULL, memo TEXT)"
+    );
+    let exec = |sql: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+        }
+    };
+    old_table_gains_attempts(&url, &table, create, exec).await;
+    exec(format!("DROP TABLE \"{table}\"")).await;
+    exec(format!("DROP SEQUENCE \"{table}_token_seq\"")).await;
+    pool.close().await;
+}

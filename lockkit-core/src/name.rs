@@ -68,6 +68,20 @@ pub fn is_attempt_id(id: &str) -> bool {
     id.len() == ATTEMPT_ID_LEN && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// [`is_attempt_id`] as a typed error: backends that store ids in a
+/// string (and find them by substring) refuse anything else before it
+/// reaches the server.
+pub fn check_attempt_id(id: &str) -> Result<(), LockError> {
+    if is_attempt_id(id) {
+        Ok(())
+    } else {
+        Err(LockError::config(
+            "attempt id",
+            format!("{id:?} is not an attempt id (16 lowercase hex digits, as new_attempt_id makes)"),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +109,11 @@ mod tests {
         assert!(is_attempt_id(&a), "{a}");
         assert_ne!(a, new_attempt_id());
         assert!(!is_attempt_id("0123456789abcdeF"));
+        assert!(check_attempt_id(&a).is_ok());
+        assert!(matches!(
+            check_attempt_id("x' OR 1=1"),
+            Err(LockError::InvalidConfig { .. })
+        ));
         assert!(!is_attempt_id("0123456789abcde"));
         assert!(!is_attempt_id("0123456789abcde "));
     }

@@ -24,8 +24,8 @@ use redis::{
 };
 
 use crate::config::{Mode, Node, RedisConfig, Tls};
-use crate::error::{Fault, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing};
+use crate::error::{Fault, ReplicasError, redis_error};
+use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Replicas};
 use crate::waiters::{Attempt, PubSubConn, Turn, Waiters, wait_loop};
 
 /// Locks on one Redis: `redis://`, `rediss://`, `redis+sentinel://` or
@@ -46,6 +46,8 @@ struct Inner {
     publish: Publish,
     waiters: Waiters,
     durable_tokens: bool,
+    /// `WAIT` after acquisitions and extensions (`wait_replicas` above 0).
+    replicas: Option<Replicas>,
     config: RedisConfig,
 }
 
@@ -127,7 +129,8 @@ impl SentinelConn {
         let failover = e.is_io_error()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
-            || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"));
+            || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+            || crate::error::is_replica_refusal(e);
         if !failover || self.shared.looking.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -181,8 +184,15 @@ impl ConnectionLike for SentinelConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let r = self.current().req_packed_commands(cmd, offset, count).await;
-            if let Err(e) = &r {
-                self.check(e);
+            match &r {
+                Err(e) => self.check(e),
+                // A pipeline that ignores errors (a script call and its
+                // `WAIT`) gets a demoted master's READONLY as a reply.
+                Ok(replies) => {
+                    if let Some(Value::ServerError(e)) = replies.iter().find(|v| matches!(v, Value::ServerError(_))) {
+                        self.check(&e.clone().into());
+                    }
+                }
             }
             r
         })
@@ -307,6 +317,7 @@ impl RedisBackend {
     /// [`RedlockBackend`](crate::RedlockBackend)). Fails if no server
     /// answers.
     pub async fn connect(config: RedisConfig) -> Result<Self, LockError> {
+        config.check_wait_replicas()?;
         let (kind, publish) = match &config.mode {
             Mode::Single => ("redis", Publish::Classic),
             Mode::Sentinel { .. } => ("redis+sentinel", Publish::Classic),
@@ -451,6 +462,12 @@ impl RedisBackend {
             }));
         }
         let durable_tokens = append_only(&conn).await;
+        let replicas = (config.wait_replicas > 0).then(|| Replicas {
+            n: config.wait_replicas,
+            timeout_ms: u64::try_from(config.wait_replicas_timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        });
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 kind,
@@ -459,6 +476,7 @@ impl RedisBackend {
                 publish,
                 waiters,
                 durable_tokens,
+                replicas,
                 config,
             }),
         })
@@ -495,17 +513,24 @@ impl RedisBackend {
         let inner = self.inner.clone();
         let work = async move {
             let sent_at = Instant::now();
-            let r = scripts::acquire(
-                &mut inner.conn.clone(),
-                &inner.keys,
-                &name,
-                &owner,
-                ttl_ms,
-                &attempt,
-                None,
-                &queueing,
-            )
-            .await;
+            let r = match inner.replicas {
+                None => {
+                    scripts::acquire(
+                        &mut inner.conn.clone(),
+                        &inner.keys,
+                        &name,
+                        &owner,
+                        ttl_ms,
+                        &attempt,
+                        None,
+                        &queueing,
+                    )
+                    .await
+                }
+                Some(replicas) => {
+                    acquire_replicated(&inner, &name, &owner, ttl_ms, &attempt, &queueing, replicas).await
+                }
+            };
             (sent_at, r, inner, name, owner, attempt)
         };
         let (sent_at, reply, ..) = detach(self.inner.kind, work, |(_, reply, inner, name, owner, attempt)| async move {
@@ -567,9 +592,10 @@ impl RedisBackend {
 
     async fn extend_items(&self, items: &[ExtendItem<'_>]) -> Vec<Result<Option<i64>, Fault>> {
         let mut conn = self.inner.conn.clone();
+        let replicas = self.inner.replicas;
         if !matches!(conn, Conn::Cluster(_)) {
-            return match scripts::extend(&mut conn, items).await {
-                Ok(v) => v.into_iter().map(Ok).collect(),
+            return match replicated(scripts::extend(&mut conn, items, replicas).await, replicas) {
+                Ok(v) => v,
                 Err(f) => items.iter().map(|_| Err(f.clone())).collect(),
             };
         }
@@ -593,7 +619,10 @@ impl RedisBackend {
                         ttl_ms: items[i].ttl_ms,
                     })
                     .collect();
-                (indices, scripts::extend(&mut conn, &group).await)
+                (
+                    indices,
+                    replicated(scripts::extend(&mut conn, &group, replicas).await, replicas),
+                )
             }
         });
         let mut out: Vec<Result<Option<i64>, Fault>> = items.iter().map(|_| Ok(None)).collect();
@@ -601,7 +630,7 @@ impl RedisBackend {
             match result {
                 Ok(v) => {
                     for (i, r) in indices.into_iter().zip(v) {
-                        out[i] = Ok(r);
+                        out[i] = r;
                     }
                 }
                 Err(f) => {
@@ -613,6 +642,73 @@ impl RedisBackend {
         }
         out
     }
+}
+
+/// One acquisition attempt followed by `WAIT` (in the same round trip): a
+/// hold (new, re-entered or repeated) that fewer than `replicas.n` replicas
+/// acknowledged is taken back — this attempt's share, by its id — and the
+/// attempt fails with a retryable [`ReplicasError`].
+async fn acquire_replicated(
+    inner: &Arc<Inner>,
+    name: &str,
+    owner: &str,
+    ttl_ms: u64,
+    attempt: &str,
+    queueing: &Queueing,
+    replicas: Replicas,
+) -> Result<AcquireReply, Fault> {
+    let mut conn = inner.conn.clone();
+    let (reply, acked) =
+        scripts::acquire_replicated(&mut conn, &inner.keys, name, owner, ttl_ms, attempt, queueing, replicas).await?;
+    let AcquireReply::Acquired { token, .. } = reply else {
+        return Ok(reply);
+    };
+    if acked >= replicas.n {
+        return Ok(reply);
+    }
+    let hold = Hold {
+        name: name.to_owned(),
+        owner: owner.to_owned(),
+        token,
+    };
+    let backend = RedisBackend { inner: inner.clone() };
+    match backend.release(&hold, attempt).await {
+        Ok(_) => {
+            tracing::debug!(lock = %name, acked, asked = replicas.n, "took back an acquisition too few replicas acknowledged")
+        }
+        Err(e) => {
+            tracing::warn!(lock = %name, error = %e, "taking back an acquisition too few replicas acknowledged failed; it expires with its ttl")
+        }
+    }
+    Err(short_ack(acked, replicas))
+}
+
+/// Extension replies, or a [`ReplicasError`] for all of them when fewer
+/// replicas acknowledged than asked (holds not held stay not held).
+fn replicated(
+    r: Result<(Vec<Option<i64>>, Option<u32>), Fault>,
+    replicas: Option<Replicas>,
+) -> Result<Vec<Result<Option<i64>, Fault>>, Fault> {
+    let (leases, acked) = r?;
+    let short = match (replicas, acked) {
+        (Some(replicas), Some(acked)) if acked < replicas.n => Some(short_ack(acked, replicas)),
+        _ => None,
+    };
+    Ok(leases
+        .into_iter()
+        .map(|l| match (&short, l) {
+            (Some(f), Some(_)) => Err(f.clone()),
+            (_, l) => Ok(l),
+        })
+        .collect())
+}
+
+fn short_ack(acked: u32, replicas: Replicas) -> Fault {
+    Fault::Replicas(ReplicasError {
+        acknowledged: acked,
+        asked: replicas.n,
+        timeout: Duration::from_millis(replicas.timeout_ms),
+    })
 }
 
 /// The primaries of a cluster, from `CLUSTER SLOTS`.
@@ -740,12 +836,17 @@ impl LockBackend for RedisBackend {
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-        // Uncontended: one round trip, no subscription.
-        if let TryAcquire::Acquired(lease) = self.attempt(req, self.queueing(None)).await? {
-            return Ok(Some(lease));
-        }
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-            return Ok(None);
+        // Uncontended: one round trip, no subscription. A retryable failure
+        // (a reply lost to a timeout or a reset) is tried again in the wait
+        // loop with the same attempt id, which the server recognises if the
+        // lost try went through.
+        let first = self.attempt(req, self.queueing(None)).await;
+        let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        match first {
+            Ok(TryAcquire::Acquired(lease)) => return Ok(Some(lease)),
+            Ok(TryAcquire::Busy { .. }) if expired => return Ok(None),
+            Err(e) if expired || !e.is_retryable() => return Err(e),
+            Ok(TryAcquire::Busy { .. }) | Err(_) => {}
         }
         let channel = self.inner.keys.lock(req.name);
         wait_loop(&self.inner.waiters, &channel, deadline, |turn| async move {

@@ -24,6 +24,8 @@
 //! | `tls_ca` | system roots | PEM file of the CA(s) to trust instead of the system's |
 //! | `tls_cert`, `tls_key` | none | PEM files of a client certificate and its key (mutual TLS) |
 //! | `sentinel_username`, `sentinel_password` | none | credentials of the sentinels themselves |
+//! | `wait_replicas` | `0` (off) | not Redlock: after each acquisition and extension, wait until this many replicas of the master have it (`WAIT`); fewer within the timeout fail it (see [`RedisConfig::wait_replicas`]) |
+//! | `wait_replicas_timeout` | `1s`, at most half of `response_timeout` | how long the master waits for them; below `response_timeout` |
 
 use std::fmt;
 use std::path::PathBuf;
@@ -44,6 +46,9 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 pub const DEFAULT_REDLOCK_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The default upper bound of Redlock's random retry delay.
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
+/// The default bound of waiting for replicas (`wait_replicas_timeout`),
+/// lowered to half the response timeout when that is shorter than 2 s.
+pub const DEFAULT_WAIT_REPLICAS_TIMEOUT: Duration = Duration::from_secs(1);
 
 const REDIS_PORT: u16 = 6379;
 const SENTINEL_PORT: u16 = 26379;
@@ -138,6 +143,25 @@ pub struct RedisConfig {
     pub sentinel_username: Option<String>,
     /// Sentinel mode: password for the sentinels themselves.
     pub sentinel_password: Option<String>,
+    /// Single, sentinel and cluster modes: how many replicas of the master
+    /// must have each acquisition (new hold or re-entry) and each extension
+    /// before it counts (default 0: do not wait). The script call is
+    /// followed by `WAIT wait_replicas timeout` in the same pipeline, so on
+    /// the same connection and node, in the same round trip. When fewer
+    /// replicas acknowledge within [`wait_replicas_timeout`](Self::wait_replicas_timeout),
+    /// an acquisition is taken back and fails with a retryable
+    /// [`LockError::Backend`] (a waiting `lock` tries again until its wait
+    /// runs out), and an extension counts as failed (the watchdog retries;
+    /// the lost signal fires at the validity deadline). Releases do not
+    /// wait. This narrows the window in which a failover loses a hold; it
+    /// does not close it (see the crate docs). Not for Redlock, whose masters
+    /// are independent.
+    pub wait_replicas: u32,
+    /// How long the master waits for [`wait_replicas`](Self::wait_replicas)
+    /// acknowledgements (default 1 s, or half the response timeout when that
+    /// is less); must be above zero and below the response timeout, which
+    /// bounds the script call and the `WAIT` together.
+    pub wait_replicas_timeout: Duration,
 }
 
 impl fmt::Debug for RedisConfig {
@@ -160,6 +184,8 @@ impl fmt::Debug for RedisConfig {
             .field("retry_delay", &self.retry_delay)
             .field("sentinel_username", &self.sentinel_username)
             .field("sentinel_password", &hide(&self.sentinel_password))
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_replicas_timeout", &self.wait_replicas_timeout)
             .finish()
     }
 }
@@ -187,6 +213,8 @@ impl RedisConfig {
             tls_client: None,
             sentinel_username: None,
             sentinel_password: None,
+            wait_replicas: 0,
+            wait_replicas_timeout: default_wait_replicas_timeout(DEFAULT_RESPONSE_TIMEOUT),
         }
     }
 
@@ -383,6 +411,28 @@ impl RedisConfig {
                 "only redis+sentinel:// URLs take sentinel credentials",
             ));
         }
+        let wait_replicas = url.take_u64("wait_replicas")?;
+        let wait_replicas_timeout = url.take_duration("wait_replicas_timeout")?;
+        if let Some(n) = wait_replicas {
+            cfg.wait_replicas = u32::try_from(n).map_err(|_| {
+                LockError::config(
+                    "query parameter wait_replicas",
+                    format!("{n} is more replicas than a master can have"),
+                )
+            })?;
+        }
+        if let Some(d) = wait_replicas_timeout {
+            if cfg.wait_replicas == 0 {
+                return Err(LockError::config(
+                    "query parameter wait_replicas_timeout",
+                    "only meaningful with wait_replicas=N above 0",
+                ));
+            }
+            cfg.wait_replicas_timeout = d;
+        } else {
+            cfg.wait_replicas_timeout = default_wait_replicas_timeout(cfg.response_timeout);
+        }
+        cfg.check_wait_replicas()?;
         if matches!(cfg.mode, Mode::Redlock) && cfg.nodes.len() < 3 {
             tracing::warn!(
                 nodes = cfg.nodes.len(),
@@ -396,6 +446,46 @@ impl RedisConfig {
     pub fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
+
+    /// Checks [`wait_replicas`](Self::wait_replicas) and its timeout against
+    /// the mode and the response timeout (also for a configuration built in
+    /// code; `connect` calls it).
+    pub fn check_wait_replicas(&self) -> Result<(), LockError> {
+        if self.wait_replicas == 0 {
+            return Ok(());
+        }
+        if matches!(self.mode, Mode::Redlock) {
+            return Err(LockError::config(
+                "query parameter wait_replicas",
+                "redlock:// nodes are independent masters without replicas to wait for; \
+                 wait_replicas is for redis://, redis+sentinel:// and redis+cluster://",
+            ));
+        }
+        let timeout = self.wait_replicas_timeout;
+        if timeout.is_zero() {
+            return Err(LockError::config(
+                "query parameter wait_replicas_timeout",
+                "must be above zero (WAIT with 0 waits forever)",
+            ));
+        }
+        if timeout >= self.response_timeout {
+            return Err(LockError::config(
+                "query parameter wait_replicas_timeout",
+                format!(
+                    "{} ms must be below response_timeout ({} ms), which bounds the acquisition and its WAIT together",
+                    timeout.as_millis(),
+                    self.response_timeout.as_millis()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// [`DEFAULT_WAIT_REPLICAS_TIMEOUT`], or half the response timeout when that
+/// is less.
+fn default_wait_replicas_timeout(response_timeout: Duration) -> Duration {
+    DEFAULT_WAIT_REPLICAS_TIMEOUT.min(response_timeout / 2)
 }
 
 /// Checks a key prefix: any bytes but `{` and `}`, which would change the
@@ -526,6 +616,78 @@ mod tests {
         assert_eq!(
             part(parse("redlock://a,b,c?node_timeout=0s").unwrap_err()),
             "query parameter node_timeout"
+        );
+    }
+
+    #[test]
+    fn wait_replicas() {
+        let c = parse("redis://h").unwrap();
+        assert_eq!((c.wait_replicas, c.wait_replicas_timeout), (0, Duration::from_secs(1)));
+        assert_eq!(
+            c,
+            RedisConfig {
+                nodes: c.nodes.clone(),
+                ..RedisConfig::single("h", 6379)
+            }
+        );
+        let c = parse("redis://h?wait_replicas=2&wait_replicas_timeout=250ms").unwrap();
+        assert_eq!(
+            (c.wait_replicas, c.wait_replicas_timeout),
+            (2, Duration::from_millis(250))
+        );
+        let c = parse("redis+sentinel://s/m?wait_replicas=1").unwrap();
+        assert_eq!((c.wait_replicas, c.wait_replicas_timeout), (1, Duration::from_secs(1)));
+        // The default stays below a short response timeout.
+        let c = parse("redis+cluster://a,b?wait_replicas=1&response_timeout=300ms").unwrap();
+        assert_eq!(
+            (c.wait_replicas, c.wait_replicas_timeout),
+            (1, Duration::from_millis(150))
+        );
+        assert!(format!("{c:?}").contains("wait_replicas: 1"));
+        // Off, explicitly, is fine anywhere.
+        assert_eq!(parse("redlock://a,b,c?wait_replicas=0").unwrap().wait_replicas, 0);
+
+        let bad = |url: &str| {
+            let e = parse(url).unwrap_err();
+            let shown = e.to_string();
+            (part(e), shown)
+        };
+        for url in [
+            "redis://h?wait_replicas=-1",
+            "redis://h?wait_replicas=one",
+            "redis://h?wait_replicas=1.5",
+            "redis://h?wait_replicas=",
+            "redis://h?wait_replicas=4294967296",
+        ] {
+            assert_eq!(bad(url).0, "query parameter wait_replicas", "{url}");
+        }
+        let (p, why) = bad("redlock://a,b,c?wait_replicas=1");
+        assert_eq!(p, "query parameter wait_replicas");
+        assert!(why.contains("redlock"), "{why}");
+        for url in [
+            "redis://h?wait_replicas=1&wait_replicas_timeout=0s",
+            "redis://h?wait_replicas=1&wait_replicas_timeout=soon",
+            "redis://h?wait_replicas=1&wait_replicas_timeout=5s",
+            "redis://h?wait_replicas=1&wait_replicas_timeout=1s&response_timeout=500ms",
+            "redis://h?wait_replicas_timeout=1s",
+            "redis://h?wait_replicas=0&wait_replicas_timeout=1s",
+        ] {
+            assert_eq!(bad(url).0, "query parameter wait_replicas_timeout", "{url}");
+        }
+        // A configuration built in code is checked the same way.
+        let mut c = RedisConfig::single("h", 6379);
+        c.wait_replicas = 1;
+        assert!(c.check_wait_replicas().is_ok());
+        c.wait_replicas_timeout = c.response_timeout;
+        assert_eq!(
+            part(c.check_wait_replicas().unwrap_err()),
+            "query parameter wait_replicas_timeout"
+        );
+        c.wait_replicas_timeout = Duration::from_millis(10);
+        c.mode = Mode::Redlock;
+        assert_eq!(
+            part(c.check_wait_replicas().unwrap_err()),
+            "query parameter wait_replicas"
         );
     }
 }

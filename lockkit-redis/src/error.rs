@@ -21,10 +21,18 @@ pub(crate) fn is_retryable(e: &RedisError) -> bool {
         ErrorKind::Server(ServerErrorKind::ResponseError) | ErrorKind::Extension => {
             // `BUSY` (a long script), `OOM`, `LOADING` and friends pass; an
             // `ERR` from our own scripts does not.
-            matches!(e.code(), Some("BUSY" | "OOM" | "LOADING" | "MASTERDOWN" | "TRYAGAIN"))
+            matches!(e.code(), Some("BUSY" | "OOM" | "LOADING" | "MASTERDOWN" | "TRYAGAIN")) || is_replica_refusal(e)
         }
         _ => !matches!(e.retry_method(), RetryMethod::NoRetry),
     }
+}
+
+/// Whether a server refused `WAIT` because it is a replica: what a master
+/// demoted by a failover answers (a plain `ERR`) to the `WAIT` after a
+/// script that only read, so the client should look for the new master.
+pub(crate) fn is_replica_refusal(e: &RedisError) -> bool {
+    e.detail()
+        .is_some_and(|d| d.starts_with("WAIT cannot be used with replica"))
 }
 
 /// A [`LockError::Backend`] for a failed Redis call.
@@ -54,6 +62,20 @@ pub struct NodeTimeout {
     pub timeout: Duration,
 }
 
+/// Fewer replicas than `wait_replicas` acknowledged a change within
+/// `wait_replicas_timeout`: the acquisition was taken back (or the extension
+/// counts as failed). Retryable: the replicas may catch up.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{acknowledged} of {asked} replicas acknowledged within {}", humantime_ms(*.timeout))]
+pub struct ReplicasError {
+    /// Replicas that acknowledged.
+    pub acknowledged: u32,
+    /// Replicas asked for (`wait_replicas`).
+    pub asked: u32,
+    /// How long the master waited (`wait_replicas_timeout`).
+    pub timeout: Duration,
+}
+
 /// A Redlock operation that could not reach a quorum of nodes because too
 /// many of them failed (as opposed to being held by another owner).
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +99,7 @@ pub(crate) enum Fault {
     Redis(RedisError),
     Reply(UnexpectedReply),
     Timeout(NodeTimeout),
+    Replicas(ReplicasError),
 }
 
 impl Fault {
@@ -84,7 +107,7 @@ impl Fault {
         match self {
             Fault::Redis(e) => is_retryable(e),
             Fault::Reply(_) => false,
-            Fault::Timeout(_) => true,
+            Fault::Timeout(_) | Fault::Replicas(_) => true,
         }
     }
 
@@ -94,6 +117,7 @@ impl Fault {
             Fault::Redis(e) => LockError::backend(backend, operation, name, retryable, e),
             Fault::Reply(e) => LockError::backend(backend, operation, name, retryable, e),
             Fault::Timeout(e) => LockError::backend(backend, operation, name, retryable, e),
+            Fault::Replicas(e) => LockError::backend(backend, operation, name, retryable, e),
         }
     }
 }
@@ -104,6 +128,7 @@ impl std::fmt::Display for Fault {
             Fault::Redis(e) => e.fmt(f),
             Fault::Reply(e) => e.fmt(f),
             Fault::Timeout(e) => e.fmt(f),
+            Fault::Replicas(e) => e.fmt(f),
         }
     }
 }
@@ -137,5 +162,19 @@ mod tests {
         let e = redis_error("redis", "acquire", Some("x"), auth);
         assert!(matches!(e, LockError::Backend { retryable: false, .. }));
         assert!(std::error::Error::source(&e).is_some());
+        let script_error: RedisError = (
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "user_script:1: oops".to_owned(),
+        )
+            .into();
+        assert!(!is_retryable(&script_error));
+        let demoted: RedisError = (
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "WAIT cannot be used with replica instances. Please also note …".to_owned(),
+        )
+            .into();
+        assert!(is_replica_refusal(&demoted) && is_retryable(&demoted));
     }
 }

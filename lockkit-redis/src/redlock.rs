@@ -507,6 +507,7 @@ impl RedlockBackend {
     /// lazily and may be down; connecting fails only when fewer than a
     /// quorum answer `PING` within `connect_timeout`.
     pub async fn connect(config: RedisConfig) -> Result<Self, LockError> {
+        config.check_wait_replicas()?;
         let n = config.nodes.len();
         let quorum = config.quorum();
         let waiters = Waiters::new(n, quorum, config.node_timeout.max(Duration::from_millis(500)), false);
@@ -764,7 +765,7 @@ impl LockBackend for RedlockBackend {
         let sent_at = Instant::now();
         let items = &items;
         let per_node = inner
-            .all(|_, mut c| async move { scripts::extend(&mut c, items).await })
+            .all(|_, mut c| async move { scripts::extend(&mut c, items, None).await.map(|(v, _)| v) })
             .await;
         holds
             .iter()

@@ -48,7 +48,7 @@
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
-use redis::{Script, ServerErrorKind, Value};
+use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{Fault, UnexpectedReply};
 
@@ -217,6 +217,11 @@ if h[1] == ARGV[1] then
   if pttl < ttl then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     pttl = ttl
+  elseif kind == 'p' then
+    -- A repeat sets the expiry the hold has: it changes nothing, but it is
+    -- a write, so a WAIT after it covers the hold (replicas apply writes in
+    -- order) even when the try that made it ran on a connection lost since.
+    redis.call('PEXPIRE', KEYS[1], pttl)
   end
   return {1, h[2], c, pttl, kind, redis.call('GET', KEYS[2]) or '0'}
 end
@@ -571,6 +576,49 @@ pub(crate) struct Queueing {
     pub publish: Option<Publish>,
 }
 
+/// Waiting for replicas after a change: `WAIT n timeout_ms`, sent in the
+/// same pipeline as the script call, so on the same connection (a `WAIT`
+/// covers the writes of its own connection only) and, in a cluster, to the
+/// same node: a pipeline goes to the slot of its first keyed command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    /// Replicas that must acknowledge.
+    pub n: u32,
+    /// How long the master waits for them, in ms (at least 1: 0 is forever).
+    pub timeout_ms: u64,
+}
+
+/// The acquire script call of one attempt on one server.
+#[allow(clippy::too_many_arguments)]
+fn acquire_call(
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    ttl_ms: u64,
+    attempt: &str,
+    proposal: Option<u64>,
+    queueing: &Queueing,
+) -> ScriptInvocation<'static> {
+    let flags = match (queueing.join, queueing.stay) {
+        (true, true) => "wk",
+        (true, false) => "w",
+        (false, true) => "k",
+        (false, false) => "",
+    };
+    let mut inv = SCRIPTS.acquire.key(keys.lock(name));
+    inv.key(keys.counter(name))
+        .key(keys.queue(name))
+        .arg(owner)
+        .arg(ttl_ms)
+        .arg(attempt)
+        .arg(proposal.map(|p| p.to_string()).unwrap_or_default())
+        .arg(queueing.waiter.as_deref().unwrap_or(""))
+        .arg(flags)
+        .arg(queueing.stale.as_deref().unwrap_or(""))
+        .arg(queueing.publish.map_or("", Publish::command));
+    inv
+}
+
 /// One acquire attempt on one server.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire<C: ConnectionLike + Send>(
@@ -583,28 +631,81 @@ pub(crate) async fn acquire<C: ConnectionLike + Send>(
     proposal: Option<u64>,
     queueing: &Queueing,
 ) -> Result<AcquireReply, Fault> {
-    let flags = match (queueing.join, queueing.stay) {
-        (true, true) => "wk",
-        (true, false) => "w",
-        (false, true) => "k",
-        (false, false) => "",
-    };
-    let v: Value = SCRIPTS
-        .acquire
-        .key(keys.lock(name))
-        .key(keys.counter(name))
-        .key(keys.queue(name))
-        .arg(owner)
-        .arg(ttl_ms)
-        .arg(attempt)
-        .arg(proposal.map(|p| p.to_string()).unwrap_or_default())
-        .arg(queueing.waiter.as_deref().unwrap_or(""))
-        .arg(flags)
-        .arg(queueing.stale.as_deref().unwrap_or(""))
-        .arg(queueing.publish.map_or("", Publish::command))
+    let v: Value = acquire_call(keys, name, owner, ttl_ms, attempt, proposal, queueing)
         .invoke_async(conn)
         .await?;
     Ok(parse_acquire(&v)?)
+}
+
+/// One acquire attempt on one server followed by `WAIT` for `replicas`, in
+/// one round trip: the reply, and how many replicas acknowledged the
+/// connection's writes up to it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn acquire_replicated<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    ttl_ms: u64,
+    attempt: &str,
+    queueing: &Queueing,
+    replicas: Replicas,
+) -> Result<(AcquireReply, u32), Fault> {
+    let call = acquire_call(keys, name, owner, ttl_ms, attempt, None, queueing);
+    let (replies, acked) = pipelined(conn, &SCRIPTS.acquire, std::slice::from_ref(&call), Some(replicas)).await?;
+    let reply = replies
+        .first()
+        .ok_or_else(|| UnexpectedReply("no reply to acquire".into()))?;
+    Ok((parse_acquire(reply)?, acked.unwrap_or(0)))
+}
+
+/// Script calls of one `script` in one pipeline (one round trip), followed
+/// by `WAIT` when `replicas` is given: the calls' replies, and the number
+/// of replicas that acknowledged. A server that does not know the script
+/// yet (`NOSCRIPT`) is sent its body and the pipeline again.
+async fn pipelined<C: ConnectionLike + Send>(
+    conn: &mut C,
+    script: &Script,
+    calls: &[ScriptInvocation<'_>],
+    replicas: Option<Replicas>,
+) -> Result<(Vec<Value>, Option<u32>), Fault> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for call in calls {
+        pipe.invoke_script(call);
+    }
+    if let Some(r) = replicas {
+        pipe.cmd("WAIT").arg(r.n).arg(r.timeout_ms.max(1));
+    }
+    let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+    let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
+    if replies.iter().any(noscript) {
+        script.load_async(conn).await?;
+        replies = pipe.query_async(conn).await?;
+    }
+    let expected = calls.len() + usize::from(replicas.is_some());
+    if replies.len() != expected {
+        return Err(UnexpectedReply(format!(
+            "{} replies to a pipeline of {expected} commands",
+            replies.len()
+        ))
+        .into());
+    }
+    // A script's error first: a demoted master answers READONLY (retryable)
+    // to the script and a plain error to its WAIT.
+    if let Some(Value::ServerError(e)) = replies.iter().find(|v| matches!(v, Value::ServerError(_))) {
+        return Err(Fault::Redis(e.clone().into()));
+    }
+    let acked = match replicas {
+        None => None,
+        Some(_) => replies.pop().map(|v| {
+            int(&v)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| unexpected("wait", &v))
+        }),
+    }
+    .transpose()?;
+    Ok((replies, acked))
 }
 
 /// One release of `attempt`'s share on one server: holds left, or `None`
@@ -646,14 +747,17 @@ pub(crate) struct ExtendItem<'a> {
 }
 
 /// Extends holds on one server (or one cluster slot): one `EVALSHA` per
-/// [`EXTEND_CHUNK`] holds, all in one pipeline, so one round trip. Returns
-/// the remaining lease per hold, `None` where it is not held.
+/// [`EXTEND_CHUNK`] holds, all in one pipeline, so one round trip; with
+/// `replicas`, a `WAIT` ends that pipeline. Returns the remaining lease per
+/// hold, `None` where it is not held, and how many replicas acknowledged
+/// (`None` without `replicas`).
 pub(crate) async fn extend<C: ConnectionLike + Send>(
     conn: &mut C,
     items: &[ExtendItem<'_>],
-) -> Result<Vec<Option<i64>>, Fault> {
+    replicas: Option<Replicas>,
+) -> Result<(Vec<Option<i64>>, Option<u32>), Fault> {
     if items.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     let invocations: Vec<_> = items
         .chunks(EXTEND_CHUNK)
@@ -665,33 +769,18 @@ pub(crate) async fn extend<C: ConnectionLike + Send>(
             inv
         })
         .collect();
-    let replies: Vec<Value> = if let [one] = invocations.as_slice() {
-        vec![one.invoke_async(conn).await?]
-    } else {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for inv in &invocations {
-            pipe.invoke_script(inv);
-        }
-        let mut replies: Vec<Value> = pipe.query_async(conn).await?;
-        let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
-        if replies.iter().any(noscript) {
-            SCRIPTS.extend.load_async(conn).await?;
-            replies = pipe.query_async(conn).await?;
-        }
-        replies
+    let (replies, acked) = match (invocations.as_slice(), replicas) {
+        ([one], None) => (vec![one.invoke_async(conn).await?], None),
+        _ => pipelined(conn, &SCRIPTS.extend, &invocations, replicas).await?,
     };
     let mut out = Vec::with_capacity(items.len());
     for (reply, chunk) in replies.iter().zip(items.chunks(EXTEND_CHUNK)) {
-        if let Value::ServerError(e) = reply {
-            return Err(Fault::Redis(e.clone().into()));
-        }
         out.extend(parse_extend(reply, chunk.len())?);
     }
     if out.len() != items.len() {
         return Err(UnexpectedReply(format!("{} replies to extend {} holds", out.len(), items.len())).into());
     }
-    Ok(out)
+    Ok((out, acked))
 }
 
 /// Who holds `name` on one server.

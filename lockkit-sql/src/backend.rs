@@ -26,6 +26,16 @@
 //! Release deletes the row (last hold) or decrements it, only where name,
 //! owner and token match and the lease runs; extend moves the expiry out,
 //! never in, under the same condition.
+//!
+//! # Attempts
+//!
+//! The row's `attempts` column holds the attempt id of every share of the
+//! hold (space-separated; `hold_count` is their number). A claim whose
+//! attempt is already there is a repeat — lockkit's retry after a lost
+//! connection, whose first try committed unseen — and changes nothing; a
+//! release takes out exactly its attempt's share, and a repeated release
+//! finds it gone and changes nothing. So every statement that changes a
+//! hold can be sent again after a lost connection, and is.
 
 use std::fmt;
 use std::future::Future;
@@ -37,6 +47,7 @@ use lockkit_core::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
 };
 use lockkit_core::backoff::Backoff;
+use lockkit_core::name::check_attempt_id;
 use lockkit_core::url::ConnectUrl;
 use lockkit_core::{LockError, detach, lease, ttl_millis};
 use tokio_util::sync::CancellationToken;
@@ -114,6 +125,9 @@ const TRANSIENT_BUDGET: Duration = Duration::from_secs(2);
 
 /// Holds per `extend_many` statement.
 const EXTEND_CHUNK: usize = 256;
+
+/// How often a release looks again when the hold changed under it.
+const RELEASE_ROUNDS: u32 = 5;
 
 fn us(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
@@ -318,6 +332,9 @@ impl SqlBackend {
                 ),
             ));
         }
+        if !columns.iter().any(|(name, _)| name == "attempts") {
+            self.add_attempts_column().await?;
+        }
         if !inner.sql.name_types.is_empty()
             && let Some((_, ty)) = columns.iter().find(|(name, _)| name == "name")
             && !inner.sql.name_types.contains(&ty.as_str())
@@ -336,6 +353,45 @@ impl SqlBackend {
         Ok(())
     }
 
+    /// Adds the `attempts` column to a lock table made by a lockkit that
+    /// did not record attempts (the only change `migrate` makes to an
+    /// existing table; its rows keep their holds, which end with their
+    /// lease). A client that finds it added meanwhile by another is content.
+    async fn add_attempts_column(&self) -> Result<(), LockError> {
+        let inner = &self.inner;
+        let table = &inner.config.table;
+        let refused = |why: String| {
+            schema_error(
+                table,
+                format!(
+                    "has no `attempts` column (made by an older lockkit) and {why}; add it with: {}",
+                    inner.sql.add_attempts
+                ),
+            )
+        };
+        if !inner.config.create_table {
+            return Err(refused("create_table=false".to_owned()));
+        }
+        match inner.db.exec(&inner.sql.add_attempts, &[]).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let args = [Arg::Text(Some(table))];
+                let columns = inner
+                    .retry("connect", None, || {
+                        inner.db.fetch(&inner.sql.columns, &args, &[Col::Text, Col::Text])
+                    })
+                    .await?;
+                if columns
+                    .into_iter()
+                    .any(|mut r| text(r.swap_remove(0)).eq_ignore_ascii_case("attempts"))
+                {
+                    return Ok(());
+                }
+                Err(refused(format!("adding it failed: {e}")))
+            }
+        }
+    }
+
     /// One attempt, on its own task so a cancelled caller leaves no hold.
     fn detached_attempt(
         &self,
@@ -343,11 +399,13 @@ impl SqlBackend {
     ) -> impl Future<Output = Result<TryAcquire, LockError>> + use<> {
         let inner = self.inner.clone();
         let (name, owner, ttl) = (req.name.to_owned(), req.owner.to_owned(), req.ttl);
+        let attempt = req.attempt.to_owned();
         async move {
             let kind = inner.kind;
+            check_attempt_id(&attempt)?;
             let work_inner = inner.clone();
-            let (work_name, work_owner) = (name.clone(), owner.clone());
-            let work = async move { work_inner.attempt(&work_name, &work_owner, ttl).await };
+            let (work_name, work_owner, work_attempt) = (name.clone(), owner.clone(), attempt.clone());
+            let work = async move { work_inner.attempt(&work_name, &work_owner, ttl, &work_attempt).await };
             let orphan = move |result: Result<TryAcquire, LockError>| async move {
                 if let Ok(TryAcquire::Acquired(lease)) = result {
                     let hold = Hold {
@@ -355,7 +413,9 @@ impl SqlBackend {
                         owner,
                         token: lease.token,
                     };
-                    if let Err(e) = inner.release(&hold).await {
+                    // Only this attempt's share: a re-entry's orphan leaves
+                    // the holds it re-entered as they were.
+                    if let Err(e) = inner.release(&hold, &attempt).await {
                         tracing::warn!(backend = inner.kind, lock = %hold.name, error = %e,
                             "releasing the hold of a cancelled acquisition failed; it ends with its lease");
                     }
@@ -485,7 +545,23 @@ impl Inner {
         }
     }
 
-    async fn claim(&self, name: &str, owner: &str, ttl: Duration) -> Result<Claim, LockError> {
+    /// Runs `op` like [`retry_if`](Self::retry_if) with `idempotent`: for
+    /// statements that record or check the attempt id, so that a second
+    /// run after a lost connection changes nothing the first did.
+    async fn retry_idempotent<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        name: Option<&str>,
+        op: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        Ok(self.retry_if(operation, name, true, op).await?.0)
+    }
+
+    async fn claim(&self, name: &str, owner: &str, ttl: Duration, attempt: &str) -> Result<Claim, LockError> {
         let sql = &self.sql;
         let memo = self.config.memo.as_deref();
         let args = [
@@ -493,6 +569,7 @@ impl Inner {
             Arg::Bytes(owner.as_bytes()),
             Arg::Int(us(ttl)),
             Arg::Text(memo),
+            Arg::Text(Some(attempt)),
         ];
         let op = "acquire";
         let n = Some(name);
@@ -502,12 +579,13 @@ impl Inner {
                 let buckets = sql.buckets;
                 let cols = [Col::Int, Col::Int, Col::Int];
                 let (done, rows) = self
-                    .retry(op, n, || {
+                    .retry_idempotent(op, n, || {
                         let batch = sql.mysql_claim_batch(
                             name.as_bytes(),
                             owner.as_bytes(),
                             us(ttl),
                             memo,
+                            attempt,
                             bucket(name, buckets),
                         );
                         self.db.mysql_batch(batch, &cols)
@@ -532,7 +610,7 @@ impl Inner {
             ClaimShape::Rows => {
                 let cols = [Col::Int, Col::Int, Col::Int, Col::Int];
                 let row = self
-                    .retry(op, n, || self.db.fetch_one(&sql.claim, &args, &cols))
+                    .retry_idempotent(op, n, || self.db.fetch_one(&sql.claim, &args, &cols))
                     .await?;
                 match row.as_deref() {
                     Some([acquired, c, t, r]) if acquired.int() == 1 => Claim::Held {
@@ -547,7 +625,7 @@ impl Inner {
             ClaimShape::RowsOrHolder => {
                 let cols = [Col::Int, Col::Int, Col::Int];
                 let row = self
-                    .retry(op, n, || self.db.fetch_one(&sql.claim, &args, &cols))
+                    .retry_idempotent(op, n, || self.db.fetch_one(&sql.claim, &args, &cols))
                     .await?;
                 match row.as_deref() {
                     Some([c, t, r]) => Claim::Held {
@@ -568,10 +646,10 @@ impl Inner {
     }
 
     /// One acquisition attempt: one claim.
-    async fn attempt(&self, name: &str, owner: &str, ttl: Duration) -> Result<TryAcquire, LockError> {
+    async fn attempt(&self, name: &str, owner: &str, ttl: Duration, attempt: &str) -> Result<TryAcquire, LockError> {
         let ttl = Duration::from_millis(ttl_millis(ttl));
         let sent_at = Instant::now();
-        Ok(match self.claim(name, owner, ttl).await? {
+        Ok(match self.claim(name, owner, ttl, attempt).await? {
             Claim::Held {
                 count,
                 token,
@@ -597,27 +675,32 @@ impl Inner {
         ]
     }
 
-    /// Deletes a hold; with `idempotent` (see [`retry_if`](Self::retry_if))
-    /// also retried after a lost connection. Returns whether a row was
-    /// deleted, and whether an earlier try may have deleted it unseen.
+    /// Deletes a hold (`sql` takes the hold's name, owner and token, and
+    /// `attempt` after them if given); tried again after a lost connection,
+    /// as deleting is idempotent. Returns whether a row was deleted, and
+    /// whether an earlier try may have deleted it unseen.
     async fn delete(
         &self,
         operation: &'static str,
         sql: &Arc<str>,
         hold: &Hold,
-        idempotent: bool,
+        attempt: Option<&str>,
     ) -> Result<(bool, bool), LockError> {
-        let args = Self::hold_args(hold);
+        let [a, b, c] = Self::hold_args(hold);
+        let with_attempt = [a, b, c, Arg::Text(attempt)];
+        let args = if attempt.is_some() {
+            &with_attempt[..]
+        } else {
+            &with_attempt[..3]
+        };
         let n = Some(hold.name.as_str());
         let (deleted, unsure) = if self.sql.deletes_return_rows {
             let (rows, unsure) = self
-                .retry_if(operation, n, idempotent, || self.db.fetch(sql, &args, &[Col::Int]))
+                .retry_if(operation, n, true, || self.db.fetch(sql, args, &[Col::Int]))
                 .await?;
             (rows.len() as u64, unsure)
         } else {
-            let (done, unsure) = self
-                .retry_if(operation, n, idempotent, || self.db.exec(sql, &args))
-                .await?;
+            let (done, unsure) = self.retry_if(operation, n, true, || self.db.exec(sql, args)).await?;
             (done.rows, unsure)
         };
         if deleted > 0 {
@@ -626,44 +709,68 @@ impl Inner {
         Ok((deleted > 0, unsure))
     }
 
-    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+    /// Takes `attempt`'s share out of `hold`: deletes the row if it was the
+    /// last share, else removes the id; if neither applied, the share was
+    /// already gone (a repeated release: the holds left are reported again)
+    /// or the hold is. Every statement is idempotent by the attempt id, so
+    /// each is tried again after a lost connection; a lost try that may
+    /// have deleted the row makes a hold found gone afterwards "released".
+    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let n = Some(hold.name.as_str());
-        let args = Self::hold_args(hold);
-        // Delete the last hold, or decrement; a second round covers a twin
-        // owner's release between the two statements. Deleting the last hold
-        // is idempotent, so it is tried again after a lost connection (a
-        // pooled connection that died with a server restart): if the lost
-        // try deleted it, the hold is released — not "not held". The
-        // decrement is not retried: a second one could free a hold that is
-        // still entered once.
+        let [name, owner, token] = Self::hold_args(hold);
+        let share_args = [Arg::Text(Some(attempt)), name, owner, token];
         let mut unsure = false;
-        for _ in 0..2 {
-            let (deleted, lost) = self.delete("release", &self.sql.release_last, hold, true).await?;
+        // More than one round only when the hold changed between the
+        // statements (a twin owner's release of another share).
+        for _ in 0..RELEASE_ROUNDS {
+            let (deleted, lost) = self
+                .delete("release", &self.sql.release_last, hold, Some(attempt))
+                .await?;
             unsure |= lost;
             if deleted {
                 return Ok(ReleaseOutcome::Released { remaining: 0 });
             }
-            let remaining = if self.sql.updates_return_rows {
-                self.retry("release", n, || {
-                    self.db.fetch_one(&self.sql.release_one, &args, &[Col::Int])
-                })
-                .await?
-                .map(|r| count(r[0].int()))
-            } else {
-                let done = self
-                    .retry("release", n, || self.db.exec(&self.sql.release_one, &args))
+            let (remaining, lost) = if self.sql.updates_return_rows {
+                let (row, lost) = self
+                    .retry_if("release", n, true, || {
+                        self.db.fetch_one(&self.sql.release_one, &share_args, &[Col::Int])
+                    })
                     .await?;
-                (done.rows == 1).then_some(done.last_id as u32)
+                (row.map(|r| count(r[0].int())), lost)
+            } else {
+                let (done, lost) = self
+                    .retry_if("release", n, true, || self.db.exec(&self.sql.release_one, &share_args))
+                    .await?;
+                ((done.rows == 1).then_some(done.last_id as u32), lost)
             };
+            unsure |= lost;
             if let Some(remaining) = remaining {
                 return Ok(ReleaseOutcome::Released { remaining });
             }
+            let (row, lost) = self
+                .retry_if("release", n, true, || {
+                    self.db.fetch_one(&self.sql.share, &share_args, &[Col::Int, Col::Int])
+                })
+                .await?;
+            unsure |= lost;
+            match row.as_deref() {
+                None if unsure => return Ok(ReleaseOutcome::Released { remaining: 0 }),
+                None => return Ok(ReleaseOutcome::NotHeld),
+                Some([c, has_share]) if has_share.int() == 0 => {
+                    return Ok(ReleaseOutcome::Released {
+                        remaining: count(c.int()),
+                    });
+                }
+                _ => {}
+            }
         }
-        Ok(if unsure {
-            ReleaseOutcome::Released { remaining: 0 }
-        } else {
-            ReleaseOutcome::NotHeld
-        })
+        Err(LockError::backend(
+            self.kind,
+            "release",
+            n,
+            true,
+            "the hold kept changing between the release's statements",
+        ))
     }
 
     async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
@@ -786,6 +893,7 @@ impl LockBackend for SqlBackend {
         Capabilities::ttl(true, durable)
             .with_extend_batch_max(EXTEND_CHUNK)
             .with_admin()
+            .with_idempotent_attempts()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -825,8 +933,9 @@ impl LockBackend for SqlBackend {
         .await
     }
 
-    async fn release(&self, hold: &Hold, _attempt: &str) -> Result<ReleaseOutcome, LockError> {
-        self.inner.release(hold).await
+    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
+        check_attempt_id(attempt)?;
+        self.inner.release(hold, attempt).await
     }
 
     async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
@@ -922,7 +1031,7 @@ impl LockBackend for SqlBackend {
             // Idempotent: retried after a lost connection; a try that may
             // have deleted it unseen counts as deleted (it is gone either way).
             let (deleted, unsure) = inner
-                .delete("force release", &inner.sql.delete_hold, &hold, true)
+                .delete("force release", &inner.sql.delete_hold, &hold, None)
                 .await?;
             if deleted || unsure {
                 return Ok(Some(info));

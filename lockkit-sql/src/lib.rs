@@ -65,14 +65,24 @@
 //!
 //! A statement that failed in a way that certainly did not take effect
 //! (deadlock, lock wait timeout, busy database) is tried again at once, for
-//! up to two seconds. A lost connection is retried only where a second run
-//! does no harm: deleting a hold on release or force release. So a pooled
-//! connection that died with a database restart does not make `unlock`
-//! fail, and a release whose first try went through unseen reports the
-//! hold released. Acquisitions and decrements of a re-entered hold are not
-//! retried after a lost connection (a retry could take or free the name
-//! twice): `lock` reports a retryable error (or, while waiting, tries again
-//! as a new attempt).
+//! up to two seconds. So is a statement whose connection was lost
+//! mid-way — it may or may not have run — because every statement that
+//! changes a hold is idempotent by its attempt id: the row's `attempts`
+//! column keeps one id per share of the hold (`hold_count` is their
+//! number), so a claim that committed unseen and is sent again is
+//! recognised and counted once, and a release takes out only its own share
+//! (a repeat finds it gone and changes nothing; a release whose try may
+//! have deleted the row unseen reports the hold released). A pooled
+//! connection that died with a database restart therefore fails neither
+//! `lock` nor `unlock`; when the retries run out, `lock` reports a
+//! retryable error, or while waiting tries again with the same attempt id.
+//!
+//! A table made by a lockkit without the `attempts` column gets it on the
+//! first connect that may create tables (`ALTER TABLE … ADD COLUMN`, the
+//! only change lockkit makes to an existing table); with
+//! `create_table=false` the connect fails and names the statement to run.
+//! Upgrade every process that uses one table together: rows written by the
+//! older version carry no attempt ids, and their holds end with their lease.
 //!
 //! # Sweeper
 //!
@@ -95,6 +105,46 @@
 //! - MySQL sessions run at `READ COMMITTED` (so the sweeper's scan does not
 //!   lock live rows); a server with `binlog_format=STATEMENT` refuses writes
 //!   at that level: use `ROW` or `MIXED` (the defaults).
+//!
+//! # What durable tokens assume of the server
+//!
+//! [`Capabilities::durable_tokens`](lockkit_core::Capabilities) is `true`
+//! for MySQL, Postgres and SQLite files: a token is handed out only after
+//! the transaction that drew it committed. That is durable only if a
+//! commit is:
+//!
+//! - **MySQL/MariaDB**: `innodb_flush_log_at_trx_commit=1` (the default).
+//!   With `2` an operating-system crash, with `0` a server crash, can lose
+//!   the last second of commits — the counter row goes back, and a token
+//!   already given to a holder (who may have written with it) is given
+//!   again. With a replica taking over, only a semi-synchronous (or
+//!   Galera) replica is sure to have the counter; an asynchronous one can
+//!   be behind and repeat tokens. `sync_binlog=1` keeps the binary log in
+//!   step for such replicas.
+//! - **PostgreSQL**: `fsync=on` and `synchronous_commit` at `on` or above
+//!   (the defaults). With `synchronous_commit=off` (for the server, the
+//!   database or lockkit's user) a crash can lose recent commits and the
+//!   sequence's last WAL record with them, so a token can repeat. A standby
+//!   that takes over has every token only if it was a synchronous standby
+//!   (`synchronous_standby_names`).
+//! - **SQLite**: lockkit opens files in WAL mode with `synchronous=FULL`;
+//!   another program that opens the file with `synchronous=OFF` may lose
+//!   commits on power loss. `sqlite::memory:` is not durable (and says so).
+//!
+//! # Clocks
+//!
+//! Leases are measured by the **database's** clock (never the client's) and
+//! each holder turns the remaining lease it was told into a deadline on its
+//! own monotonic clock. So a client's wall-clock step changes nothing. A
+//! step of the *database server's* wall clock does: forward by `d`, every
+//! lease ends `d` early on the server while its holder still trusts it —
+//! another owner can take the name over before the holder's lost signal
+//! fires (fencing tokens still order them: the newcomer's token is
+//! greater). Run the database host with a slewing time daemon (chrony,
+//! `ntpd -x`) so corrections never step. A step back only lengthens
+//! leases. A holder process suspended past its deadline (a pause, a VM
+//! migration) finds its guard lost when it resumes; work it had in flight
+//! is what fencing tokens exist for.
 #![warn(missing_docs)]
 // Without a driver feature the crate has no database to talk to.
 #![cfg_attr(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")), allow(unused))]

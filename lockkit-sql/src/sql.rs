@@ -52,8 +52,11 @@ pub(crate) struct Statements {
     pub columns: Arc<str>,
     /// The data type the name column must have (lowercase), if checked.
     pub name_types: &'static [&'static str],
-    /// `(name, owner, ttl_us, memo)`: insert, take over an expired row, or
-    /// re-enter one's own; see [`ClaimShape`]. (MySQL: the template of the
+    /// `(name, owner, ttl_us, memo, attempt)`: insert, take over an expired
+    /// row, or re-enter one's own; see [`ClaimShape`]. The row's `attempts`
+    /// keeps the attempt id of each share of the hold (space-separated, so
+    /// `hold_count` is their number): an attempt already in it is a repeat
+    /// and changes nothing but the lease. (MySQL: the template of the
     /// batch's claim.)
     pub claim: Arc<str>,
     pub claim_shape: ClaimShape,
@@ -62,11 +65,20 @@ pub(crate) struct Statements {
     /// MySQL: counter rows in `<table>_tokens`, names hashed over them.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub buckets: u64,
-    /// `(name, owner, token)`: delete the last hold; counts rows.
+    /// `(name, owner, token, attempt)`: delete the hold whose one share is
+    /// `attempt`'s; counts rows.
     pub release_last: Arc<str>,
-    /// `(name, owner, token)`: decrement a hold count above 1 → `(hold_count)`
-    /// as a row, or (MySQL) the OK packet's insert id.
+    /// `(attempt, name, owner, token)`: take `attempt`'s share out of a hold
+    /// of more than one → `(hold_count)` left as a row, or (MySQL) the OK
+    /// packet's insert id. A share already gone changes nothing and reports
+    /// the count again (a repeated release).
     pub release_one: Arc<str>,
+    /// `(attempt, name, owner, token)` → `(hold_count, has_share)` of the
+    /// live hold, `has_share` > 0 while `attempt`'s share is in it.
+    pub share: Arc<str>,
+    /// DDL adding the `attempts` column to a lock table made by a lockkit
+    /// that did not record attempts (run by `migrate` when it is missing).
+    pub add_attempts: Arc<str>,
     /// `(ttl_us, name, owner, token)`: extend → `(remaining_us)` as a row,
     /// or (MySQL) the OK packet's insert id.
     pub extend: Arc<str>,
@@ -121,6 +133,16 @@ const SQLITE_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS
 /// MySQL: microseconds from now to `expires_at`, at least 1.
 const MY_REMAINING: &str = "GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))";
 
+/// The number of attempt ids in `attempts` (each 16 characters, one space
+/// between two): the hold count. MySQL reads the column's new value when
+/// an earlier assignment of the same statement changed it.
+const MY_SHARES: &str = "(LENGTH(attempts) + 1) DIV 17";
+
+/// The same for an `attempts` value `x` (Postgres, SQLite).
+fn shares(x: &str) -> String {
+    format!("((length({x}) + 1) / 17)")
+}
+
 impl Statements {
     pub fn new(dialect: Dialect, table: &str) -> Self {
         match dialect {
@@ -144,14 +166,24 @@ impl Statements {
     /// decimal literals (the text protocol has no bind parameters), which
     /// cannot change the statements: nothing but `[0-9A-F]` and digits.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub fn mysql_claim_batch(&self, name: &[u8], owner: &[u8], ttl_us: i64, memo: Option<&str>, bucket: i64) -> String {
+    pub fn mysql_claim_batch(
+        &self,
+        name: &[u8],
+        owner: &[u8],
+        ttl_us: i64,
+        memo: Option<&str>,
+        attempt: &str,
+        bucket: i64,
+    ) -> String {
         let t = &self.table;
         let (n, o) = (hex(name), hex(owner));
         let memo = memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes()));
         let claim = self.claim.replacen(
-            "VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)",
+            "VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?)",
             &format!(
-                "VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), {memo})"
+                "VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), \
+                 {memo}, {})",
+                hex(attempt.as_bytes())
             ),
             1,
         );
@@ -236,6 +268,8 @@ fn mysql(t: &str) -> Statements {
                  expires_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock', \
                  acquired_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock', \
                  memo VARCHAR(1024) NULL, \
+                 attempts MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ('') \
+                   COMMENT 'attempt ids of the shares of the hold, space-separated', \
                  PRIMARY KEY (name)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin \
                  COMMENT='lockkit: one row per held lock'"
                 )),
@@ -260,13 +294,16 @@ fn mysql(t: &str) -> Statements {
                 .to_owned(),
         ),
         name_types: &["varbinary", "binary"],
+        // `attempts` first: the count is read off it.
         claim: s(format!(
-            "INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo) \
-             VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?) \
+            "INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+             VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?) \
              ON DUPLICATE KEY UPDATE \
-             hold_count = IF({expired}, LAST_INSERT_ID(1), \
-                IF(owner = VALUES(owner), LAST_INSERT_ID(LEAST(hold_count + 1, 4294967295)), \
-                   hold_count + 0 * LAST_INSERT_ID({MY_REMAINING}))), \
+             attempts = IF({expired}, VALUES(attempts), \
+                IF(owner = VALUES(owner) AND LOCATE(VALUES(attempts), attempts) = 0, \
+                   CONCAT(attempts, ' ', VALUES(attempts)), attempts)), \
+             hold_count = IF({expired} OR owner = VALUES(owner), LAST_INSERT_ID({MY_SHARES}), \
+                hold_count + 0 * LAST_INSERT_ID({MY_REMAINING})), \
              token = IF({expired}, 0, token), \
              acquired_at = IF({expired}, VALUES(acquired_at), acquired_at), \
              memo = IF({expired}, VALUES(memo), memo), \
@@ -277,12 +314,22 @@ fn mysql(t: &str) -> Statements {
         holder: s(format!("SELECT {MY_REMAINING} FROM `{t}` WHERE name = ?")),
         buckets: 64,
         release_last: s(format!(
-            "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND hold_count <= 1 \
+            "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND attempts = ? \
              AND expires_at > UTC_TIMESTAMP(6)"
         )),
+        // SET runs left to right: the count is read off the new `attempts`.
         release_one: s(format!(
-            "UPDATE `{t}` SET hold_count = LAST_INSERT_ID(hold_count - 1) \
+            "UPDATE `{t}` SET attempts = TRIM(REPLACE(CONCAT(' ', attempts, ' '), CONCAT(' ', ?, ' '), ' ')), \
+             hold_count = LAST_INSERT_ID({MY_SHARES}) \
              WHERE name = ? AND owner = ? AND token = ? AND hold_count > 1 AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        share: s(format!(
+            "SELECT hold_count, LOCATE(?, attempts) FROM `{t}` \
+             WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        add_attempts: s(format!(
+            "ALTER TABLE `{t}` ADD COLUMN attempts MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin \
+             NOT NULL DEFAULT ('') COMMENT 'attempt ids of the shares of the hold, space-separated'"
         )),
         extend: s(format!(
             "UPDATE `{t}` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
@@ -310,6 +357,9 @@ fn mysql(t: &str) -> Statements {
 
 fn postgres(t: &str) -> Statements {
     let remaining = pg_us("expires_at - now()");
+    let l_shares = shares("l.attempts");
+    // `attempts` without the share `$1`.
+    let left = "btrim(replace(' ' || attempts || ' ', ' ' || $1 || ' ', ' '))".to_owned();
     let chan = format!("lockkit_{t}");
     // The wait-list key of the name in `$x`: waiters hold it shared.
     let wait_key = |x: &str| format!("hashtext('lockkit-wait:{t}'), hashtext(encode({x}, 'hex'))");
@@ -335,7 +385,8 @@ fn postgres(t: &str) -> Statements {
                  token BIGINT NOT NULL, \
                  expires_at TIMESTAMPTZ NOT NULL, \
                  acquired_at TIMESTAMPTZ NOT NULL, \
-                 memo TEXT)"
+                 memo TEXT, \
+                 attempts TEXT NOT NULL DEFAULT '')"
                 )),
             ),
             (
@@ -360,12 +411,15 @@ fn postgres(t: &str) -> Statements {
         claim: s(format!(
             "WITH guard AS (SELECT pg_advisory_xact_lock(hashtext('lockkit:{t}'), hashtext(encode($1, 'hex')))), \
              claim AS (\
-               INSERT INTO \"{t}\" AS l (name, owner, hold_count, token, expires_at, acquired_at, memo) \
+               INSERT INTO \"{t}\" AS l (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
                VALUES ($1, $2, 1, (SELECT nextval('\"{t}_token_seq\"') FROM guard), \
-                 now() + $3::int8 * interval '1 microsecond', now(), $4::text) \
+                 now() + $3::int8 * interval '1 microsecond', now(), $4::text, $5::text) \
                ON CONFLICT (name) DO UPDATE SET \
                  owner = EXCLUDED.owner, \
-                 hold_count = CASE WHEN l.expires_at <= now() THEN 1 ELSE LEAST(l.hold_count + 1, 4294967295) END, \
+                 attempts = CASE WHEN l.expires_at <= now() THEN $5 \
+                   WHEN strpos(l.attempts, $5) > 0 THEN l.attempts ELSE l.attempts || ' ' || $5 END, \
+                 hold_count = CASE WHEN l.expires_at <= now() THEN 1 \
+                   WHEN strpos(l.attempts, $5) > 0 THEN {l_shares} ELSE {l_shares} + 1 END, \
                  token = CASE WHEN l.expires_at <= now() THEN EXCLUDED.token ELSE l.token END, \
                  acquired_at = CASE WHEN l.expires_at <= now() THEN now() ELSE l.acquired_at END, \
                  memo = CASE WHEN l.expires_at <= now() THEN EXCLUDED.memo ELSE l.memo END, \
@@ -380,11 +434,19 @@ fn postgres(t: &str) -> Statements {
         claim_shape: ClaimShape::Rows,
         holder: s(format!("SELECT {remaining} FROM \"{t}\" WHERE name = $1")),
         buckets: 1,
-        release_last: notify(" AND hold_count <= 1 AND expires_at > now()"),
+        release_last: notify(" AND attempts = $4 AND expires_at > now()"),
         release_one: s(format!(
-            "UPDATE \"{t}\" SET hold_count = hold_count - 1 \
-             WHERE name = $1 AND owner = $2 AND token = $3 AND hold_count > 1 AND expires_at > now() \
-             RETURNING hold_count"
+            "UPDATE \"{t}\" SET attempts = {left}, hold_count = {} \
+             WHERE name = $2 AND owner = $3 AND token = $4 AND hold_count > 1 AND expires_at > now() \
+             RETURNING hold_count",
+            shares(&left)
+        )),
+        share: s(format!(
+            "SELECT hold_count, strpos(attempts, $1)::int8 FROM \"{t}\" \
+             WHERE name = $2 AND owner = $3 AND token = $4 AND expires_at > now()"
+        )),
+        add_attempts: s(format!(
+            "ALTER TABLE \"{t}\" ADD COLUMN IF NOT EXISTS attempts TEXT NOT NULL DEFAULT ''"
         )),
         extend: s(format!(
             "UPDATE \"{t}\" SET expires_at = GREATEST(expires_at, now() + $1::int8 * interval '1 microsecond') \
@@ -414,6 +476,9 @@ fn postgres(t: &str) -> Statements {
 
 fn sqlite(t: &str) -> Statements {
     let now = SQLITE_NOW;
+    let t_shares = shares(&format!("\"{t}\".attempts"));
+    // `attempts` without the share `?1`.
+    let left = "trim(replace(' ' || attempts || ' ', ' ' || ?1 || ' ', ' '))".to_owned();
     // The whole statement holds SQLite's write lock, so a token read from the
     // counter here cannot be overtaken by another acquire + release.
     let next = format!("(SELECT last_token + 1 FROM \"{t}_tokens\" WHERE bucket = 0)");
@@ -429,7 +494,8 @@ fn sqlite(t: &str) -> Statements {
                  token INTEGER NOT NULL, \
                  expires_at INTEGER NOT NULL, \
                  acquired_at INTEGER NOT NULL, \
-                 memo TEXT) WITHOUT ROWID"
+                 memo TEXT, \
+                 attempts TEXT NOT NULL DEFAULT '') WITHOUT ROWID"
                 )),
             ),
             (
@@ -461,12 +527,15 @@ fn sqlite(t: &str) -> Statements {
         columns: s("SELECT name, lower(type) FROM pragma_table_info(?1)".to_owned()),
         name_types: &[],
         claim: s(format!(
-            "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo) \
-             VALUES (?1, ?2, 1, {next}, {now} + ?3, {now}, ?4) \
+            "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+             VALUES (?1, ?2, 1, {next}, {now} + ?3, {now}, ?4, ?5) \
              ON CONFLICT (name) DO UPDATE SET \
                owner = excluded.owner, \
+               attempts = CASE WHEN \"{t}\".expires_at <= {now} THEN ?5 \
+                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN \"{t}\".attempts \
+                 ELSE \"{t}\".attempts || ' ' || ?5 END, \
                hold_count = CASE WHEN \"{t}\".expires_at <= {now} THEN 1 \
-                 ELSE MIN(\"{t}\".hold_count + 1, 4294967295) END, \
+                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN {t_shares} ELSE {t_shares} + 1 END, \
                token = CASE WHEN \"{t}\".expires_at <= {now} THEN {next} ELSE \"{t}\".token END, \
                acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
                memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
@@ -478,13 +547,21 @@ fn sqlite(t: &str) -> Statements {
         holder: s(format!("SELECT expires_at - {now} FROM \"{t}\" WHERE name = ?1")),
         buckets: 1,
         release_last: s(format!(
-            "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count <= 1 \
+            "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3 AND attempts = ?4 \
              AND expires_at > {now}"
         )),
         release_one: s(format!(
-            "UPDATE \"{t}\" SET hold_count = hold_count - 1 \
-             WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 1 AND expires_at > {now} \
-             RETURNING hold_count"
+            "UPDATE \"{t}\" SET attempts = {left}, hold_count = {} \
+             WHERE name = ?2 AND owner = ?3 AND token = ?4 AND hold_count > 1 AND expires_at > {now} \
+             RETURNING hold_count",
+            shares(&left)
+        )),
+        share: s(format!(
+            "SELECT hold_count, instr(attempts, ?1) FROM \"{t}\" \
+             WHERE name = ?2 AND owner = ?3 AND token = ?4 AND expires_at > {now}"
+        )),
+        add_attempts: s(format!(
+            "ALTER TABLE \"{t}\" ADD COLUMN attempts TEXT NOT NULL DEFAULT ''"
         )),
         extend: s(format!(
             "UPDATE \"{t}\" SET expires_at = MAX(expires_at, {now} + ?1) \
@@ -520,7 +597,14 @@ mod tests {
     #[test]
     fn mysql_batch_splices_only_literals() {
         let sql = Statements::new(Dialect::Mysql, "locks");
-        let batch = sql.mysql_claim_batch("a'; DROP TABLE x; --".as_bytes(), b"o", 1500, Some("m"), 7);
+        let batch = sql.mysql_claim_batch(
+            "a'; DROP TABLE x; --".as_bytes(),
+            b"o",
+            1500,
+            Some("m"),
+            "0123456789abcdef",
+            7,
+        );
         assert!(!batch.contains('?'), "every placeholder is filled: {batch}");
         assert!(!batch.contains("DROP"), "the name is hex: {batch}");
         assert!(batch.contains("X'61273B2044524F50205441424C4520783B202D2D'"));

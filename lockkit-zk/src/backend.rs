@@ -2,40 +2,70 @@
 //!
 //! # The recipe
 //!
-//! Each contender creates an ephemeral-sequential child of the name's
-//! parent (a container node) holding its owner id and a hold count of 1, and
-//! lists the parent in the same round trip (requests of one session are
-//! answered in order). The lowest sequence holds the lock; its creation
-//! zxid is the fencing token. Any other contender
+//! Each contender creates an ephemeral-sequential child of the name's parent
+//! (a container node), named by its owner's tag and its attempt id and
+//! holding its owner id and that attempt id, and lists the parent in the
+//! same round trip (requests of one session are answered in order). The
+//! lowest sequence holds the lock, unless share nodes of another owner's
+//! hold are left (below); its creation zxid is the fencing token. Any other
+//! contender
 //!
-//! * re-enters instead, if the holder is its own owner (a process sharing
-//!   the owner id): the holder's count goes up with a versioned `set_data`,
-//!   and its own child is deleted;
+//! * joins the hold instead, if it is its own owner's (re-entry, see
+//!   below), and deletes its own child;
 //! * or, for `try_lock`, deletes its child and reports the name busy;
 //! * or watches its direct predecessor only (a get-data watch) and lists the
 //!   parent again when that one goes — it may have given up rather than
 //!   released, so the contender may have a new predecessor rather than the
 //!   lock. One release wakes one waiter, in queue order.
 //!
-//! Release and re-entry change the count with versioned writes (a
-//! compare-and-set on the node's data version), and delete the node at zero,
-//! only if owner and token match. This backend remembers the nodes it holds
-//! (path, count, version), so an uncontended acquire + release costs two
-//! round trips, like a bare create + delete: the create (with the listing
-//! pipelined behind it) and the versioned delete. A hold that lives past
-//! 100 ms also gets one get-data watch on its own node (armed off the
-//! acquisition's path by one task per session), so that a node deleted under
-//! its holder fires the lost signal; shorter holds cost no watch.
+//! # Shares of a hold, and sessions
+//!
+//! A node records the attempt ids of the shares of the hold it carries (the
+//! hold count is their number over all the hold's nodes). A re-entry adds
+//! its attempt id to *its own session's* node of the hold with a versioned
+//! `set_data`; a session that has no node of the hold yet (another process
+//! with the same owner id) creates an ephemeral **share node** of its own,
+//! `share-<owner tag>-<session id>`, carrying the hold's token, in one
+//! `multi` with a versioned rewrite of a node of the hold (its data as it
+//! is): the share is made only while that node stands, and the node's
+//! version goes up, so its holder's next versioned write notices that the
+//! hold has another node now. A hold stands while its contender node or any
+//! of its share nodes does: the first contender waits (watching one of them)
+//! while another owner's share nodes are left. So each session's share lives
+//! and dies with that session, and a guard's lost signal rests on its own
+//! session's node only — a process never holds a lock through another
+//! process's session.
+//!
+//! Every change is idempotent by attempt id (contract point 13): an attempt
+//! already recorded is not added again, a release whose attempt is gone
+//! changes nothing and reports the holds left, and a write whose answer was
+//! lost with the connection is recognised on the next read by its attempt id
+//! (a create by its name, after a `sync` so that the server read from has
+//! applied what the leader did).
+//!
+//! This backend remembers its own node of each hold (path, data, version,
+//! and whether other nodes carried the hold as of its last write), so an
+//! uncontended acquire + release costs two round trips, like a bare create +
+//! delete: the create (with the listing pipelined behind it) and the
+//! versioned delete. Only when another session joined the hold (the delete
+//! then meets a new version) or a share node was seen before does a release
+//! list the parent to report the holds left. A hold that lives past 100 ms
+//! also gets one get-data watch on its own node (armed off the acquisition's
+//! path by one task per session), so that a node deleted under its holder
+//! fires the lost signal; shorter holds cost no watch.
 //!
 //! Reads are answered by the server a session is connected to, which may lag
 //! the leader; a contender's own listing always includes its own create and
 //! everything committed before it, so "lowest node" is decided on a state at
-//! least as new as the contender's node. `inspect` and `list` may briefly
-//! show a holder that has just released.
+//! least as new as the contender's node. A share node made after that
+//! listing needed a node of its hold standing when it was made, so that
+//! hold's nodes are in the listing too: a contender that sees none of
+//! another owner's nodes ahead of it holds the lock for good. `inspect` and
+//! `list` may briefly show a holder that has just released.
 //!
 //! The crate's own `Client::lock` recipe was not used: it has no way to try
-//! without waiting, no hold count shared by an owner across processes, and no
-//! token; the contract needs all three.
+//! without waiting, no hold count shared by an owner across processes, and
+//! no token; the contract needs all three.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -48,18 +78,19 @@ use async_trait::async_trait;
 use lockkit_core::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
 };
+use lockkit_core::name::is_attempt_id;
 use lockkit_core::url::{ConnectUrl, Scheme};
 use lockkit_core::{LockError, detach};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Error as ZkError, EventType};
+use zookeeper_client::{Error as ZkError, EventType, MultiWriteError, MultiWriteResult};
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, ForeignNode, is_session_end, zk};
-use crate::nodes::{owner_tag, parent_path, queue};
+use crate::nodes::{NodeData, Share, owner_tag, parent_path, queue, share_name};
 use crate::queue::{
-    Changed, Cleanup, DeleteError, Known, Plan, ZkResult, change_count, delete_holder, enqueue, holder, list,
-    list_held, plan, read, refresh, remove_node,
+    Change, Cleanup, DeleteError, Known, Plan, View, ZkResult, change, count_after, delete_hold, enqueue, hold_of,
+    list, list_held, plan, read, refresh, remove_node, sync,
 };
 use crate::session::{Counters, Session, Sessions};
 
@@ -108,9 +139,10 @@ pub struct ZkStats {
 struct Inner {
     sessions: Sessions,
     counters: Arc<Counters>,
-    /// The nodes this backend holds, by lock name: where they are and what
-    /// their data was after our last write, so release and re-entry skip a
-    /// read. A stale entry only costs a failed versioned write.
+    /// This backend's own node of each hold it has, by lock name: where it
+    /// is and what its data was after our last write, so release and
+    /// re-entry skip a read. A stale entry only costs a failed versioned
+    /// write.
     held: Mutex<Held>,
 }
 
@@ -124,12 +156,18 @@ struct Held {
 
 #[derive(Debug, Clone)]
 struct HeldNode {
+    /// This session's node of the hold: its contender node, or its share
+    /// node of a hold another session's node carries too.
     path: String,
     owner: String,
-    czxid: i64,
-    count: u32,
-    version: i32,
+    /// The hold's fencing token.
+    token: i64,
+    known: Known,
     session: i64,
+    /// No other node carried the hold as of our last write: our node is
+    /// its contender node and no share node was seen. A session joining
+    /// the hold later bumps our node's version, so our next write notices.
+    alone: bool,
 }
 
 impl fmt::Debug for ZkBackend {
@@ -212,19 +250,24 @@ impl LockBackend for ZkBackend {
 
     fn capabilities(&self) -> Capabilities {
         // Zxids keep growing across restarts and leader changes.
-        Capabilities::session(true).with_admin()
+        Capabilities::session(true).with_admin().with_idempotent_attempts()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-        let (inner, name, owner) = (self.inner.clone(), req.name.to_owned(), req.owner.to_owned());
-        let orphan = (self.inner.clone(), name.clone(), owner.clone());
+        let (inner, name, owner, attempt) = (
+            self.inner.clone(),
+            req.name.to_owned(),
+            req.owner.to_owned(),
+            req.attempt.to_owned(),
+        );
+        let orphan = (self.inner.clone(), name.clone(), owner.clone(), attempt.clone());
         detach(
             BACKEND,
-            async move { inner.try_acquire(&name, &owner).await },
+            async move { inner.try_acquire(&name, &owner, &attempt).await },
             move |r| async move {
                 if let Ok(TryAcquire::Acquired(lease)) = r {
-                    let (inner, name, owner) = orphan;
-                    inner.release_orphan(name, owner, lease.token).await;
+                    let (inner, name, owner, attempt) = orphan;
+                    inner.release_orphan(name, owner, lease.token, attempt).await;
                 }
             },
         )
@@ -233,11 +276,11 @@ impl LockBackend for ZkBackend {
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| Instant::now() + w);
-        self.inner.acquire(req.name, req.owner, deadline).await
+        self.inner.acquire(req.name, req.owner, req.attempt, deadline).await
     }
 
-    async fn release(&self, hold: &Hold, _attempt: &str) -> Result<ReleaseOutcome, LockError> {
-        self.inner.release(hold).await
+    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
+        self.inner.release(hold, attempt).await
     }
 
     async fn extend(&self, hold: &Hold, _ttl: Duration) -> Result<ExtendOutcome, LockError> {
@@ -265,6 +308,17 @@ enum Waited {
     Restart,
 }
 
+/// How joining the hold of this owner ended.
+enum Joined {
+    /// Joined, with this session's node of the hold at this path.
+    Lease(Lease, String),
+    /// The hold's nodes carry this owner's tag but another owner's data:
+    /// these nodes are not this owner's.
+    Foreign(Vec<String>),
+    /// The hold changed meanwhile: plan again on a new listing.
+    Again,
+}
+
 /// Unwraps a ZooKeeper result in a function returning `Result<Waited, _>`
 /// (or `Result<Option<_>, _>`): a session that ended means "start over".
 macro_rules! step {
@@ -280,34 +334,53 @@ macro_rules! step {
     };
 }
 
+/// The last segment of a node's path.
+fn node_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Refuses an attempt id that lockkit-core did not make: it is part of node
+/// names and data.
+fn check_attempt(attempt: &str) -> Result<(), LockError> {
+    if is_attempt_id(attempt) {
+        Ok(())
+    } else {
+        Err(LockError::config(
+            "attempt",
+            format!("{attempt:?} is not an attempt id (16 lowercase hex digits, lockkit_core::name::new_attempt_id)"),
+        ))
+    }
+}
+
 impl Inner {
     fn held(&self) -> MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records what a hold looks like after our write (`count` 0: gone).
-    fn remember(&self, name: &str, path: &str, owner: &str, changed: &Changed, session: i64) {
+    /// Records this session's node of a hold after our write (`known`
+    /// `None`: deleted).
+    fn remember(&self, name: &str, path: &str, owner: &str, known: Option<Known>, session: i64, alone: bool) {
         let mut held = self.held();
         if held.session != session && self.sessions.peek().is_some_and(|s| s.id == session) {
             // The nodes of an ended session went with it.
             held.nodes.retain(|_, h| h.session == session);
             held.session = session;
         }
-        match changed.version {
-            Some(version) if changed.count > 0 => {
+        match known {
+            Some(known) => {
                 held.nodes.insert(
                     name.to_owned(),
                     HeldNode {
                         path: path.to_owned(),
                         owner: owner.to_owned(),
-                        czxid: changed.czxid,
-                        count: changed.count,
-                        version,
+                        token: known.token(),
+                        known,
                         session,
+                        alone,
                     },
                 );
             }
-            _ => {
+            None => {
                 if held.nodes.get(name).is_some_and(|h| h.path == path) {
                     held.nodes.remove(name);
                 }
@@ -327,27 +400,34 @@ impl Inner {
         }
     }
 
+    /// A lease on the hold this session's node at `path` (as `node` now)
+    /// is part of; `count`: the hold count over all the hold's nodes.
+    #[allow(clippy::too_many_arguments)]
     fn lease(
         &self,
         session: &Arc<Session>,
         name: &str,
         owner: &str,
         path: &str,
-        changed: Changed,
+        node: Known,
+        count: u32,
         epoch: &CancellationToken,
     ) -> Lease {
-        self.remember(name, path, owner, &changed, session.id);
+        let (token, czxid) = (node.token(), node.czxid);
+        // Alone: a contender node that carries the whole count.
+        let alone = Share::parse(node_name(path)).is_none() && count == node.data.count();
+        self.remember(name, path, owner, Some(node), session.id, alone);
         Lease {
-            token: changed.czxid as u64,
-            hold_count: changed.count,
+            token: token as u64,
+            hold_count: count,
             valid_until: None,
-            lost: Some(session.lease_token(path, changed.czxid, epoch)),
+            lost: Some(session.lease_token(path, czxid, epoch)),
         }
     }
 
-    /// Re-entry of a hold this backend already has for `owner`: one
-    /// versioned write.
-    async fn reenter_cached(&self, name: &str, owner: &str) -> Result<Option<Lease>, LockError> {
+    /// Re-entry of a hold this backend already has a node of for `owner`:
+    /// one versioned write (with a listing pipelined behind it).
+    async fn reenter_cached(&self, name: &str, owner: &str, attempt: &str) -> Result<Option<Lease>, LockError> {
         let Some(h) = self.held().nodes.get(name).filter(|h| h.owner == owner).cloned() else {
             return Ok(None);
         };
@@ -356,13 +436,39 @@ impl Inner {
             return Ok(None);
         };
         let epoch = session.epoch();
-        let known = Known {
-            count: h.count,
-            version: h.version,
-            czxid: h.czxid,
+        let parent = parent_path(name);
+        let client = &session.client;
+        let reentered = async {
+            // Alone, the node's own count is the hold's unless somebody
+            // wrote it meanwhile: no listing needed.
+            let list_after = (!h.alone).then_some(parent.as_str());
+            let (changed, listing) = change(
+                client,
+                &h.path,
+                owner,
+                Some(h.token),
+                Some(h.known.clone()),
+                Change::Add(attempt),
+                list_after,
+            )
+            .await?;
+            let Some(changed) = changed else {
+                return Ok(None);
+            };
+            let raced = changed.raced;
+            let Some(node) = changed.known() else {
+                return Ok(None);
+            };
+            let own = node.data.count();
+            let count = if h.alone && !raced {
+                own
+            } else {
+                count_after(client, &parent, node_name(&h.path), own, owner, h.token, listing).await?
+            };
+            Ok(Some((node, count)))
         };
-        match change_count(&session.client, &h.path, owner, Some(h.czxid), Some(known), 1).await {
-            Ok(Some(changed)) => Ok(Some(self.lease(&session, name, owner, &h.path, changed, &epoch))),
+        match reentered.await {
+            Ok(Some((node, count))) => Ok(Some(self.lease(&session, name, owner, &h.path, node, count, &epoch))),
             Ok(None) => {
                 self.forget(name, &h.path);
                 Ok(None)
@@ -376,25 +482,112 @@ impl Inner {
         }
     }
 
-    /// Re-entry of the holder node at `path`, if `owner` holds it.
-    async fn reenter(&self, session: &Arc<Session>, name: &str, owner: &str, path: &str) -> ZkResult<Option<Lease>> {
-        let epoch = session.epoch();
-        let changed = change_count(&session.client, path, owner, None, None, 1).await?;
-        Ok(changed.map(|c| self.lease(session, name, owner, path, c, &epoch)))
+    /// Joins the hold of `owner` on `name` with `attempt`'s share: in this
+    /// session's node of the hold if it has one (a versioned write), or else
+    /// in a new share node of this session, created in one `multi` with a
+    /// check that a node of the hold still stands — so the share never
+    /// outlives the hold it joins without carrying it on.
+    async fn join(
+        &self,
+        session: &Arc<Session>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        parent: &str,
+    ) -> ZkResult<Joined> {
+        let client = &session.client;
+        loop {
+            let epoch = session.epoch();
+            let view = match hold_of(client, parent).await? {
+                View::Held(view) => view,
+                View::Foreign(path) => return Ok(Joined::Foreign(vec![node_name(&path).to_owned()])),
+                View::Free => return Ok(Joined::Again),
+            };
+            if view.owner != owner {
+                return Ok(Joined::Foreign(view.nodes.iter().map(|n| n.name.clone()).collect()));
+            }
+            if let Some(own) = view.nodes.iter().find(|n| n.session == session.id) {
+                let (changed, listing) = change(
+                    client,
+                    &own.path,
+                    owner,
+                    Some(view.token),
+                    Some(own.known.clone()),
+                    Change::Add(attempt),
+                    Some(parent),
+                )
+                .await?;
+                let Some(node) = changed.and_then(|c| c.known()) else {
+                    continue;
+                };
+                let own_count = node.data.count();
+                let count = count_after(client, parent, &own.name, own_count, owner, view.token, listing).await?;
+                let lease = self.lease(session, name, owner, &own.path, node, count, &epoch);
+                return Ok(Joined::Lease(lease, own.path.clone()));
+            }
+            let path = format!("{parent}/{}", share_name(owner_tag(owner), session.id));
+            let data = NodeData {
+                owner: owner.to_owned(),
+                token: Some(view.token),
+                attempts: vec![attempt.to_owned()],
+            };
+            // The write to a node of the hold (its data as it is, under its
+            // version) makes sure that node stands, and bumps its version:
+            // its holder's next versioned write notices that the hold has
+            // another node now (see `HeldNode::alone`).
+            let checked = &view.nodes[0];
+            let mut multi = client.new_multi_writer();
+            multi.add_set_data(&checked.path, &checked.known.data.encode(), Some(checked.known.version))?;
+            multi.add_create(&path, &data.encode(), &session.share_options())?;
+            match multi.commit().await {
+                Ok(results) => {
+                    let czxid = match results.get(1) {
+                        Some(MultiWriteResult::Create { stat, .. }) if !stat.is_invalid() => stat.czxid,
+                        // Some servers answer a create in a multi without its stat.
+                        _ => match read(client, &path).await? {
+                            Some((_, stat)) => stat.czxid,
+                            None => continue,
+                        },
+                    };
+                    let node = Known {
+                        data,
+                        version: 0,
+                        czxid,
+                    };
+                    let count = view.count() + 1;
+                    let lease = self.lease(session, name, owner, &path, node, count, &epoch);
+                    return Ok(Joined::Lease(lease, path));
+                }
+                // The checked node went or changed (look at the hold again),
+                // or this session's share node exists already (a concurrent
+                // attempt of this session made it: join that one).
+                Err(MultiWriteError::OperationFailed {
+                    source: ZkError::NoNode | ZkError::NodeExists | ZkError::BadVersion,
+                    ..
+                }) => {}
+                Err(e) => match ZkError::from(e) {
+                    // Made or not: the next reading says, once the server
+                    // read from has caught up.
+                    ZkError::ConnectionLoss => sync(client, parent).await?,
+                    e => return Err(e),
+                },
+            }
+        }
     }
 
-    async fn try_acquire(self: &Arc<Self>, name: &str, owner: &str) -> Result<TryAcquire, LockError> {
+    async fn try_acquire(self: &Arc<Self>, name: &str, owner: &str, attempt: &str) -> Result<TryAcquire, LockError> {
+        check_attempt(attempt)?;
         // While suspended, requests wait for the reconnection: a try that
         // must not wait says so instead.
         if self.sessions.peek().is_some_and(|s| s.epoch().is_cancelled()) {
             return Err(zk("acquire", Some(name), ZkError::ConnectionLoss));
         }
-        if let Some(lease) = self.reenter_cached(name, owner).await? {
+        if let Some(lease) = self.reenter_cached(name, owner, attempt).await? {
             return Ok(TryAcquire::Acquired(lease));
         }
         for _ in 0..SESSION_RESTARTS {
             let session = self.sessions.get().await?;
-            if let Some(outcome) = self.try_in_session(&session, name, owner).await? {
+            if let Some(outcome) = self.try_in_session(&session, name, owner, attempt).await? {
                 return Ok(outcome);
             }
         }
@@ -407,14 +600,20 @@ impl Inner {
         session: &Arc<Session>,
         name: &str,
         owner: &str,
+        attempt: &str,
     ) -> Result<Option<TryAcquire>, LockError> {
         let tag = owner_tag(owner);
         let parent = parent_path(name);
-        let mut q = step!(session, name, None, enqueue(session, &parent, owner, tag).await);
-        let mut cleanup = Cleanup::new(session, &q, owner);
-        let mut foreign = None;
+        let mut q = step!(
+            session,
+            name,
+            None,
+            enqueue(session, &parent, owner, tag, attempt).await
+        );
+        let mut cleanup = Cleanup::new(session, &q, owner, attempt);
+        let mut foreign = Vec::new();
         loop {
-            match plan(&q, tag, foreign) {
+            match plan(&q, tag, &foreign) {
                 Plan::Gone => {
                     cleanup.disarm();
                     return Ok(None);
@@ -424,22 +623,30 @@ impl Inner {
                 }
                 Plan::Holder => {
                     cleanup.disarm();
-                    let lease = self.lease(session, name, owner, &q.path, Changed::created(q.czxid), &q.epoch);
+                    let count = q.node.data.count();
+                    let lease = self.lease(session, name, owner, &q.path, q.node.clone(), count, &q.epoch);
                     return Ok(Some(TryAcquire::Acquired(lease)));
                 }
-                Plan::Reenter(lowest) => {
-                    let path = lowest.path(&q.parent);
-                    match step!(session, name, None, self.reenter(session, name, owner, &path).await) {
-                        Some(lease) => {
+                Plan::Join => match step!(
+                    session,
+                    name,
+                    None,
+                    self.join(session, name, owner, attempt, &parent).await
+                ) {
+                    Joined::Lease(lease, path) => {
+                        if path == q.path {
+                            cleanup.disarm();
+                        } else {
                             cleanup.run().await;
-                            return Ok(Some(TryAcquire::Acquired(lease)));
                         }
-                        None => {
-                            foreign = Some(lowest.seq);
-                            step!(session, name, None, refresh(session, &mut q).await);
-                        }
+                        return Ok(Some(TryAcquire::Acquired(lease)));
                     }
-                }
+                    Joined::Foreign(nodes) => {
+                        foreign.extend(nodes);
+                        step!(session, name, None, refresh(session, &mut q).await);
+                    }
+                    Joined::Again => step!(session, name, None, refresh(session, &mut q).await),
+                },
                 Plan::Wait(_) => {
                     cleanup.run().await;
                     return Ok(Some(TryAcquire::Busy { retry_in: None }));
@@ -452,18 +659,20 @@ impl Inner {
         self: &Arc<Self>,
         name: &str,
         owner: &str,
+        attempt: &str,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        check_attempt(attempt)?;
         if self.holds(name, owner) {
-            let (inner, n, o) = (self.clone(), name.to_owned(), owner.to_owned());
-            let orphan = (self.clone(), name.to_owned(), owner.to_owned());
+            let (inner, n, o, a) = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
+            let orphan = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
             let cached = detach(
                 BACKEND,
-                async move { inner.reenter_cached(&n, &o).await },
+                async move { inner.reenter_cached(&n, &o, &a).await },
                 move |r| async move {
                     if let Ok(Some(lease)) = r {
-                        let (inner, name, owner) = orphan;
-                        inner.release_orphan(name, owner, lease.token).await;
+                        let (inner, name, owner, attempt) = orphan;
+                        inner.release_orphan(name, owner, lease.token, attempt).await;
                     }
                 },
             );
@@ -479,7 +688,7 @@ impl Inner {
             let Some(session) = until(deadline, self.sessions.get()).await else {
                 return Ok(None);
             };
-            match self.wait_in_session(&session?, name, owner, deadline).await? {
+            match self.wait_in_session(&session?, name, owner, attempt, deadline).await? {
                 Waited::Acquired(lease) => return Ok(Some(lease)),
                 Waited::TimedOut => return Ok(None),
                 Waited::Restart => {
@@ -499,18 +708,19 @@ impl Inner {
         session: &Arc<Session>,
         name: &str,
         owner: &str,
+        attempt: &str,
         deadline: Option<Instant>,
     ) -> Result<Waited, LockError> {
         let tag = owner_tag(owner);
         let parent = parent_path(name);
-        let (s, p, o) = (session.clone(), parent.clone(), owner.to_owned());
-        let (orphan_session, orphan_owner) = (session.clone(), owner.to_owned());
+        let (s, p, o, a) = (session.clone(), parent.clone(), owner.to_owned(), attempt.to_owned());
+        let (orphan_session, orphan_owner, orphan_attempt) = (session.clone(), owner.to_owned(), attempt.to_owned());
         let queued = detach(
             BACKEND,
-            async move { enqueue(&s, &p, &o, tag).await },
+            async move { enqueue(&s, &p, &o, tag, &a).await },
             move |r| async move {
                 if let Ok(q) = r {
-                    remove_node(orphan_session, q.path, orphan_owner, q.czxid).await;
+                    remove_node(orphan_session, q.node, q.path, orphan_owner, orphan_attempt).await;
                 }
             },
         );
@@ -519,8 +729,8 @@ impl Inner {
             return Ok(Waited::TimedOut);
         };
         let mut q = step!(session, name, Waited::Restart, queued?);
-        let mut cleanup = Cleanup::new(session, &q, owner);
-        let mut foreign = None;
+        let mut cleanup = Cleanup::new(session, &q, owner, attempt);
+        let mut foreign = Vec::new();
         // A network step, bounded by the deadline; a session that ended means
         // start over.
         macro_rules! bounded {
@@ -532,7 +742,7 @@ impl Inner {
             };
         }
         loop {
-            match plan(&q, tag, foreign) {
+            match plan(&q, tag, &foreign) {
                 Plan::Gone => {
                     cleanup.disarm();
                     return Ok(Waited::Restart);
@@ -540,50 +750,63 @@ impl Inner {
                 Plan::Holder if q.epoch.is_cancelled() => bounded!(refresh(session, &mut q)),
                 Plan::Holder => {
                     cleanup.disarm();
-                    let lease = self.lease(session, name, owner, &q.path, Changed::created(q.czxid), &q.epoch);
+                    let count = q.node.data.count();
+                    let lease = self.lease(session, name, owner, &q.path, q.node.clone(), count, &q.epoch);
                     return Ok(Waited::Acquired(lease));
                 }
-                Plan::Reenter(lowest) => {
-                    let path = lowest.path(&q.parent);
-                    let (inner, s, n, o) = (self.clone(), session.clone(), name.to_owned(), owner.to_owned());
-                    let orphan = (self.clone(), name.to_owned(), owner.to_owned());
-                    let reentered = detach(
+                Plan::Join => {
+                    let (inner, s, n, o, a, p) = (
+                        self.clone(),
+                        session.clone(),
+                        name.to_owned(),
+                        owner.to_owned(),
+                        attempt.to_owned(),
+                        parent.clone(),
+                    );
+                    let orphan = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
+                    let joined = detach(
                         BACKEND,
-                        async move { inner.reenter(&s, &n, &o, &path).await },
+                        async move { inner.join(&s, &n, &o, &a, &p).await },
                         move |r| async move {
-                            if let Ok(Some(lease)) = r {
-                                let (inner, name, owner) = orphan;
-                                inner.release_orphan(name, owner, lease.token).await;
+                            if let Ok(Joined::Lease(lease, _)) = r {
+                                let (inner, name, owner, attempt) = orphan;
+                                inner.release_orphan(name, owner, lease.token, attempt).await;
                             }
                         },
                     );
-                    let Some(reentered) = until(deadline, reentered).await else {
+                    let Some(joined) = until(deadline, joined).await else {
                         return Ok(give_up(session, cleanup).await);
                     };
-                    match step!(session, name, Waited::Restart, reentered?) {
-                        Some(lease) => {
-                            cleanup.run().await;
+                    match step!(session, name, Waited::Restart, joined?) {
+                        Joined::Lease(lease, path) => {
+                            if path == q.path {
+                                cleanup.disarm();
+                            } else {
+                                cleanup.run().await;
+                            }
                             return Ok(Waited::Acquired(lease));
                         }
-                        None => {
-                            foreign = Some(lowest.seq);
+                        Joined::Foreign(nodes) => {
+                            foreign.extend(nodes);
                             bounded!(refresh(session, &mut q));
                         }
+                        Joined::Again => bounded!(refresh(session, &mut q)),
                     }
                 }
                 Plan::Wait(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
                     return Ok(give_up(session, cleanup).await);
                 }
-                Plan::Wait(pred) => {
+                Plan::Wait(node) => {
                     Counters::bump(&self.counters.watches);
-                    let armed = until(deadline, session.client.get_and_watch_data(&pred.path(&q.parent))).await;
+                    let path = format!("{}/{node}", q.parent);
+                    let armed = until(deadline, session.client.get_and_watch_data(&path)).await;
                     match armed {
                         None => return Ok(give_up(session, cleanup).await),
                         Some(Ok((_, _, watcher))) => {
                             tokio::select! {
                                 event = watcher.changed() => {
                                     Counters::bump(&self.counters.wakeups);
-                                    tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the predecessor");
+                                    tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the node waited for");
                                     if event.event_type == EventType::Session && event.session_state.is_terminated() {
                                         session.end(event.session_state);
                                         return Ok(Waited::Restart);
@@ -604,9 +827,9 @@ impl Inner {
     }
 
     /// Releases a hold whose acquirer stopped waiting for it.
-    async fn release_orphan(&self, name: String, owner: String, token: u64) {
+    async fn release_orphan(&self, name: String, owner: String, token: u64, attempt: String) {
         let hold = Hold { name, owner, token };
-        match self.release(&hold).await {
+        match self.release(&hold, &attempt).await {
             Ok(outcome) => {
                 tracing::debug!(backend = BACKEND, lock = %hold.name, ?outcome, "released an abandoned acquisition")
             }
@@ -616,64 +839,90 @@ impl Inner {
         }
     }
 
-    /// Where `hold` is: this backend's record of it, or the holder node.
-    async fn locate(&self, session: &Session, hold: &Hold, token: i64) -> ZkResult<Option<(String, Option<Known>)>> {
-        let cached = self.held().nodes.get(&hold.name).cloned();
-        if let Some(h) = cached.filter(|h| h.owner == hold.owner && h.czxid == token) {
-            if h.session == session.id {
-                let known = Known {
-                    count: h.count,
-                    version: h.version,
-                    czxid: h.czxid,
-                };
-                return Ok(Some((h.path, Some(known))));
-            }
-            // An ephemeral node of an ended session: gone.
-            self.forget(&hold.name, &h.path);
-        }
-        Ok(holder(&session.client, &parent_path(&hold.name))
-            .await?
-            .map(|c| (c.path(&parent_path(&hold.name)), None)))
+    /// This session's node of `hold` as last written, if any.
+    fn cached(&self, session: &Session, hold: &Hold, token: i64) -> Option<HeldNode> {
+        self.held()
+            .nodes
+            .get(&hold.name)
+            .filter(|h| h.owner == hold.owner && h.token == token && h.session == session.id)
+            .cloned()
     }
 
-    async fn release(&self, hold: &Hold) -> Result<ReleaseOutcome, LockError> {
+    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let Ok(token) = i64::try_from(hold.token) else {
             return Ok(ReleaseOutcome::NotHeld);
         };
         for _ in 0..SESSION_RESTARTS {
             let session = self.sessions.get().await?;
-            let located = match self.locate(&session, hold, token).await {
-                Ok(Some(located)) => located,
-                Ok(None) => return Ok(ReleaseOutcome::NotHeld),
-                Err(e) if is_session_end(&e) => {
-                    session.end(&e);
-                    continue;
-                }
-                Err(e) => return Err(zk("release", Some(&hold.name), e)),
-            };
-            let (path, known) = located;
-            let was_known = known.is_some();
-            match change_count(&session.client, &path, &hold.owner, Some(token), known, -1).await {
-                Ok(Some(changed)) => {
-                    self.remember(&hold.name, &path, &hold.owner, &changed, session.id);
-                    if changed.version.is_none() {
-                        session.released(&path);
-                    }
-                    return Ok(ReleaseOutcome::Released {
-                        remaining: changed.count,
-                    });
-                }
-                Ok(None) => {
-                    if was_known {
-                        self.forget(&hold.name, &path);
-                    }
-                    return Ok(ReleaseOutcome::NotHeld);
-                }
+            match self.release_in(&session, hold, token, attempt).await {
+                Ok(outcome) => return Ok(outcome),
                 Err(e) if is_session_end(&e) => session.end(&e),
                 Err(e) => return Err(zk("release", Some(&hold.name), e)),
             }
         }
         Err(session_kept_ending("release", &hold.name))
+    }
+
+    /// Takes `attempt`'s share of `hold` back: from this session's node as
+    /// last written (one round trip, the listing that tells whether other
+    /// nodes carry the hold pipelined behind the write), or from whichever
+    /// node of the hold carries it. A share already gone (a repeated
+    /// release) changes nothing; the holds left are reported again.
+    async fn release_in(&self, session: &Session, hold: &Hold, token: i64, attempt: &str) -> ZkResult<ReleaseOutcome> {
+        let client = &session.client;
+        let parent = parent_path(&hold.name);
+        let mut cached = self.cached(session, hold, token).filter(|h| h.known.data.has(attempt));
+        loop {
+            let (path, known, mine, alone) = match cached.take() {
+                Some(h) => (h.path, h.known, true, h.alone),
+                None => match hold_of(client, &parent).await? {
+                    View::Held(view) if view.owner == hold.owner && view.token == token => {
+                        match view.nodes.iter().find(|n| n.known.data.has(attempt)) {
+                            Some(n) => (n.path.clone(), n.known.clone(), n.session == session.id, false),
+                            None => {
+                                return Ok(ReleaseOutcome::Released {
+                                    remaining: view.count(),
+                                });
+                            }
+                        }
+                    }
+                    _ => return Ok(ReleaseOutcome::NotHeld),
+                },
+            };
+            // Alone (the common case), the release is the versioned write
+            // alone: nobody wrote the node since, so no other node carries
+            // the hold. Otherwise a listing behind it tells.
+            let list_after = (!alone).then_some(parent.as_str());
+            let (changed, listing) = change(
+                client,
+                &path,
+                &hold.owner,
+                Some(token),
+                Some(known),
+                Change::Remove(attempt),
+                list_after,
+            )
+            .await?;
+            let Some(changed) = changed else {
+                // That node is gone: the hold may stand on others.
+                self.forget(&hold.name, &path);
+                continue;
+            };
+            if changed.node.is_none() {
+                session.released(&path);
+            }
+            let own = changed.count();
+            let remaining = if alone && !changed.raced {
+                own
+            } else {
+                count_after(client, &parent, node_name(&path), own, &hold.owner, token, listing).await?
+            };
+            if mine {
+                let alone = Share::parse(node_name(&path)).is_none() && remaining == own;
+                self.remember(&hold.name, &path, &hold.owner, changed.known(), session.id, alone);
+            }
+            return Ok(ReleaseOutcome::Released { remaining });
+        }
     }
 
     async fn extend(&self, hold: &Hold) -> Result<ExtendOutcome, LockError> {
@@ -682,13 +931,23 @@ impl Inner {
         };
         for _ in 0..SESSION_RESTARTS {
             let session = self.sessions.get().await?;
+            let parent = parent_path(&hold.name);
+            // The lease rests on this session's node of the hold.
             let checked = async {
-                let Some((path, _)) = self.locate(&session, hold, token).await? else {
-                    return Ok(false);
-                };
-                Ok(match read(&session.client, &path).await? {
-                    Some((data, czxid, _)) => czxid == token && data.is_some_and(|d| d.owner == hold.owner),
-                    None => false,
+                if let Some(h) = self.cached(&session, hold, token)
+                    && let Some((Some(data), stat)) = read(&session.client, &h.path).await?
+                    && data.owner == hold.owner
+                    && data.hold_token(stat.czxid) == token
+                {
+                    return Ok(true);
+                }
+                Ok::<_, ZkError>(match hold_of(&session.client, &parent).await? {
+                    View::Held(view) => {
+                        view.owner == hold.owner
+                            && view.token == token
+                            && view.nodes.iter().any(|n| n.session == session.id)
+                    }
+                    _ => false,
                 })
             };
             match checked.await {
@@ -705,30 +964,10 @@ impl Inner {
         let parent = parent_path(name);
         for _ in 0..SESSION_RESTARTS {
             let session = self.sessions.get().await?;
-            let found = async {
-                loop {
-                    let Some(child) = holder(&session.client, &parent).await? else {
-                        return Ok(None);
-                    };
-                    let path = child.path(&parent);
-                    // Gone between the listing and the read: look again.
-                    if let Some((data, czxid, _)) = read(&session.client, &path).await? {
-                        return Ok(Some((path, data, czxid)));
-                    }
-                }
-            };
-            match found.await {
-                Ok(None) => return Ok(None),
-                Ok(Some((_, Some(data), czxid))) => {
-                    return Ok(Some(LockInfo {
-                        name: name.to_owned(),
-                        owner: data.owner,
-                        hold_count: data.count,
-                        token: czxid as u64,
-                        remaining: None,
-                    }));
-                }
-                Ok(Some((path, None, _))) => {
+            match hold_of(&session.client, &parent).await {
+                Ok(View::Free) => return Ok(None),
+                Ok(View::Held(view)) => return Ok(Some(view.info(name))),
+                Ok(View::Foreign(path)) => {
                     return Err(LockError::backend(
                         BACKEND,
                         "inspect",
@@ -766,10 +1005,12 @@ impl Inner {
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         for _ in 0..SESSION_RESTARTS {
             let session = self.sessions.get().await?;
-            match delete_holder(&session, name).await {
-                Ok(Some((path, info))) => {
-                    self.forget(name, &path);
-                    tracing::warn!(backend = BACKEND, lock = %name, owner = %info.owner, token = info.token, "lock force-released");
+            match delete_hold(&session, name).await {
+                Ok(Some((paths, info))) => {
+                    for path in &paths {
+                        self.forget(name, path);
+                    }
+                    tracing::warn!(backend = BACKEND, lock = %name, owner = %info.owner, token = info.token, nodes = paths.len(), "lock force-released");
                     return Ok(Some(info));
                 }
                 Ok(None) => return Ok(None),

@@ -4,8 +4,19 @@
 //! ephemeral-sequential child of it. The lowest sequence holds the lock,
 //! every other contender watches only its direct predecessor (no herd
 //! effect: one release wakes one waiter, in queue order). The owner id and
-//! hold count live in the holder node's data and change only with versioned
-//! writes, so processes configured with the same owner id share one hold.
+//! the attempt ids of the hold's shares live in the node data and change
+//! only with versioned writes, each idempotent by attempt id: a retried
+//! acquisition, re-entry or release counts once.
+//!
+//! **Owners shared by processes**: processes configured with the same owner
+//! id share one hold, but each session's share of it lives in a node of its
+//! own session — the contender node it acquired with, or a *share node* it
+//! creates when it re-enters a hold another session's node carries. The
+//! hold stands while any of its nodes does (another owner waits for all of
+//! them), and each guard rests on its own session alone: when one process
+//! releases or dies, the others keep the hold, and nobody else gets it
+//! while they do.
+//!
 //! The fencing token is the holder node's creation zxid, which keeps growing
 //! across server restarts and leader changes.
 //!

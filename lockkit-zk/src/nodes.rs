@@ -17,16 +17,31 @@
 //! A child's name starts with a tag of its owner id (a stable 64-bit hash),
 //! so a contender sees from one listing whether the holder may be its own
 //! owner (re-entry) without reading every node; the data decides. Then comes
-//! a random per-attempt id, so a create whose answer was lost with the
-//! connection can be found again by listing the parent.
+//! the attempt id of the `lock`/`try_lock` call, so a create whose answer was
+//! lost with the connection can be found again by listing the parent.
+//!
+//! ```text
+//! <chroot>/lock-<encoded name>/share-<owner tag>-<session id>
+//!                                                   ephemeral, one per session sharing a hold
+//! ```
+//!
+//! A *share node* carries one session's share of a hold whose contender
+//! node belongs to another session (a process with the same owner id): it
+//! is not in the queue, but the hold stands while it exists.
+//!
+//! A node's data names its owner and the attempt ids of the shares it
+//! carries (its part of the hold count is their number); a share node also
+//! carries the hold's token.
 
 use std::fmt::Write as _;
+
+use lockkit_core::name::is_attempt_id;
 
 /// The prefix of every lock's parent node.
 const PARENT_PREFIX: &str = "lock-";
 
 /// The version tag of the node data format.
-const DATA_VERSION: &str = "lockkit/1";
+const DATA_VERSION: &str = "lockkit/2";
 
 /// Bytes that stay as they are in an encoded name.
 fn is_plain(b: u8) -> bool {
@@ -89,14 +104,14 @@ pub fn owner_tag(owner: &str) -> u64 {
 }
 
 /// The path to create (ZooKeeper appends the sequence number) for one
-/// contender's attempt.
-pub fn child_prefix(parent: &str, owner_tag: u64, attempt: u64) -> String {
+/// contender's attempt (its attempt id, as lockkit-core makes it).
+pub fn child_prefix(parent: &str, owner_tag: u64, attempt: &str) -> String {
     format!("{parent}/{}", child_stem(owner_tag, attempt))
 }
 
 /// The part of a child's name before its sequence number.
-pub fn child_stem(owner_tag: u64, attempt: u64) -> String {
-    format!("{owner_tag:016x}-{attempt:016x}-")
+pub fn child_stem(owner_tag: u64, attempt: &str) -> String {
+    format!("{owner_tag:016x}-{attempt}-")
 }
 
 /// One contender, parsed from its child node's name.
@@ -139,31 +154,119 @@ pub fn queue(children: &[String]) -> Vec<Child> {
     queue
 }
 
-/// What a contender node holds: its owner and the owner's hold count.
+/// The prefix of share nodes' names. Not a contender's name: [`Child::parse`]
+/// (and so [`queue`]) skips them.
+const SHARE_PREFIX: &str = "share-";
+
+/// The name of the share node of the session `session` of an owner with
+/// tag `owner_tag`: one per session and hold, so that the server itself
+/// refuses a second one.
+pub fn share_name(owner_tag: u64, session: i64) -> String {
+    format!("{SHARE_PREFIX}{owner_tag:016x}-{session:016x}")
+}
+
+/// One share node, parsed from its name: a session's share of a hold that
+/// another session's node carries too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    /// The node's name (last path segment).
+    pub name: String,
+    /// Its owner's tag.
+    pub owner_tag: u64,
+}
+
+impl Share {
+    /// Parses a share node's name; `None` for any other node.
+    pub fn parse(name: &str) -> Option<Share> {
+        let rest = name.strip_prefix(SHARE_PREFIX)?;
+        let (tag, session) = rest.split_once('-')?;
+        if tag.len() != 16 || session.len() != 16 || !session.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some(Share {
+            name: name.to_owned(),
+            owner_tag: u64::from_str_radix(tag, 16).ok()?,
+        })
+    }
+
+    /// The node's path under `parent`.
+    pub fn path(&self, parent: &str) -> String {
+        format!("{parent}/{}", self.name)
+    }
+}
+
+/// The share nodes among a parent's children, in name order.
+pub fn shares(children: &[String]) -> Vec<Share> {
+    let mut shares: Vec<Share> = children.iter().filter_map(|c| Share::parse(c)).collect();
+    shares.sort_by(|a, b| a.name.cmp(&b.name));
+    shares
+}
+
+/// What a lock node holds: its owner, one attempt id per share of the hold
+/// it carries (the node's part of the hold count is their number), and on a
+/// share node the hold's token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeData {
     /// The owner id.
     pub owner: String,
-    /// How many times the owner holds the lock (1 while queued).
-    pub count: u32,
+    /// The hold's fencing token, on a share node (a contender node's token
+    /// is its own creation zxid: `None`).
+    pub token: Option<i64>,
+    /// The attempt ids of the acquisitions whose shares this node carries,
+    /// oldest first; never empty.
+    pub attempts: Vec<String>,
 }
 
 impl NodeData {
-    /// The data of a node that `owner` holds `count` times.
-    pub fn encode(owner: &str, count: u32) -> Vec<u8> {
-        format!("{DATA_VERSION}\n{count}\n{owner}").into_bytes()
+    /// The data of a contender node that `owner` holds with one attempt.
+    pub fn contender(owner: &str, attempt: &str) -> Self {
+        NodeData {
+            owner: owner.to_owned(),
+            token: None,
+            attempts: vec![attempt.to_owned()],
+        }
     }
 
-    /// Parses node data; `None` if it is not lockkit's.
+    /// How many shares of the hold this node carries.
+    pub fn count(&self) -> u32 {
+        u32::try_from(self.attempts.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether this node carries `attempt`'s share.
+    pub fn has(&self, attempt: &str) -> bool {
+        self.attempts.iter().any(|a| a == attempt)
+    }
+
+    /// The fencing token of the hold this node is part of, given the node's
+    /// creation zxid.
+    pub fn hold_token(&self, czxid: i64) -> i64 {
+        self.token.unwrap_or(czxid)
+    }
+
+    /// The node data as stored.
+    pub fn encode(&self) -> Vec<u8> {
+        let token = self.token.map_or_else(|| "-".to_owned(), |t| t.to_string());
+        format!("{DATA_VERSION}\n{token}\n{}\n{}", self.attempts.join(" "), self.owner).into_bytes()
+    }
+
+    /// Parses node data; `None` if it is not lockkit's (or of an older
+    /// lockkit, whose nodes carried a bare count).
     pub fn decode(data: &[u8]) -> Option<NodeData> {
         let text = std::str::from_utf8(data).ok()?;
-        let mut lines = text.splitn(3, '\n');
+        let mut lines = text.splitn(4, '\n');
         if lines.next()? != DATA_VERSION {
             return None;
         }
-        let count = lines.next()?.parse().ok().filter(|c| *c > 0)?;
+        let token = match lines.next()? {
+            "-" => None,
+            t => Some(t.parse().ok()?),
+        };
+        let attempts: Vec<String> = lines.next()?.split(' ').map(str::to_owned).collect();
+        if !attempts.iter().all(|a| is_attempt_id(a)) {
+            return None;
+        }
         let owner = lines.next()?.to_owned();
-        (!owner.is_empty()).then_some(NodeData { owner, count })
+        (!owner.is_empty()).then_some(NodeData { owner, token, attempts })
     }
 }
 
@@ -208,9 +311,9 @@ mod tests {
     #[test]
     fn children_sort_by_sequence_and_skip_strangers() {
         let tag = owner_tag("me");
-        let a = format!("{}0000000010", child_stem(tag, 1));
-        let b = format!("{}0000000002", child_stem(7, 2));
-        let c = format!("{}2147483648", child_stem(7, 3));
+        let a = format!("{}0000000010", child_stem(tag, "0000000000000001"));
+        let b = format!("{}0000000002", child_stem(7, "0000000000000002"));
+        let c = format!("{}2147483648", child_stem(7, "0000000000000003"));
         let children = vec![a.clone(), "garbage".into(), c.clone(), b.clone(), "x-y-1".into()];
         let q = queue(&children);
         let names: Vec<&str> = q.iter().map(|c| c.name.as_str()).collect();
@@ -218,6 +321,23 @@ mod tests {
         assert_eq!(q[1].owner_tag, tag);
         assert_eq!(q[2].seq, 2_147_483_648);
         assert_eq!(q[0].path("/lock-x"), format!("/lock-x/{b}"));
+    }
+
+    #[test]
+    fn share_nodes_are_not_contenders() {
+        let name = share_name(owner_tag("me"), 0x1234);
+        assert_eq!(name, format!("share-{:016x}-0000000000001234", owner_tag("me")));
+        assert_eq!(Child::parse(&name), None);
+        let children = vec![name.clone(), format!("{}0000000001", child_stem(7, "0000000000000001"))];
+        assert_eq!(queue(&children).len(), 1);
+        let found = shares(&children);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].name.as_str(), found[0].owner_tag),
+            (name.as_str(), owner_tag("me"))
+        );
+        assert_eq!(Share::parse("share-x-y"), None);
+        assert_eq!(found[0].path("/lock-x"), format!("/lock-x/{name}"));
     }
 
     #[test]
@@ -230,17 +350,36 @@ mod tests {
 
     #[test]
     fn node_data() {
-        let data = NodeData::encode("trade center\t1", 3);
-        assert_eq!(
-            NodeData::decode(&data),
-            Some(NodeData {
-                owner: "trade center\t1".into(),
-                count: 3
-            })
-        );
+        let attempts = vec!["0123456789abcdef".to_owned(), "fedcba9876543210".to_owned()];
+        let data = NodeData {
+            owner: "trade center\t1".into(),
+            token: None,
+            attempts: attempts.clone(),
+        };
+        assert_eq!(NodeData::decode(&data.encode()), Some(data.clone()));
+        assert_eq!(data.count(), 2);
+        assert!(data.has("fedcba9876543210") && !data.has("0000000000000000"));
+        assert_eq!(data.hold_token(7), 7);
+        let share = NodeData {
+            token: Some(42),
+            ..data
+        };
+        assert_eq!(NodeData::decode(&share.encode()), Some(share.clone()));
+        assert_eq!(share.hold_token(7), 42);
         assert_eq!(NodeData::decode(b""), None);
-        assert_eq!(NodeData::decode(b"lockkit/1\n0\nme"), None);
-        assert_eq!(NodeData::decode(b"lockkit/1\n1\n"), None);
-        assert_eq!(NodeData::decode(b"lockkit/9\n1\nme"), None);
+        assert_eq!(NodeData::decode(b"lockkit/1\n1\nme"), None, "an older lockkit's node");
+        assert_eq!(NodeData::decode(b"lockkit/2\n-\n\nme"), None, "no share");
+        assert_eq!(NodeData::decode(b"lockkit/2\n-\n0123456789abcdef\n"), None, "no owner");
+        assert_eq!(
+            NodeData::decode(b"lockkit/2\nx\n0123456789abcdef\nme"),
+            None,
+            "bad token"
+        );
+        assert_eq!(
+            NodeData::decode(b"lockkit/2\n-\n0123456789ABCDEF\nme"),
+            None,
+            "bad attempt"
+        );
+        assert!(NodeData::decode(b"lockkit/2\n-\n0123456789abcdef\nme").is_some());
     }
 }

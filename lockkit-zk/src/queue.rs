@@ -1,15 +1,16 @@
 //! The contender queue of one lock name on ZooKeeper primitives: joining
-//! it, reading it, changing the hold count in a node, and the operator's
-//! listing and forced release.
+//! it, reading it and the hold it carries, changing the shares a node
+//! carries, and the operator's listing and forced release.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use lockkit_core::LockInfo;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, Error as ZkError};
+use zookeeper_client::{Client, Error as ZkError, Stat};
 
 use crate::error::BACKEND;
-use crate::nodes::{Child, NodeData, child_prefix, child_stem, decode_name, parent_path, queue};
+use crate::nodes::{Child, NodeData, Share, child_prefix, child_stem, decode_name, parent_path, queue, shares};
 use crate::session::Session;
 
 pub(crate) type ZkResult<T> = Result<T, ZkError>;
@@ -19,40 +20,68 @@ pub(crate) struct Queued {
     pub(crate) parent: String,
     pub(crate) me: Child,
     pub(crate) path: String,
-    pub(crate) czxid: i64,
+    /// The contender node as created (or found again after a lost create).
+    pub(crate) node: Known,
     pub(crate) queue: Vec<Child>,
+    /// The share nodes of the last listing.
+    pub(crate) shares: Vec<Share>,
     /// The connection epoch the listing was made in.
     pub(crate) epoch: CancellationToken,
 }
 
 /// What a contender does next, from the last listing.
+#[derive(Debug)]
 pub(crate) enum Plan {
     /// Its node is gone (session ended, or deleted by somebody).
     Gone,
-    /// It is first: it holds the lock.
+    /// It is first and no share node of another owner stands: it holds the
+    /// lock.
     Holder,
-    /// The holder's node carries this owner's tag: re-enter it.
-    Reenter(Child),
-    /// Wait for this node to go.
-    Wait(Child),
+    /// The hold carries this owner's tag: join it (re-entry).
+    Join,
+    /// Wait for the node of this name to go (or change).
+    Wait(String),
 }
 
-pub(crate) fn plan(q: &Queued, tag: u64, foreign: Option<i64>) -> Plan {
+/// The next step of the contender `q` whose owner has `tag`; `foreign`:
+/// nodes whose name carries the tag but whose data names another owner.
+///
+/// A hold is the first contender's, or — once that one is gone — the share
+/// nodes' that outlived it: the first contender holds the lock only when no
+/// share node of another owner is left.
+pub(crate) fn plan(q: &Queued, tag: u64, foreign: &[String]) -> Plan {
     let Some(me) = q.queue.iter().position(|c| c.seq == q.me.seq && c.name == q.me.name) else {
         return Plan::Gone;
     };
+    let ours = |name: &String, t: u64| t == tag && !foreign.contains(name);
+    if q.shares.iter().any(|s| ours(&s.name, s.owner_tag)) {
+        return Plan::Join;
+    }
+    if let Some(share) = q.shares.first() {
+        // Another owner's hold stands on its share nodes. The first
+        // contender (or this owner's node, if it is first) waits for them.
+        return match q.queue[..me].iter().position(|c| ours(&c.name, c.owner_tag)) {
+            None if me == 0 => Plan::Wait(share.name.clone()),
+            Some(0) => Plan::Wait(share.name.clone()),
+            Some(i) => Plan::Wait(q.queue[i - 1].name.clone()),
+            None => Plan::Wait(q.queue[me - 1].name.clone()),
+        };
+    }
     if me == 0 {
         return Plan::Holder;
     }
     let lowest = &q.queue[0];
-    if lowest.owner_tag == tag && foreign != Some(lowest.seq) {
-        return Plan::Reenter(lowest.clone());
+    if ours(&lowest.name, lowest.owner_tag) {
+        return Plan::Join;
     }
     // A node of this owner further ahead becomes the holder when its own
     // predecessor goes: watch that one, so re-entry is not missed.
     // Otherwise (always, unless one owner queues twice) the direct predecessor.
-    let watch = q.queue[1..me].iter().position(|c| c.owner_tag == tag).unwrap_or(me - 1);
-    Plan::Wait(q.queue[watch].clone())
+    let watch = q.queue[1..me]
+        .iter()
+        .position(|c| ours(&c.name, c.owner_tag))
+        .unwrap_or(me - 1);
+    Plan::Wait(q.queue[watch].name.clone())
 }
 
 /// The children of `parent` (none if it does not exist), retried over
@@ -67,17 +96,25 @@ pub(crate) async fn list(client: &Client, parent: &str) -> ZkResult<Vec<String>>
     }
 }
 
-/// The holder of the lock whose parent is `parent`: the first in line.
-pub(crate) async fn holder(client: &Client, parent: &str) -> ZkResult<Option<Child>> {
-    Ok(queue(&list(client, parent).await?).into_iter().next())
+/// Brings the server this session reads from up to date with the leader
+/// (as of the sync), retried over connection losses. Needed before looking
+/// for the effect of a write whose answer was lost: after a reconnection
+/// the session may read from a server that has not applied it yet.
+pub(crate) async fn sync(client: &Client, path: &str) -> ZkResult<()> {
+    loop {
+        match client.sync(path).await {
+            Err(ZkError::ConnectionLoss) => continue,
+            other => return other,
+        }
+    }
 }
 
-/// A node's data (`None` inside if it is not lockkit's), czxid and data
-/// version; `None` if the node does not exist.
-pub(crate) async fn read(client: &Client, path: &str) -> ZkResult<Option<(Option<NodeData>, i64, i32)>> {
+/// A node's data (`None` inside if it is not lockkit's) and stat; `None` if
+/// the node does not exist.
+pub(crate) async fn read(client: &Client, path: &str) -> ZkResult<Option<(Option<NodeData>, Stat)>> {
     loop {
         match client.get_data(path).await {
-            Ok((data, stat)) => return Ok(Some((NodeData::decode(&data), stat.czxid, stat.version))),
+            Ok((data, stat)) => return Ok(Some((NodeData::decode(&data), stat))),
             Err(ZkError::NoNode) => return Ok(None),
             Err(ZkError::ConnectionLoss) => continue,
             Err(e) => return Err(e),
@@ -88,196 +125,278 @@ pub(crate) async fn read(client: &Client, path: &str) -> ZkResult<Option<(Option
 /// Lists the parent again, noting the connection epoch first.
 pub(crate) async fn refresh(session: &Session, q: &mut Queued) -> ZkResult<()> {
     q.epoch = session.epoch();
-    q.queue = queue(&list(&session.client, &q.parent).await?);
+    let children = list(&session.client, &q.parent).await?;
+    q.queue = queue(&children);
+    q.shares = shares(&children);
     Ok(())
 }
 
 /// Creates this contender's node (and the parent, if needed) and lists the
-/// parent in the same round trip. A create whose answer was lost with the
-/// connection is found again by its random attempt id.
-pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u64) -> ZkResult<Queued> {
-    let attempt = rand::random::<u64>();
+/// parent in the same round trip. The node's name carries the attempt id,
+/// so a create whose answer was lost with the connection is found again
+/// (after a `sync`, so that the server listing has applied it if the leader
+/// did) instead of leaving a second node of the same attempt.
+pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u64, attempt: &str) -> ZkResult<Queued> {
     let prefix = child_prefix(parent, tag, attempt);
     let stem = child_stem(tag, attempt);
-    let data = NodeData::encode(owner, 1);
+    let data = NodeData::contender(owner, attempt);
+    let encoded = data.encode();
     let client = &session.client;
     loop {
         let epoch = session.epoch();
         // Sent now, answered in order: the listing includes our node.
-        let create = client.create(&prefix, &data, &session.contender_options());
+        let create = client.create(&prefix, &encoded, &session.contender_options());
         let listing = client.list_children(parent);
-        let (name, czxid) = match create.await {
-            Ok((stat, seq)) => (format!("{stem}{seq}"), stat.czxid),
+        let (name, node) = match create.await {
+            Ok((stat, seq)) => (
+                format!("{stem}{seq}"),
+                Known {
+                    data: data.clone(),
+                    version: stat.version,
+                    czxid: stat.czxid,
+                },
+            ),
             Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options()).await {
                 Ok(_) | Err(ZkError::NodeExists | ZkError::ConnectionLoss) => continue,
                 Err(e) => return Err(e),
             },
             Err(ZkError::ConnectionLoss) => {
+                sync(client, parent).await?;
                 let children = list(client, parent).await?;
                 let Some(name) = children.into_iter().find(|c| c.starts_with(&stem)) else {
                     continue;
                 };
                 match read(client, &format!("{parent}/{name}")).await? {
-                    Some((_, czxid, _)) => (name, czxid),
-                    None => continue,
+                    Some((Some(data), stat)) => (
+                        name,
+                        Known {
+                            data,
+                            version: stat.version,
+                            czxid: stat.czxid,
+                        },
+                    ),
+                    _ => continue,
                 }
             }
             Err(e) => return Err(e),
         };
         let children = match listing.await {
-            Ok(children) => children,
-            Err(_) => list(client, parent).await?,
+            Ok(children) if children.contains(&name) => children,
+            _ => list(client, parent).await?,
         };
         let me = Child::parse(&name).ok_or_else(|| ZkError::UnexpectedError(format!("created node {name}")))?;
         return Ok(Queued {
             parent: parent.to_owned(),
             path: me.path(parent),
             me,
-            czxid,
+            node,
             queue: queue(&children),
+            shares: shares(&children),
             epoch,
         });
     }
 }
 
 /// A node's data as last known: skips the read before a versioned write.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Known {
-    pub(crate) count: u32,
+    pub(crate) data: NodeData,
     pub(crate) version: i32,
+    /// The node's own creation zxid.
     pub(crate) czxid: i64,
 }
 
-/// A hold count after a change; `version` is `None` once the node is deleted.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Changed {
-    pub(crate) count: u32,
-    pub(crate) version: Option<i32>,
-    pub(crate) czxid: i64,
-}
-
-impl Changed {
-    /// A contender's own node, as created: count 1, data version 0.
-    pub(crate) fn created(czxid: i64) -> Self {
-        Changed {
-            count: 1,
-            version: Some(0),
-            czxid,
-        }
+impl Known {
+    /// The fencing token of the hold the node is part of.
+    pub(crate) fn token(&self) -> i64 {
+        self.data.hold_token(self.czxid)
     }
 }
 
-/// Changes the hold count in the node at `path` by `delta`, deleting the
-/// node at zero — only if `owner` holds it (and, with `token`, under that
-/// creation zxid). Every write is versioned and retried on a version
-/// conflict. `None`: not held that way (or the node is gone).
+/// A node after a change of its shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Changed {
+    /// Its data and version now; `None` once it is deleted.
+    pub(crate) node: Option<(NodeData, i32)>,
+    /// Its creation zxid.
+    pub(crate) czxid: i64,
+    /// Somebody else wrote the node since the state the change started
+    /// from (a version conflict, a stale known state, or an answer lost
+    /// with the connection): a session joining the hold bumps its node's
+    /// version.
+    pub(crate) raced: bool,
+}
+
+impl Changed {
+    /// How many shares the node carries now.
+    pub(crate) fn count(&self) -> u32 {
+        self.node.as_ref().map_or(0, |(d, _)| d.count())
+    }
+
+    /// What is known of the node now, unless it is deleted.
+    pub(crate) fn known(&self) -> Option<Known> {
+        self.node.as_ref().map(|(data, version)| Known {
+            data: data.clone(),
+            version: *version,
+            czxid: self.czxid,
+        })
+    }
+}
+
+/// A change of the shares a node carries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Change<'a> {
+    /// Adds this attempt's share (a re-entry), unless the node carries it.
+    Add(&'a str),
+    /// Takes this attempt's share back (a release), deleting the node when
+    /// it was the last; nothing if the node does not carry it.
+    Remove(&'a str),
+}
+
+/// Changes the shares the node at `path` carries — only if `owner` holds it
+/// (and, with `token`, as part of the hold with that token). Every write is
+/// versioned and retried on a version conflict. `None`: not held that way
+/// (or the node is gone). With `list_after`, that parent is listed right
+/// behind the write, in the same round trip: the listing (made after the
+/// write) comes back too.
 ///
-/// A write whose answer was lost with the connection is recognised on the
-/// next read: the node gone after a delete, or the data version one up with
-/// the count we wrote.
-pub(crate) async fn change_count(
+/// Idempotent by attempt id: an `Add` of an attempt the node carries and a
+/// `Remove` of one it does not change nothing — after a fresh read, since a
+/// `known` state may be stale. So a write whose answer was lost with the
+/// connection is recognised on the next read by its attempt id alone (the
+/// node gone after a delete), never by comparing data that an identical
+/// concurrent write could have produced.
+pub(crate) async fn change(
     client: &Client,
     path: &str,
     owner: &str,
     token: Option<i64>,
     mut known: Option<Known>,
-    delta: i32,
-) -> ZkResult<Option<Changed>> {
-    enum Lost {
-        Delete,
-        Set { count: u32, version: i32 },
-    }
-    let mut lost: Option<Lost> = None;
+    change: Change<'_>,
+    list_after: Option<&str>,
+) -> ZkResult<(Option<Changed>, Option<Vec<String>>)> {
+    let mut deleted_lost = false;
+    let mut fresh = false;
+    let mut raced = false;
+    let mut czxid = known.as_ref().map_or(0, |k| k.czxid);
+    let started = known.as_ref().map(|k| k.version);
     loop {
         let current = match known.take() {
             Some(k) => k,
             None => match client.get_data(path).await {
                 Ok((data, stat)) => {
-                    let data = NodeData::decode(&data);
-                    let mine = data.as_ref().is_some_and(|d| d.owner == owner) && token.is_none_or(|t| t == stat.czxid);
-                    let Some(data) = data.filter(|_| mine) else {
-                        return Ok(None);
+                    fresh = true;
+                    let data = NodeData::decode(&data)
+                        .filter(|d| d.owner == owner && token.is_none_or(|t| t == d.hold_token(stat.czxid)));
+                    let Some(data) = data else {
+                        return Ok((None, None));
                     };
-                    if let Some(Lost::Set { count, version }) = lost.take()
-                        && stat.version == version
-                        && data.count == count
-                    {
-                        return Ok(Some(Changed {
-                            count,
-                            version: Some(version),
-                            czxid: stat.czxid,
-                        }));
-                    }
+                    raced |= started.is_some_and(|v| v != stat.version);
                     Known {
-                        count: data.count,
+                        data,
                         version: stat.version,
                         czxid: stat.czxid,
                     }
                 }
                 Err(ZkError::NoNode) => {
-                    return Ok(match lost {
-                        Some(Lost::Delete) => Some(Changed {
-                            count: 0,
-                            version: None,
-                            czxid: token.unwrap_or_default(),
-                        }),
-                        _ => None,
+                    let deleted = deleted_lost.then_some(Changed {
+                        node: None,
+                        czxid,
+                        raced: true,
                     });
+                    return Ok((deleted, None));
                 }
                 Err(ZkError::ConnectionLoss) => continue,
                 Err(e) => return Err(e),
             },
         };
-        let next = i64::from(current.count) + i64::from(delta);
-        let result = if next <= 0 {
-            client.delete(path, Some(current.version)).await.map(|()| Changed {
-                count: 0,
-                version: None,
+        czxid = current.czxid;
+        let mut next = current.data.clone();
+        match change {
+            Change::Add(attempt) if !next.has(attempt) => next.attempts.push(attempt.to_owned()),
+            Change::Add(_) => {}
+            Change::Remove(attempt) => next.attempts.retain(|a| a != attempt),
+        }
+        if next == current.data {
+            // Nothing to do, if the node really is this way.
+            if !fresh {
+                continue;
+            }
+            let changed = Changed {
                 czxid: current.czxid,
+                node: Some((current.data, current.version)),
+                raced,
+            };
+            let listing = match list_after {
+                Some(parent) => client.list_children(parent).await.ok(),
+                None => None,
+            };
+            return Ok((Some(changed), listing));
+        }
+        let deleting = next.attempts.is_empty();
+        // The listing is sent behind the write: answered after it, so it
+        // includes it.
+        let listing;
+        let result = if deleting {
+            let delete = client.delete(path, Some(current.version));
+            listing = list_after.map(|parent| client.list_children(parent));
+            delete.await.map(|()| Changed {
+                node: None,
+                czxid: current.czxid,
+                raced,
             })
         } else {
-            let count = u32::try_from(next).unwrap_or(u32::MAX);
-            client
-                .set_data(path, &NodeData::encode(owner, count), Some(current.version))
-                .await
-                .map(|stat| Changed {
-                    count,
-                    version: Some(stat.version),
-                    czxid: current.czxid,
-                })
+            let set = client.set_data(path, &next.encode(), Some(current.version));
+            listing = list_after.map(|parent| client.list_children(parent));
+            set.await.map(|stat| Changed {
+                node: Some((next, stat.version)),
+                czxid: current.czxid,
+                raced,
+            })
+        };
+        let listing = match listing {
+            Some(l) => l.await.ok(),
+            None => None,
         };
         match result {
-            Ok(changed) => return Ok(Some(changed)),
-            Err(ZkError::BadVersion) => {}
-            Err(ZkError::NoNode) => return Ok(None),
-            Err(ZkError::ConnectionLoss) => {
-                lost = Some(if next <= 0 {
-                    Lost::Delete
-                } else {
-                    Lost::Set {
-                        count: u32::try_from(next).unwrap_or(u32::MAX),
-                        version: current.version.wrapping_add(1),
-                    }
+            Ok(changed) => return Ok((Some(changed), listing)),
+            Err(ZkError::BadVersion) => raced = true,
+            Err(ZkError::NoNode) => {
+                let deleted = deleted_lost.then_some(Changed {
+                    node: None,
+                    czxid: current.czxid,
+                    raced: true,
                 });
+                return Ok((deleted, None));
+            }
+            Err(ZkError::ConnectionLoss) => {
+                deleted_lost |= deleting;
+                raced = true;
             }
             Err(e) => return Err(e),
         }
     }
 }
 
-/// Takes a contender's node out of the queue: deleted, or (if it became the
-/// holder and a peer of the same owner re-entered it meanwhile) its count
-/// decremented.
-pub(crate) async fn remove_node(session: Arc<Session>, path: String, owner: String, czxid: i64) {
+/// Takes a contender's node out of the queue: `attempt`'s share removed
+/// from it, and the node deleted unless it became the holder and another
+/// acquisition of this session re-entered it meanwhile.
+pub(crate) async fn remove_node(session: Arc<Session>, node: Known, path: String, owner: String, attempt: String) {
     if session.is_dead() {
         return;
     }
-    let queued = Known {
-        count: 1,
-        version: 0,
-        czxid,
-    };
-    if let Err(error) = change_count(&session.client, &path, &owner, Some(czxid), Some(queued), -1).await {
+    let token = Some(node.czxid);
+    if let Err(error) = change(
+        &session.client,
+        &path,
+        &owner,
+        token,
+        Some(node),
+        Change::Remove(&attempt),
+        None,
+    )
+    .await
+    {
         tracing::debug!(backend = BACKEND, node = %path, %error, "could not delete a queued node; it goes with the session");
     }
 }
@@ -287,19 +406,21 @@ pub(crate) async fn remove_node(session: Arc<Session>, path: String, owner: Stri
 /// future is dropped.
 pub(crate) struct Cleanup {
     session: Arc<Session>,
+    node: Option<Known>,
     path: String,
     owner: String,
-    czxid: i64,
+    attempt: String,
     armed: bool,
 }
 
 impl Cleanup {
-    pub(crate) fn new(session: &Arc<Session>, q: &Queued, owner: &str) -> Self {
+    pub(crate) fn new(session: &Arc<Session>, q: &Queued, owner: &str, attempt: &str) -> Self {
         Cleanup {
             session: session.clone(),
+            node: Some(q.node.clone()),
             path: q.path.clone(),
             owner: owner.to_owned(),
-            czxid: q.czxid,
+            attempt: attempt.to_owned(),
             armed: true,
         }
     }
@@ -308,15 +429,22 @@ impl Cleanup {
         self.armed = false;
     }
 
-    pub(crate) async fn run(mut self) {
+    fn work(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
         self.armed = false;
-        remove_node(
+        let node = self.node.take()?;
+        Some(remove_node(
             self.session.clone(),
+            node,
             std::mem::take(&mut self.path),
             std::mem::take(&mut self.owner),
-            self.czxid,
-        )
-        .await;
+            std::mem::take(&mut self.attempt),
+        ))
+    }
+
+    pub(crate) async fn run(mut self) {
+        if let Some(work) = self.work() {
+            work.await;
+        }
     }
 }
 
@@ -325,12 +453,7 @@ impl Drop for Cleanup {
         if !self.armed {
             return;
         }
-        let work = remove_node(
-            self.session.clone(),
-            std::mem::take(&mut self.path),
-            std::mem::take(&mut self.owner),
-            self.czxid,
-        );
+        let Some(work) = self.work() else { return };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(work);
@@ -343,11 +466,236 @@ impl Drop for Cleanup {
     }
 }
 
+/// One node of a hold, as read.
+#[derive(Debug, Clone)]
+pub(crate) struct HoldNode {
+    pub(crate) name: String,
+    pub(crate) path: String,
+    pub(crate) known: Known,
+    /// The session the (ephemeral) node belongs to.
+    pub(crate) session: i64,
+}
+
+/// A hold and the nodes that carry it: the first contender's node, and the
+/// share nodes of other sessions of the same owner.
+#[derive(Debug, Clone)]
+pub(crate) struct HoldView {
+    pub(crate) owner: String,
+    pub(crate) token: i64,
+    pub(crate) nodes: Vec<HoldNode>,
+}
+
+impl HoldView {
+    /// The hold count: the shares of all its nodes.
+    pub(crate) fn count(&self) -> u32 {
+        self.nodes.iter().map(|n| n.known.data.count()).sum()
+    }
+
+    /// The count without the node called `name`.
+    pub(crate) fn count_without(&self, name: &str) -> u32 {
+        self.nodes
+            .iter()
+            .filter(|n| n.name != name)
+            .map(|n| n.known.data.count())
+            .sum()
+    }
+
+    pub(crate) fn info(&self, name: &str) -> LockInfo {
+        LockInfo {
+            name: name.to_owned(),
+            owner: self.owner.clone(),
+            hold_count: self.count(),
+            token: self.token as u64,
+            remaining: None,
+        }
+    }
+}
+
+/// What a lock's parent holds.
+#[derive(Debug, Clone)]
+pub(crate) enum View {
+    Free,
+    Held(HoldView),
+    /// The first contender's data is not lockkit's.
+    Foreign(String),
+}
+
+/// A node's data being read.
+type Reading<'a> = Pin<Box<dyn Future<Output = ZkResult<(Vec<u8>, Stat)>> + Send + 'a>>;
+
+/// The reads of a hold's candidate nodes, sent (see [`read_hold`]).
+pub(crate) struct HoldReads<'a> {
+    parent: String,
+    first: Option<(Child, Reading<'a>)>,
+    shares: Vec<(Share, Reading<'a>)>,
+}
+
+/// Sends the reads of [`read_hold`] at once (requests go out when made), so
+/// that the reads of many holds share a round trip.
+pub(crate) fn start_read_hold<'a>(client: &'a Client, parent: &str, children: &[String]) -> HoldReads<'a> {
+    let first = queue(children).into_iter().next().map(|c| {
+        let read: Reading<'a> = Box::pin(client.get_data(&c.path(parent)));
+        (c, read)
+    });
+    let shares = shares(children)
+        .into_iter()
+        .map(|s| {
+            let read: Reading<'a> = Box::pin(client.get_data(&s.path(parent)));
+            (s, read)
+        })
+        .collect();
+    HoldReads {
+        parent: parent.to_owned(),
+        first,
+        shares,
+    }
+}
+
+/// The hold of the lock whose parent `parent` had `children`: the first
+/// contender and every share node are read, pipelined. `None`: the first
+/// contender went between the listing and the read (list again).
+///
+/// Share nodes of a hold outlive its contender node; while one stands, the
+/// first contender is part of the hold only if it is the hold's own node
+/// (its creation zxid is the hold's token), and waits otherwise.
+pub(crate) async fn read_hold(client: &Client, parent: &str, children: &[String]) -> ZkResult<Option<View>> {
+    start_read_hold(client, parent, children).finish().await
+}
+
+impl HoldReads<'_> {
+    /// The hold, once the reads are answered (see [`read_hold`]).
+    pub(crate) async fn finish(self) -> ZkResult<Option<View>> {
+        let HoldReads { parent, first, shares } = self;
+        let parent = parent.as_str();
+        let first = match first {
+            Some((c, read)) => match read.await {
+                Ok((data, stat)) => Some((c.name, NodeData::decode(&data), stat)),
+                Err(ZkError::NoNode | ZkError::ConnectionLoss) => return Ok(None),
+                Err(e) => return Err(e),
+            },
+            None => None,
+        };
+        let mut nodes = Vec::new();
+        for (share, read) in shares {
+            match read.await {
+                Ok((data, stat)) => {
+                    if let Some(data) = NodeData::decode(&data).filter(|d| d.token.is_some()) {
+                        nodes.push(HoldNode {
+                            path: share.path(parent),
+                            name: share.name,
+                            session: stat.ephemeral_owner,
+                            known: Known {
+                                data,
+                                version: stat.version,
+                                czxid: stat.czxid,
+                            },
+                        });
+                    }
+                }
+                // Released meanwhile: not part of the hold any more.
+                Err(ZkError::NoNode) => {}
+                Err(ZkError::ConnectionLoss) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(token) = nodes.iter().map(|n| n.known.token()).min() {
+            // One hold at a time: share nodes are only made while a node of
+            // their hold stands, and a contender holds only once none is left.
+            let owner = nodes
+                .iter()
+                .find(|n| n.known.token() == token)
+                .map(|n| n.known.data.owner.clone())
+                .unwrap_or_default();
+            nodes.retain(|n| n.known.token() == token && n.known.data.owner == owner);
+            if let Some((name, Some(data), stat)) = first
+                && stat.czxid == token
+                && data.owner == owner
+            {
+                nodes.insert(
+                    0,
+                    HoldNode {
+                        path: format!("{parent}/{name}"),
+                        name,
+                        session: stat.ephemeral_owner,
+                        known: Known {
+                            data,
+                            version: stat.version,
+                            czxid: stat.czxid,
+                        },
+                    },
+                );
+            }
+            return Ok(Some(View::Held(HoldView { owner, token, nodes })));
+        }
+        Ok(Some(match first {
+            None => View::Free,
+            Some((name, None, _)) => View::Foreign(format!("{parent}/{name}")),
+            Some((name, Some(data), stat)) => View::Held(HoldView {
+                owner: data.owner.clone(),
+                token: stat.czxid,
+                nodes: vec![HoldNode {
+                    path: format!("{parent}/{name}"),
+                    name,
+                    session: stat.ephemeral_owner,
+                    known: Known {
+                        data,
+                        version: stat.version,
+                        czxid: stat.czxid,
+                    },
+                }],
+            }),
+        }))
+    }
+}
+
+/// The hold of the lock whose parent is `parent`, listed and read now.
+pub(crate) async fn hold_of(client: &Client, parent: &str) -> ZkResult<View> {
+    loop {
+        let children = list(client, parent).await?;
+        if let Some(view) = read_hold(client, parent, &children).await? {
+            return Ok(view);
+        }
+    }
+}
+
+/// The hold count of the hold `token` of `owner` after a change of this
+/// session's node `own` (now carrying `own_count` shares), from a listing
+/// made after the change. Without share nodes in the listing (the common
+/// case) no other node can carry the hold: no read is needed.
+pub(crate) async fn count_after(
+    client: &Client,
+    parent: &str,
+    own: &str,
+    own_count: u32,
+    owner: &str,
+    token: i64,
+    listing: Option<Vec<String>>,
+) -> ZkResult<u32> {
+    let mut listing = listing;
+    loop {
+        let children = match listing.take() {
+            Some(children) => children,
+            None => list(client, parent).await?,
+        };
+        let own_is_share = Share::parse(own).is_some();
+        if !own_is_share && shares(&children).is_empty() {
+            return Ok(own_count);
+        }
+        match read_hold(client, parent, &children).await? {
+            Some(View::Held(view)) if view.token == token && view.owner == owner => {
+                return Ok(view.count_without(own) + own_count);
+            }
+            Some(_) => return Ok(own_count),
+            None => {}
+        }
+    }
+}
+
 /// Held names starting with `prefix`, in name order, at most `limit`: the
-/// chroot's lock parents, their first children and those children's data,
-/// each step pipelined over a batch of names. The chroot's children come in
-/// one answer, bounded by the server's `jute.maxbuffer` (1 MB by default:
-/// tens of thousands of lock names of ordinary length).
+/// chroot's lock parents, their children and the holds' nodes' data, each
+/// step pipelined over a batch of names. The chroot's children come in one
+/// answer, bounded by the server's `jute.maxbuffer` (1 MB by default: tens
+/// of thousands of lock names of ordinary length).
 pub(crate) async fn list_held(session: &Session, prefix: &str, limit: usize) -> ZkResult<Vec<LockInfo>> {
     let client = &session.client;
     let mut names: Vec<String> = list(client, "/")
@@ -365,35 +713,29 @@ pub(crate) async fn list_held(session: &Session, prefix: &str, limit: usize) -> 
         let parents: Vec<String> = batch.iter().map(|n| parent_path(n)).collect();
         // Requests go out when made: all of a batch before the first answer.
         let listings: Vec<_> = parents.iter().map(|p| client.list_children(p)).collect();
-        let mut holders = Vec::new();
-        for ((name, parent), listing) in batch.iter().zip(&parents).zip(listings) {
+        let mut children = Vec::new();
+        for listing in listings {
             match listing.await {
-                Ok(children) => {
-                    if let Some(first) = queue(&children).into_iter().next() {
-                        holders.push((name, first.path(parent)));
-                    }
-                }
-                Err(ZkError::NoNode) => {}
+                Ok(c) => children.push(c),
+                Err(ZkError::NoNode) => children.push(Vec::new()),
                 Err(e) => return Err(e),
             }
         }
-        let reads: Vec<_> = holders.iter().map(|(_, path)| client.get_data(path)).collect();
-        for ((name, _), read) in holders.iter().zip(reads) {
-            match read.await {
-                Ok((data, stat)) => {
-                    if let Some(data) = NodeData::decode(&data) {
-                        held.push(LockInfo {
-                            name: (*name).clone(),
-                            owner: data.owner,
-                            hold_count: data.count,
-                            token: stat.czxid as u64,
-                            remaining: None,
-                        });
-                    }
-                }
-                // Released between the listing and the read.
-                Err(ZkError::NoNode) => {}
-                Err(e) => return Err(e),
+        // The reads of every name of the batch go out before the first
+        // answer is awaited, too.
+        let reads: Vec<_> = parents
+            .iter()
+            .zip(&children)
+            .map(|(parent, children)| start_read_hold(client, parent, children))
+            .collect();
+        for ((name, parent), reads) in batch.iter().zip(&parents).zip(reads) {
+            let view = match reads.finish().await? {
+                Some(view) => view,
+                // Changed between the listing and the reads: look again.
+                None => hold_of(client, parent).await?,
+            };
+            if let View::Held(view) = view {
+                held.push(view.info(name));
             }
         }
     }
@@ -413,37 +755,31 @@ impl From<ZkError> for DeleteError {
     }
 }
 
-/// Deletes the holder node of `name`, whoever holds it; returns its path and
-/// what it held. A delete whose answer was lost is checked by reading the
-/// node again, so a retry never deletes the next holder too.
-pub(crate) async fn delete_holder(session: &Session, name: &str) -> Result<Option<(String, LockInfo)>, DeleteError> {
+/// Deletes every node of the hold on `name` (its contender node and its
+/// share nodes), whoever holds it; returns the paths and what the hold was.
+/// Deletes are versioned and the hold is read again until no node of it is
+/// left, so a retry after a lost answer never deletes the next holder too.
+pub(crate) async fn delete_hold(session: &Session, name: &str) -> Result<Option<(Vec<String>, LockInfo)>, DeleteError> {
     let client = &session.client;
     let parent = parent_path(name);
+    let mut removed: Option<(Vec<String>, LockInfo)> = None;
     loop {
-        let Some(first) = holder(client, &parent).await? else {
-            return Ok(None);
+        let view = match hold_of(client, &parent).await? {
+            View::Held(view) if removed.as_ref().is_none_or(|(_, info)| info.token == view.token as u64) => view,
+            View::Foreign(path) if removed.is_none() => return Err(DeleteError::Foreign(path)),
+            _ => return Ok(removed),
         };
-        let path = first.path(&parent);
-        let Some((data, czxid, version)) = read(client, &path).await? else {
-            continue;
-        };
-        let data = data.ok_or_else(|| DeleteError::Foreign(path.clone()))?;
-        let info = LockInfo {
-            name: name.to_owned(),
-            owner: data.owner,
-            hold_count: data.count,
-            token: czxid as u64,
-            remaining: None,
-        };
-        loop {
-            match client.delete(&path, Some(version)).await {
-                Ok(()) => return Ok(Some((path, info))),
-                Err(ZkError::ConnectionLoss) => match read(client, &path).await? {
-                    None => return Ok(Some((path, info))),
-                    Some((_, c, v)) if c == czxid && v == version => continue,
-                    Some(_) => break,
-                },
-                Err(ZkError::BadVersion | ZkError::NoNode) => break,
+        let (paths, _) = removed.get_or_insert_with(|| (Vec::new(), view.info(name)));
+        let deletes: Vec<_> = view
+            .nodes
+            .iter()
+            .map(|n| client.delete(&n.path, Some(n.known.version)))
+            .collect();
+        for (node, delete) in view.nodes.iter().zip(deletes) {
+            match delete.await {
+                Ok(()) => paths.push(node.path.clone()),
+                // Changed, gone, or the answer lost: the next reading says.
+                Err(ZkError::BadVersion | ZkError::NoNode | ZkError::ConnectionLoss) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -458,7 +794,11 @@ mod tests {
     const OTHER: u64 = 2;
 
     fn child(tag: u64, seq: i64) -> Child {
-        Child::parse(&format!("{}{seq:010}", child_stem(tag, seq as u64))).unwrap()
+        Child::parse(&format!("{}{seq:010}", child_stem(tag, &format!("{seq:016x}")))).unwrap()
+    }
+
+    fn share(tag: u64, session: i64) -> Share {
+        Share::parse(&crate::nodes::share_name(tag, session)).unwrap()
     }
 
     /// The queue `line` (owner tags in order, sequences 1, 2, …) with this
@@ -469,39 +809,78 @@ mod tests {
             parent: "/lock-x".into(),
             me: queue[me].clone(),
             path: queue[me].path("/lock-x"),
-            czxid: 1,
+            node: Known {
+                data: NodeData::contender("me", "0000000000000001"),
+                version: 0,
+                czxid: 1,
+            },
             queue,
+            shares: Vec::new(),
             epoch: CancellationToken::new(),
         }
     }
 
-    fn waits_for(p: Plan) -> i64 {
+    fn waits_for(p: Plan) -> String {
         match p {
-            Plan::Wait(c) => c.seq,
-            _ => panic!("expected to wait"),
+            Plan::Wait(name) => name,
+            other => panic!("expected to wait, got {other:?}"),
         }
+    }
+
+    fn seq(q: &Queued, i: usize) -> String {
+        q.queue[i].name.clone()
     }
 
     #[test]
     fn first_holds_others_watch_their_predecessor() {
-        assert!(matches!(plan(&queued(&[ME, OTHER], 0), ME, None), Plan::Holder));
-        assert_eq!(waits_for(plan(&queued(&[OTHER, OTHER, ME], 2), ME, None)), 2);
-        assert_eq!(waits_for(plan(&queued(&[OTHER, ME], 1), ME, None)), 1);
+        assert!(matches!(plan(&queued(&[ME, OTHER], 0), ME, &[]), Plan::Holder));
+        let q = queued(&[OTHER, OTHER, ME], 2);
+        assert_eq!(waits_for(plan(&q, ME, &[])), seq(&q, 1));
+        let q = queued(&[OTHER, ME], 1);
+        assert_eq!(waits_for(plan(&q, ME, &[])), seq(&q, 0));
         let mut gone = queued(&[OTHER, ME], 1);
         gone.queue.pop();
-        assert!(matches!(plan(&gone, ME, None), Plan::Gone));
+        assert!(matches!(plan(&gone, ME, &[]), Plan::Gone));
     }
 
     #[test]
-    fn the_same_owner_reenters_or_watches_for_its_own_turn() {
-        match plan(&queued(&[ME, OTHER, ME], 2), ME, None) {
-            Plan::Reenter(c) => assert_eq!(c.seq, 1),
-            _ => panic!("the holder is this owner: re-enter"),
-        }
+    fn the_same_owner_joins_or_watches_for_its_own_turn() {
+        let q = queued(&[ME, OTHER, ME], 2);
+        assert!(
+            matches!(plan(&q, ME, &[]), Plan::Join),
+            "the holder is this owner: join"
+        );
         // The tag matched but the data said otherwise: wait like anybody.
-        assert_eq!(waits_for(plan(&queued(&[ME, OTHER, ME], 2), ME, Some(1))), 2);
+        assert_eq!(waits_for(plan(&q, ME, &[seq(&q, 0)])), seq(&q, 1));
         // This owner's other node becomes the holder when *its* predecessor
         // goes: watch that one.
-        assert_eq!(waits_for(plan(&queued(&[OTHER, OTHER, ME, OTHER, ME], 4), ME, None)), 2);
+        let q = queued(&[OTHER, OTHER, ME, OTHER, ME], 4);
+        assert_eq!(waits_for(plan(&q, ME, &[])), seq(&q, 1));
+    }
+
+    #[test]
+    fn share_nodes_of_another_owner_hold_the_lock() {
+        // First in line, but the hold stands on another owner's share node.
+        let mut q = queued(&[ME, OTHER], 0);
+        q.shares = vec![share(OTHER, 7)];
+        assert_eq!(waits_for(plan(&q, ME, &[])), q.shares[0].name);
+        // Further back: the direct predecessor, as ever.
+        let mut q = queued(&[OTHER, ME], 1);
+        q.shares = vec![share(OTHER, 7)];
+        assert_eq!(waits_for(plan(&q, ME, &[])), seq(&q, 0));
+        // This owner's node is first and waits for the shares: so does this one.
+        let mut q = queued(&[ME, OTHER, ME], 2);
+        q.shares = vec![share(OTHER, 7)];
+        assert_eq!(waits_for(plan(&q, ME, &[])), q.shares[0].name);
+        // A share node of this owner: the hold is this owner's, join it.
+        let mut q = queued(&[OTHER, ME], 1);
+        q.shares = vec![share(ME, 7)];
+        assert!(matches!(plan(&q, ME, &[]), Plan::Join));
+        let mut q = queued(&[ME], 0);
+        q.shares = vec![share(ME, 7)];
+        assert!(matches!(plan(&q, ME, &[]), Plan::Join));
+        // Unless its data named another owner.
+        let foreign = vec![q.shares[0].name.clone()];
+        assert_eq!(waits_for(plan(&q, ME, &foreign)), q.shares[0].name);
     }
 }

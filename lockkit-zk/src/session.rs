@@ -9,8 +9,9 @@
 //! expires on the server, and the client hears of that only later.
 //!
 //! Each held node is also watched (a get-data watch, re-armed on data
-//! changes), so a node that disappears — deleted by an operator, or by a
-//! peer process sharing the owner id — fires the loss too.
+//! changes), so a node that disappears — deleted by an operator — fires the
+//! loss too. A lease rests on its own session's node only (its contender
+//! node, or its share node of a hold another session's node carries).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -259,6 +260,11 @@ impl Session {
     /// Options of the lock nodes: ephemeral-sequential.
     pub fn contender_options(&self) -> CreateOptions<'static> {
         CreateMode::EphemeralSequential.with_acls(acls(self.secured))
+    }
+
+    /// Options of the share nodes: ephemeral, one per session and hold.
+    pub fn share_options(&self) -> CreateOptions<'static> {
+        CreateMode::Ephemeral.with_acls(acls(self.secured))
     }
 
     /// Options of the per-name parents: containers, removed by the server

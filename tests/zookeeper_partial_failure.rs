@@ -1,0 +1,482 @@
+//! Partial failures on ZooKeeper (issue 13).
+//!
+//! **One owner id shared by several sessions** (scenario 5): a hold that two
+//! processes share must stand as long as either of them still holds it, and
+//! each one's guard must rest on its own session only. P1 and P2 connect
+//! with the same owner, P1 locks, P2 re-enters, P1 unlocks and drops its
+//! client (its session closes): another owner must not get the lock while
+//! P2's guard is not lost.
+//!
+//! **Answers lost after the server acted** (contract point 13): a
+//! contender's create, a re-entry's write and a release whose replies are
+//! lost with the connection (the testkit's [`FaultProxy`] delivers the
+//! requests and drops the replies, then closes the connection) take effect
+//! once. The client finds its own contender node again by the attempt id in
+//! its name (after a `sync`), and recognises its own re-entry or release by
+//! the attempt id in the node data: no second node, no extra count, no
+//! double decrement.
+#![cfg(feature = "zookeeper")]
+
+use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use lockkit::url::ConnectUrl;
+use lockkit::{LockClient, LockGuard, LockOptions};
+use lockkit_core::testkit::{Fault, FaultProxy, server_url};
+use lockkit_zk::ZkBackend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::{Instant, timeout};
+
+/// Far above any healthy latency, far below a stuck lock.
+const BOUND: Duration = Duration::from_secs(15);
+/// How long another owner is given to (wrongly) take a name that is still
+/// held. The failure this guards against took 17-39 ms after the first
+/// session closed.
+const STILL_HELD: Duration = Duration::from_secs(2);
+
+struct Server {
+    url: String,
+    addr: SocketAddr,
+    chroot: String,
+}
+
+/// The shared ZooKeeper (`LOCKKIT_ZK_URL`), if configured.
+fn server() -> Option<Server> {
+    let url = server_url("LOCKKIT_ZK_URL")?;
+    let parsed = ConnectUrl::parse(&url).expect("LOCKKIT_ZK_URL");
+    let host = parsed.hosts.first().expect("a host");
+    let addr = (host.host.as_str(), host.port.unwrap_or(2181))
+        .to_socket_addrs()
+        .expect("resolve")
+        .next()
+        .expect("an address");
+    let chroot = parsed.url.path().to_owned();
+    Some(Server { url, addr, chroot })
+}
+
+fn unique(case: &str) -> String {
+    format!("lockkit-test/{case}/{}", lockkit_core::name::random_owner())
+}
+
+/// A client with its own session, as a separate process would have.
+async fn process(server: &Server, owner: Option<&str>) -> (ZkBackend, LockClient) {
+    let backend = ZkBackend::from_url(&server.url).await.expect("connect");
+    let mut options = LockOptions::new().wait(BOUND);
+    if let Some(owner) = owner {
+        options = options.owner(owner);
+    }
+    let client = LockClient::new(backend.clone(), options).expect("client");
+    (backend, client)
+}
+
+/// Whether the server still has session `id`.
+async fn session_alive(addr: SocketAddr, id: i64) -> bool {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect for dump");
+    s.write_all(b"dump").await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let tracker = out.split("ephemeral nodes dump").next().unwrap_or_default();
+    tracker.lines().any(|l| l.trim() == format!("{id:#x}"))
+}
+
+/// Waits (up to [`BOUND`]) until the server has closed session `id`.
+async fn until_session_gone(addr: SocketAddr, id: i64) {
+    let deadline = Instant::now() + BOUND;
+    while session_alive(addr, id).await {
+        assert!(Instant::now() < deadline, "session {id:#x} still open after {BOUND:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (up to [`BOUND`]) until `n` contenders are queued for `name`.
+async fn until_queued(backend: &ZkBackend, name: &str, n: usize) {
+    let deadline = Instant::now() + BOUND;
+    while backend.contenders(name).await.expect("contenders") != n {
+        assert!(Instant::now() < deadline, "{n} contenders not queued after {BOUND:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn holder_of(info: Option<lockkit::LockInfo>) -> Option<(String, u32, u64)> {
+    info.map(|i| (i.owner, i.hold_count, i.token))
+}
+
+/// Scenario 5: P2's share of the hold outlives P1's session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_hold_stands_while_the_second_session_holds_it() {
+    let Some(server) = server() else { return };
+    let name = unique("shared_owner");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let (p1_backend, p1) = process(&server, Some(&owner)).await;
+    let (_p2_backend, p2) = process(&server, Some(&owner)).await;
+    let (q_backend, q) = process(&server, None).await;
+
+    let g1 = p1.lock(&name).await.expect("P1 locks a free name");
+    let token = g1.fencing_token();
+    let g2 = p2.lock(&name).await.expect("P2 re-enters P1's hold");
+    assert_eq!(g2.fencing_token(), token, "a re-entry keeps the token");
+    assert_eq!(g2.hold_count(), 2, "P2's re-entry is the hold's second share");
+    assert_eq!(
+        holder_of(q.inspect(&name).await.unwrap()),
+        Some((owner.clone(), 2, token))
+    );
+
+    let waiting = {
+        let (q, name) = (q.clone(), name.clone());
+        tokio::spawn(async move { q.lock(&name).await })
+    };
+    until_queued(&q_backend, &name, 2).await;
+
+    let unlocked = g1.unlock().await.expect("P1 unlocks");
+    assert_eq!(unlocked.remaining_holds, 1, "P2's share remains");
+    let p1_session = p1_backend.session_id().expect("P1's session");
+    drop(p1);
+    drop(p1_backend);
+    until_session_gone(server.addr, p1_session).await;
+
+    // P1's session is gone; P2 still holds its share.
+    let mut waiting = waiting;
+    if let Ok(taken) = timeout(STILL_HELD, &mut waiting).await {
+        let taken: LockGuard = taken.expect("task").expect("lock");
+        panic!(
+            "another owner acquired {name} (token {}, after token {token}) once P1's session closed, while P2 still \
+             held its share: P2's guard lost = {}",
+            taken.fencing_token(),
+            g2.is_lost()
+        );
+    }
+    assert!(!g2.is_lost(), "P2's guard rests on P2's own session");
+    assert_eq!(
+        holder_of(q.inspect(&name).await.unwrap()),
+        Some((owner.clone(), 1, token)),
+        "P2's share is the hold now"
+    );
+    let (_r_backend, r) = process(&server, None).await;
+    assert!(r.try_lock(&name).await.unwrap().is_none(), "try_lock: busy");
+
+    let unlocked = g2.unlock().await.expect("P2 unlocks");
+    assert_eq!(unlocked.remaining_holds, 0, "the last share frees the name");
+    let taken = timeout(BOUND, waiting)
+        .await
+        .expect("the waiter gets the lock once the last share is released")
+        .expect("task")
+        .expect("acquired within its wait");
+    assert!(taken.fencing_token() > token, "a new hold has a greater token");
+    assert_eq!(
+        holder_of(r.inspect(&name).await.unwrap()).map(|h| h.0),
+        Some(q.owner().to_owned())
+    );
+    taken.unlock().await.expect("unlock");
+}
+
+/// A third session of the owner joins the hold through the second one's
+/// share node once the first has gone; the counts add up over the sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_session_joins_the_hold_through_a_share_node() {
+    let Some(server) = server() else { return };
+    let name = unique("shared_owner_third");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let (p1_backend, p1) = process(&server, Some(&owner)).await;
+    let (_p2_backend, p2) = process(&server, Some(&owner)).await;
+    let (_p3_backend, p3) = process(&server, Some(&owner)).await;
+    let (_q_backend, q) = process(&server, None).await;
+
+    let g1 = p1.lock(&name).await.expect("P1 locks");
+    let token = g1.fencing_token();
+    let g2 = p2.lock(&name).await.expect("P2 re-enters");
+    assert_eq!(g1.unlock().await.expect("P1 unlocks").remaining_holds, 1);
+    let p1_session = p1_backend.session_id().expect("P1's session");
+    drop(p1);
+    drop(p1_backend);
+    until_session_gone(server.addr, p1_session).await;
+
+    let g3 = p3.lock(&name).await.expect("P3 re-enters the hold P2's share carries");
+    assert_eq!((g3.fencing_token(), g3.hold_count()), (token, 2));
+    let g3b = p3
+        .try_lock(&name)
+        .await
+        .unwrap()
+        .expect("P3 re-enters again, in its own node");
+    assert_eq!((g3b.fencing_token(), g3b.hold_count()), (token, 3));
+    assert_eq!(
+        holder_of(q.inspect(&name).await.unwrap()),
+        Some((owner.clone(), 3, token))
+    );
+    let listed = q.list(&name, 10).await.expect("list");
+    assert_eq!(
+        listed
+            .iter()
+            .map(|i| (i.name.as_str(), i.hold_count, i.token))
+            .collect::<Vec<_>>(),
+        [(name.as_str(), 3, token)]
+    );
+    assert!(q.try_lock(&name).await.unwrap().is_none(), "another owner: busy");
+
+    assert_eq!(g2.unlock().await.expect("P2 unlocks").remaining_holds, 2);
+    assert!(!g3.is_lost() && !g3b.is_lost(), "P3's guards rest on P3's session");
+    assert!(q.try_lock(&name).await.unwrap().is_none(), "P3 still holds");
+    assert_eq!(g3b.unlock().await.expect("unlock").remaining_holds, 1);
+    assert_eq!(g3.unlock().await.expect("unlock").remaining_holds, 0);
+    let next = q
+        .try_lock(&name)
+        .await
+        .unwrap()
+        .expect("free once every share is released");
+    assert!(next.fencing_token() > token);
+    next.unlock().await.expect("unlock");
+}
+
+/// The first session's guard does not rest on the second's share either:
+/// the second process going away without releasing leaves the first one's
+/// hold (and count) as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_going_with_its_session_leaves_the_rest_of_the_hold() {
+    let Some(server) = server() else { return };
+    let name = unique("shared_owner_gone");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let (_p1_backend, p1) = process(&server, Some(&owner)).await;
+    let (p2_backend, p2) = process(&server, Some(&owner)).await;
+    let (_q_backend, q) = process(&server, None).await;
+
+    let g1 = p1.lock(&name).await.expect("P1 locks");
+    let token = g1.fencing_token();
+    let g2 = p2.lock(&name).await.expect("P2 re-enters");
+    assert_eq!(g2.hold_count(), 2);
+    let p2_session = p2_backend.session_id().expect("P2's session");
+    g2.abandon();
+    drop(p2);
+    drop(p2_backend);
+    until_session_gone(server.addr, p2_session).await;
+
+    assert_eq!(
+        holder_of(q.inspect(&name).await.unwrap()),
+        Some((owner.clone(), 1, token))
+    );
+    assert!(!g1.is_lost(), "P1's guard rests on P1's session");
+    assert!(q.try_lock(&name).await.unwrap().is_none());
+    assert_eq!(g1.unlock().await.expect("P1 unlocks").remaining_holds, 0);
+    assert!(q.inspect(&name).await.unwrap().is_none());
+}
+
+/// An operator's forced release removes every node of a shared hold, and
+/// every session's guard of it is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_removes_every_share_of_a_hold() {
+    let Some(server) = server() else { return };
+    let name = unique("shared_owner_force");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let (_p1_backend, p1) = process(&server, Some(&owner)).await;
+    let (_p2_backend, p2) = process(&server, Some(&owner)).await;
+    let (_q_backend, q) = process(&server, None).await;
+
+    let g1 = p1.lock(&name).await.expect("P1 locks");
+    let token = g1.fencing_token();
+    let g2 = p2.lock(&name).await.expect("P2 re-enters");
+    let removed = q.force_release(&name).await.expect("force_release").expect("held");
+    assert_eq!(
+        (removed.owner.as_str(), removed.hold_count, removed.token),
+        (owner.as_str(), 2, token)
+    );
+    assert!(q.inspect(&name).await.unwrap().is_none(), "no node of the hold is left");
+    timeout(BOUND, g1.lost()).await.expect("P1's guard is told");
+    timeout(BOUND, g2.lost()).await.expect("P2's guard is told");
+    let next = q.try_lock(&name).await.unwrap().expect("free");
+    assert!(next.fencing_token() > token);
+    assert!(g2.unlock().await.is_err(), "P2's share is gone: NotHeld");
+    next.unlock().await.expect("unlock");
+}
+
+/// Attempts stay idempotent across sessions: the second session's repeated
+/// re-entry and repeated release count once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_attempt_of_the_second_session_counts_once() {
+    use lockkit_core::backend::{AcquireRequest, Hold, LockBackend, ReleaseOutcome, TryAcquire};
+
+    let Some(server) = server() else { return };
+    let name = unique("shared_owner_repeat");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let (_p1_backend, p1) = process(&server, Some(&owner)).await;
+    let (p2_backend, _p2) = process(&server, Some(&owner)).await;
+
+    let g1 = p1.lock(&name).await.expect("P1 locks");
+    let token = g1.fencing_token();
+    let attempt = lockkit_core::name::new_attempt_id();
+    let req = AcquireRequest {
+        name: &name,
+        owner: &owner,
+        ttl: Duration::from_secs(30),
+        attempt: &attempt,
+    };
+    for round in ["re-entry", "the same attempt again"] {
+        match p2_backend.try_acquire(&req).await.expect(round) {
+            TryAcquire::Acquired(lease) => assert_eq!((lease.token, lease.hold_count), (token, 2), "{round}"),
+            TryAcquire::Busy { .. } => panic!("{round}: busy"),
+        }
+    }
+    assert_eq!(
+        holder_of(p1.inspect(&name).await.unwrap()),
+        Some((owner.clone(), 2, token))
+    );
+    let hold = Hold {
+        name: name.clone(),
+        owner: owner.clone(),
+        token,
+    };
+    for round in ["release", "the same release again"] {
+        let released = p2_backend.release(&hold, &attempt).await.expect(round);
+        assert_eq!(released, ReleaseOutcome::Released { remaining: 1 }, "{round}");
+    }
+    assert_eq!(g1.unlock().await.expect("P1 unlocks").remaining_holds, 0);
+    assert_eq!(
+        p2_backend.release(&hold, &attempt).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+}
+
+/// The client under test, through `proxy` (a session long enough to outlive
+/// the cut), and an observer connected directly.
+async fn clients(server: &Server, proxy: &FaultProxy) -> (LockClient, ZkBackend, ZkBackend, LockClient) {
+    let url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
+    let backend = ZkBackend::from_url(&url).await.expect("connect through the proxy");
+    let client = LockClient::new(backend.clone(), LockOptions::new().wait(BOUND)).expect("client");
+    let observer_backend = ZkBackend::from_url(&server.url).await.expect("connect");
+    let observer = LockClient::new(observer_backend.clone(), LockOptions::new()).expect("client");
+    (client, backend, observer_backend, observer)
+}
+
+/// The session went on (over a new connection) after the reply was lost.
+fn reconnected(backend: &ZkBackend) {
+    let stats = backend.stats();
+    assert_eq!(stats.sessions, 1, "the same session throughout: {stats:?}");
+}
+
+/// Waits (up to [`BOUND`]) until `check` holds.
+async fn until<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let deadline = Instant::now() + BOUND;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {BOUND:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn count(observer: &LockClient, name: &str) -> Option<u32> {
+    observer.inspect(name).await.expect("inspect").map(|i| i.hold_count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_reply_was_lost_makes_one_contender_node() {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let (client, backend, observer_backend, observer) = clients(&server, &proxy).await;
+    let name = unique("lost_create");
+
+    // Held by the observer, so the name's parent node exists (a create
+    // under a missing parent fails and is answered before anything is made)
+    // and the lost create queues behind it.
+    let held = observer.lock(&name).await.expect("observer locks");
+    proxy.set(Fault::LoseReplies);
+    let locking = {
+        let (client, name) = (client.clone(), name.clone());
+        tokio::spawn(async move { client.lock(&name).await })
+    };
+    until("the create reached the server, its reply lost", || async {
+        observer_backend.contenders(&name).await.unwrap() == 2 && proxy.dropped_bytes() > 0
+    })
+    .await;
+    proxy.set(Fault::Pass);
+    until("the client is connected again", || async {
+        proxy.open_connections() > 0
+    })
+    .await;
+    assert_eq!(
+        observer_backend.contenders(&name).await.unwrap(),
+        2,
+        "one node for the holder, one for the waiter whose create was lost"
+    );
+    held.unlock().await.expect("observer unlocks");
+    let guard = timeout(BOUND, locking)
+        .await
+        .expect("lock returns once the connection is back and the name free")
+        .expect("task")
+        .expect("lock");
+    reconnected(&backend);
+    assert_eq!(guard.hold_count(), 1);
+    assert_eq!(
+        observer_backend.contenders(&name).await.unwrap(),
+        1,
+        "the create was found again, not made twice"
+    );
+    let info = observer.inspect(&name).await.unwrap().expect("held");
+    assert_eq!(
+        (info.owner.as_str(), info.hold_count, info.token),
+        (client.owner(), 1, guard.fencing_token())
+    );
+    assert_eq!(guard.unlock().await.expect("unlock").remaining_holds, 0);
+    assert_eq!(
+        observer_backend.contenders(&name).await.unwrap(),
+        0,
+        "no node left behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_whose_reply_was_lost_counts_once() {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let (client, backend, _observer_backend, observer) = clients(&server, &proxy).await;
+    let name = unique("lost_reentry");
+
+    let outer = client.lock(&name).await.expect("lock");
+    proxy.set(Fault::LoseReplies);
+    let reentering = {
+        let (client, name) = (client.clone(), name.clone());
+        tokio::spawn(async move { client.try_lock(&name).await })
+    };
+    until("the re-entry reached the server, its reply lost", || async {
+        count(&observer, &name).await == Some(2) && proxy.dropped_bytes() > 0
+    })
+    .await;
+    proxy.set(Fault::Pass);
+    let inner = timeout(BOUND, reentering)
+        .await
+        .expect("try_lock returns once the connection is back")
+        .expect("task")
+        .expect("try_lock")
+        .expect("re-entered");
+    reconnected(&backend);
+    assert_eq!(inner.hold_count(), 2);
+    assert_eq!(count(&observer, &name).await, Some(2), "the re-entry counted once");
+    assert_eq!(inner.unlock().await.expect("unlock").remaining_holds, 1);
+    assert_eq!(outer.unlock().await.expect("unlock").remaining_holds, 0);
+    assert_eq!(count(&observer, &name).await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_was_lost_takes_one_share() {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let (client, backend, _observer_backend, observer) = clients(&server, &proxy).await;
+    let name = unique("lost_release");
+
+    let outer = client.lock(&name).await.expect("lock");
+    let inner = client.lock(&name).await.expect("re-enter");
+    assert_eq!(inner.hold_count(), 2);
+    proxy.set(Fault::LoseReplies);
+    let unlocking = tokio::spawn(inner.unlock());
+    until("the release reached the server, its reply lost", || async {
+        count(&observer, &name).await == Some(1) && proxy.dropped_bytes() > 0
+    })
+    .await;
+    proxy.set(Fault::Pass);
+    let unlocked = timeout(BOUND, unlocking)
+        .await
+        .expect("unlock returns once the connection is back")
+        .expect("task")
+        .expect("unlock");
+    reconnected(&backend);
+    assert_eq!(unlocked.remaining_holds, 1);
+    assert_eq!(count(&observer, &name).await, Some(1), "one share taken back, not two");
+    assert_eq!(outer.unlock().await.expect("unlock").remaining_holds, 0);
+    assert_eq!(count(&observer, &name).await, None);
+}

@@ -138,6 +138,34 @@ pub(crate) struct Hold {
     /// Until when this hold's share may still be on the server (see
     /// [`rules::share_ends`]).
     pub(crate) share_end: u64,
+    /// Not a grant: a `lock` call that never returned (its process was
+    /// killed or ended) or was cancelled when the run ended. The server may
+    /// have granted it a share (token unknown) that stands until its lease
+    /// bound; it counts where shares may stand, nowhere else.
+    pub(crate) pending: bool,
+}
+
+impl Hold {
+    /// A call that may have left a share: see [`Hold::pending`].
+    fn pending(proc: usize, name: &str, owner: &str, want_t: u64, cancelled: Option<u64>) -> Hold {
+        Hold {
+            proc,
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            token: 0,
+            want_t,
+            grant_t: want_t,
+            count: None,
+            points: Vec::new(),
+            release: cancelled.map(|t| (t, true)),
+            unlock_failed: false,
+            unlocked: None,
+            next_t: None,
+            intervals: Vec::new(),
+            share_end: 0,
+            pending: true,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -261,6 +289,8 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
         let mut wants: HashMap<&str, u64> = HashMap::new();
         // Released holds whose owner has written nothing since (but the unlock outcome).
         let mut awaiting: HashMap<&str, usize> = HashMap::new();
+        // `lock` calls under way: owner -> (start, name).
+        let mut open_calls: HashMap<&str, (u64, &String)> = HashMap::new();
         for r in &p.records {
             if !matches!(r, Record::Unlocked { .. } | Record::UnlockFailed { .. })
                 && let Some(owner) = record_owner(r)
@@ -270,8 +300,9 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
             }
             match r {
                 Record::Start { pid, .. } => info[pi].pid = info[pi].pid.or(Some(*pid)),
-                Record::Want { t, owner, .. } => {
+                Record::Want { t, owner, name } => {
                     wants.insert(owner, *t);
+                    open_calls.insert(owner, (*t, name));
                 }
                 Record::Grant {
                     t,
@@ -298,6 +329,7 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                         next_t: None,
                         intervals: Vec::new(),
                         share_end: 0,
+                        pending: false,
                     });
                 }
                 Record::Valid {
@@ -343,12 +375,32 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
                         holds[h].unlocked = Some((*t, *remaining));
                     }
                 }
-                Record::Fail { .. } => {}
+                Record::Fail { t, owner, error, .. } => {
+                    // Cancelled by the run's end: the backend's cleanup may
+                    // not have run before the process exited.
+                    if let Some((want_t, name)) = open_calls.remove(owner.as_str())
+                        && error == "run ended"
+                    {
+                        holds.push(Hold::pending(pi, name, owner, want_t, Some(*t)));
+                    }
+                }
             }
+            if let Record::Grant { owner, .. } = r {
+                open_calls.remove(owner.as_str());
+            }
+        }
+        // Calls the process never saw return.
+        let mut left: Vec<(&str, (u64, &String))> = open_calls.into_iter().collect();
+        left.sort();
+        for (owner, (want_t, name)) in left {
+            holds.push(Hold::pending(pi, name, owner, want_t, None));
         }
     }
     rules::share_ends(&mut holds, &info, bound + slack);
     for h in &mut holds {
+        if h.pending {
+            continue;
+        }
         let pinfo = &info[h.proc];
         let mut end = h.release.map_or(pinfo.end, |(t, _)| t);
         if h.points.iter().all(|(_, d)| d.is_none()) {
@@ -478,7 +530,7 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
             let deadline = k + bound + slack;
             let next = holds
                 .iter()
-                .filter(|o| o.name == h.name && o.grant_t > k)
+                .filter(|o| !o.pending && o.name == h.name && o.grant_t > k)
                 .map(|o| o.grant_t)
                 .min();
             if next.is_some_and(|n| n <= deadline) {
@@ -1203,5 +1255,46 @@ mod tests {
         assert_eq!(r.faults.get("latency"), Some(&1));
         assert_eq!(r.faults.get("wipe"), None);
         assert!(r.summary().contains("latency=1 lose_replies=0"), "{}", r.summary());
+    }
+
+    #[test]
+    fn a_call_that_never_returned_may_have_left_a_share() {
+        // p1 (owner s) starts a lock call at 1 s and is killed at 1.1 s; p0
+        // (owner s) gets count 2 at 1.5 s: p1's call may have been granted.
+        let p1 = proc(1, vec![want(S, "n", "s")]);
+        let p0 = proc(0, clean(S + S / 2, 2 * S, "n", "s", 5, 2, 1));
+        let events = [run(2 * S, None), kill(S + S / 10, 1)];
+        let r = check(&[p0.clone(), p1], &events);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!((r.grants, r.holds, r.never_held), (1, 1, 0));
+        // Without the pending call, count 2 is one too many.
+        let r = check(&[p0], &events);
+        assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
+    }
+
+    #[test]
+    fn a_call_cancelled_by_the_end_excuses_a_leftover_until_the_bound() {
+        let run_ended = |t, name: &str, owner: &str| Record::Fail {
+            t,
+            name: name.into(),
+            owner: owner.into(),
+            error: "run ended".into(),
+        };
+        let timed_out = |t, name: &str, owner: &str| Record::Fail {
+            t,
+            name: name.into(),
+            owner: owner.into(),
+            error: "acquire failed".into(),
+        };
+        let held = [run(2 * S, None), inspect(5 * S, 0, "n", Some(("a", 1, 7)))];
+        let a = proc(0, vec![want(3 * S, "n", "a"), run_ended(4 * S, "n", "a")]);
+        let r = check(&[a], &held);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.leftovers_excused, 1);
+        // A call that failed must leave nothing behind.
+        let a = proc(0, vec![want(3 * S, "n", "a"), timed_out(4 * S, "n", "a")]);
+        let r = check(&[a], &held);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].starts_with("leftover hold on n"), "{}", r.violations[0]);
     }
 }

@@ -189,6 +189,9 @@ async fn work(args: WorkerArgs, log: Log) {
         let _ = t.await;
     }
     drop(stop_tx);
+    // Calls cancelled by the end and guards dropped as lost release in the
+    // background: give them a moment before the runtime goes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
 async fn task(

@@ -13,7 +13,8 @@
 //!   another owner never holds it while the holder still believes it does;
 //! - lost replies (contract point 13): the server runs a claim or a release
 //!   and its answer is lost; the command is sent again on a new connection
-//!   and takes effect once — one share, one decrement.
+//!   and takes effect once — one share, one decrement;
+//! - a lock that failed on a lost reply (Redis) leaves no hold behind.
 //!
 //! Servers come from `LOCKKIT_REDIS_URL`, `LOCKKIT_MYSQL_URL`,
 //! `LOCKKIT_POSTGRES_URL`, `LOCKKIT_ZK_URL` (skipped without, failed with
@@ -508,6 +509,54 @@ async fn lost_replies_count_once(spec: &'static Spec) {
     );
 }
 
+/// A `try_lock` whose acquisition ran on the server but whose reply was
+/// lost past the response timeout fails (retryably) — and must leave no
+/// hold behind: nobody has a guard for it, and the owner's next `lock`
+/// would re-enter it and keep it alive (found by the torture runner).
+async fn failed_lock_leaves_nothing(spec: &'static Spec) {
+    let Some(rig) = rig(spec).await else { return };
+    let label = spec.var;
+    let name = unique("failed-lock");
+    let opts = rig.holder.options().ttl(Duration::from_secs(60));
+    // Warm: the connection up and the scripts loaded before the fault.
+    rig.holder
+        .lock_with(&name, &opts)
+        .await
+        .expect("lock")
+        .unlock()
+        .await
+        .expect("unlock");
+
+    let before = rig.proxy.dropped_bytes();
+    rig.proxy.set(Fault::LoseReplies);
+    let tried = timeout(BOUND, rig.holder.try_lock_with(&name, &opts))
+        .await
+        .expect("try_lock returns within its response timeout");
+    let e = tried.expect_err("the reply was lost: try_lock fails");
+    assert!(e.is_retryable(), "{label}: {e}");
+    assert!(
+        rig.proxy.dropped_bytes() > before,
+        "{label}: the server answered (and ran it)"
+    );
+    rig.proxy.set(Fault::Pass);
+    // The other owner, connected directly, sees the name come free long
+    // before the 60 s lease would have freed it.
+    let freed = timeout(BOUND, async {
+        while rig.other.inspect(&name).await.expect("inspect").is_some() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        freed.is_ok(),
+        "{label}: a failed try_lock left its hold: {:?}",
+        rig.other.inspect(&name).await
+    );
+    let g = rig.holder.lock_with(&name, &opts).await.expect("lock after healing");
+    assert_eq!(g.hold_count(), 1, "{label}: no leftover share to re-enter");
+    g.unlock().await.expect("unlock");
+}
+
 macro_rules! fault_tests {
     ($feature:literal, $module:ident, $spec:expr) => {
         #[cfg(feature = $feature)]
@@ -541,6 +590,14 @@ macro_rules! fault_tests {
 }
 
 fault_tests!("redis", redis, super::REDIS);
+
+/// Redis alone answers a slow reply with an error (its response timeout);
+/// the SQL drivers and ZooKeeper wait for the connection instead.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_failed_lock_leaves_nothing() {
+    failed_lock_leaves_nothing(&REDIS).await
+}
 fault_tests!("mysql", mysql, super::MYSQL);
 fault_tests!("postgres", postgres, super::POSTGRES);
 fault_tests!("zookeeper", zookeeper, super::ZOOKEEPER);

@@ -136,6 +136,12 @@ impl LockClient {
 
     /// Acquires `name` with `options` (start from [`options`](Self::options)).
     /// Fails with [`LockError::WaitTimeout`] when the wait bound runs out.
+    ///
+    /// A call that fails with a retryable error (a reply lost to a timeout
+    /// or a broken connection) may have been granted on the server all the
+    /// same; the client then takes that share back in the background (by
+    /// the call's attempt id), so no hold is left behind for the owner's
+    /// next acquisition to re-enter.
     pub async fn lock_with(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
         let backend = self.shared.backend.kind();
         match self.acquire(name, options, false).await? {
@@ -218,6 +224,16 @@ impl LockClient {
             let lease = lease.inspect_err(|error| {
                 tracing::debug!(%error, "acquire failed");
                 telemetry::acquire_failed(kind);
+                if error.is_retryable() {
+                    // It may have been granted unseen: take it back.
+                    crate::undo::undo_failed_attempt(
+                        backend.clone(),
+                        name.to_owned(),
+                        owner.to_owned(),
+                        attempt.clone(),
+                        req.ttl,
+                    );
+                }
             })?;
             let Some(lease) = lease else {
                 tracing::debug!(waited = ?started.elapsed(), "not acquired");

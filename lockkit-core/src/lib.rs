@@ -52,6 +52,7 @@ pub mod memory;
 pub mod name;
 mod options;
 pub mod telemetry;
+mod undo;
 pub mod url;
 mod watchdog;
 

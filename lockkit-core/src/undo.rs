@@ -1,0 +1,91 @@
+//! Taking back the share of an acquisition that failed but may have taken
+//! effect.
+//!
+//! A `lock`/`try_lock` that ends in a retryable error — a reply lost to a
+//! timeout or a broken connection — may have been granted on the server
+//! all the same. Nobody holds a guard for that share, and the owner's next
+//! acquisition of the name would re-enter it and keep it alive for as long
+//! as the owner keeps the name. So the client takes it back in the
+//! background: it looks up the owner's hold and releases this attempt's
+//! share of it (a no-op where the attempt never landed: releases are
+//! idempotent by attempt id). A command still in flight can land after a
+//! look, so the look is repeated until the lease has certainly run out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{Hold, LockBackend, ReleaseOutcome};
+use crate::backoff::Backoff;
+
+/// How many looks the undo takes, spread over the lease.
+const LOOKS: u32 = 3;
+
+/// Takes back `attempt`'s share of `owner`'s hold on `name`, if it landed,
+/// in a background task that ends by itself within about `ttl` (plus
+/// retries of looks that failed, for at most another `ttl`).
+pub(crate) fn undo_failed_attempt(
+    backend: Arc<dyn LockBackend>,
+    name: String,
+    owner: String,
+    attempt: String,
+    ttl: Duration,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let gap = ttl / LOOKS;
+        let give_up = tokio::time::Instant::now() + ttl * 2;
+        for look in 0..LOOKS {
+            if look > 0 {
+                tokio::time::sleep(gap).await;
+            }
+            let mut backoff = Backoff::new(Duration::from_millis(20), gap.max(Duration::from_millis(100)));
+            loop {
+                match take_back(backend.as_ref(), &name, &owner, &attempt).await {
+                    Ok(Some(remaining)) => {
+                        tracing::debug!(backend = backend.kind(), lock = %name, remaining,
+                            "took back the share of an acquisition that failed but had been granted");
+                        break;
+                    }
+                    Ok(None) => break,
+                    Err(e) if tokio::time::Instant::now() < give_up => {
+                        tracing::debug!(backend = backend.kind(), lock = %name, error = %e,
+                            "looking for the share of a failed acquisition failed; trying again");
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(backend = backend.kind(), lock = %name, error = %e,
+                            "could not check for the share of a failed acquisition; it ends with its lease");
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// One look: `Some(holds left)` if the owner holds the name (this attempt's
+/// share, if it was there, is gone now), `None` if it does not.
+async fn take_back(
+    backend: &dyn LockBackend,
+    name: &str,
+    owner: &str,
+    attempt: &str,
+) -> Result<Option<u32>, crate::LockError> {
+    let Some(info) = backend.inspect(name).await? else {
+        return Ok(None);
+    };
+    if info.owner != owner {
+        return Ok(None);
+    }
+    let hold = Hold {
+        name: name.to_owned(),
+        owner: owner.to_owned(),
+        token: info.token,
+    };
+    Ok(match backend.release(&hold, attempt).await? {
+        ReleaseOutcome::Released { remaining } => Some(remaining),
+        ReleaseOutcome::NotHeld => None,
+    })
+}

@@ -221,20 +221,19 @@ impl LockClient {
             } else {
                 backend.acquire(&req, wait).await
             };
-            let lease = lease.inspect_err(|error| {
-                tracing::debug!(%error, "acquire failed");
-                telemetry::acquire_failed(kind);
-                if error.is_retryable() {
-                    // It may have been granted unseen: take it back.
-                    crate::undo::undo_failed_attempt(
-                        backend.clone(),
-                        name.to_owned(),
-                        owner.to_owned(),
-                        attempt.clone(),
-                        req.ttl,
-                    );
+            let lease = match lease {
+                Ok(lease) => lease,
+                Err(error) => {
+                    tracing::debug!(%error, "acquire failed");
+                    telemetry::acquire_failed(kind);
+                    if error.is_retryable() {
+                        // It may have been granted unseen: take it back.
+                        let (name, owner) = (name.to_owned(), owner.to_owned());
+                        crate::undo::undo_failed_attempt(backend.clone(), name, owner, attempt.clone(), req.ttl).await;
+                    }
+                    return Err(error);
                 }
-            })?;
+            };
             let Some(lease) = lease else {
                 tracing::debug!(waited = ?started.elapsed(), "not acquired");
                 telemetry::refused(kind, !no_wait);

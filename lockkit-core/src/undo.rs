@@ -8,8 +8,11 @@
 //! as the owner keeps the name. So the client takes it back in the
 //! background: it looks up the owner's hold and releases this attempt's
 //! share of it (a no-op where the attempt never landed: releases are
-//! idempotent by attempt id). A command still in flight can land after a
-//! look, so the look is repeated until the lease has certainly run out.
+//! idempotent by attempt id). The first look is made before the error is
+//! returned, so a caller that tries again at once does not re-enter the
+//! stray share; a command still in flight can land after a look, so the
+//! look is repeated in the background until the lease has certainly run
+//! out.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,10 +23,15 @@ use crate::backoff::Backoff;
 /// How many looks the undo takes, spread over the lease.
 const LOOKS: u32 = 3;
 
-/// Takes back `attempt`'s share of `owner`'s hold on `name`, if it landed,
-/// in a background task that ends by itself within about `ttl` (plus
-/// retries of looks that failed, for at most another `ttl`).
-pub(crate) fn undo_failed_attempt(
+/// The longest the first look may delay the failed call's error.
+const FIRST_LOOK: Duration = Duration::from_secs(1);
+
+/// Takes back `attempt`'s share of `owner`'s hold on `name`, if it landed:
+/// one look before returning (bounded by [`FIRST_LOOK`] and a third of the
+/// lease — so a caller that retries at once does not re-enter the stray
+/// share), the rest in a background task that ends by itself within about
+/// `ttl` (plus retries of looks that failed, for at most another `ttl`).
+pub(crate) async fn undo_failed_attempt(
     backend: Arc<dyn LockBackend>,
     name: String,
     owner: String,
@@ -33,9 +41,12 @@ pub(crate) fn undo_failed_attempt(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    let gap = ttl / LOOKS;
+    // One task does every look, so dropping the caller mid-look stops none.
+    let (first_done, first) = tokio::sync::oneshot::channel::<()>();
     runtime.spawn(async move {
-        let gap = ttl / LOOKS;
         let give_up = tokio::time::Instant::now() + ttl * 2;
+        let mut first_done = Some(first_done);
         for look in 0..LOOKS {
             if look > 0 {
                 tokio::time::sleep(gap).await;
@@ -61,8 +72,12 @@ pub(crate) fn undo_failed_attempt(
                     }
                 }
             }
+            if let Some(done) = first_done.take() {
+                let _ = done.send(());
+            }
         }
     });
+    let _ = tokio::time::timeout(FIRST_LOOK.min(gap), first).await;
 }
 
 /// One look: `Some(holds left)` if the owner holds the name (this attempt's

@@ -486,16 +486,21 @@ impl Leftover {
             if self.find_node {
                 for child in children.iter().filter(|c| c.starts_with(&stem)) {
                     let path = format!("{}/{child}", self.parent);
-                    change(
-                        client,
-                        &path,
-                        &self.owner,
-                        None,
-                        None,
-                        Change::Remove(&self.attempt),
-                        None,
-                    )
-                    .await?;
+                    // This session's node only: another session's node is
+                    // never this call's, whatever its name says.
+                    let Some((Some(data), stat)) = read(client, &path).await? else {
+                        continue;
+                    };
+                    if stat.ephemeral_owner != self.session.id {
+                        continue;
+                    }
+                    let known = Known {
+                        data,
+                        version: stat.version,
+                        czxid: stat.czxid,
+                    };
+                    let remove = Change::Remove(&self.attempt);
+                    change(client, &path, &self.owner, Some(stat.czxid), Some(known), remove, None).await?;
                 }
             }
             if !self.find_share {

@@ -492,6 +492,20 @@ async fn a_release_whose_reply_was_lost_takes_one_share() {
 /// first in line and blocked the name for as long as the session lived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_that_failed_leaves_no_contender_node() {
+    failed_lock_leaves_no_contender_node("failed_lock", BOUND).await;
+}
+
+/// The same when the wait runs out first: the create goes on in the
+/// background after `lock` returned, and fails there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_wait_ran_out_during_a_failed_create_leaves_no_contender_node() {
+    failed_lock_leaves_no_contender_node("failed_lock_waited", Duration::from_millis(500)).await;
+}
+
+/// A `lock` (waiting up to `wait`) while a latency fault fails its create
+/// after the server made the node: it returns an error, and no node of it
+/// stays queued.
+async fn failed_lock_leaves_no_contender_node(case: &str, wait: Duration) {
     let Some(server) = server() else { return };
     let proxy = FaultProxy::start(server.addr).await.expect("proxy");
     // A short session: the client library gives a silent connection up
@@ -503,13 +517,13 @@ async fn a_lock_that_failed_leaves_no_contender_node() {
     let session = backend.session_id().expect("a session");
     let (observer_backend, observer) = process(&server, None).await;
     let (_third_backend, third) = process(&server, None).await;
-    let name = unique("failed_lock");
+    let name = unique(case);
 
     let held = observer.lock(&name).await.expect("the observer locks");
     // Every byte delayed by more than the client waits for an answer: the
     // create reaches the server, its answer comes too late.
     proxy.set(Fault::Latency(Duration::from_millis(2_500)));
-    let failed = timeout(BOUND, client.lock(&name))
+    let failed = timeout(BOUND, client.lock_with(&name, &LockOptions::new().wait(wait)))
         .await
         .expect("lock returns while the fault lasts");
     let error = match failed {

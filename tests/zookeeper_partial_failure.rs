@@ -480,3 +480,99 @@ async fn a_release_whose_reply_was_lost_takes_one_share() {
     assert_eq!(outer.unlock().await.expect("unlock").remaining_holds, 0);
     assert_eq!(count(&observer, &name).await, None);
 }
+
+/// A `lock` that fails leaves nothing in the queue (contract point 4).
+///
+/// The torture run with seed 77741357886000 found a failed `lock` whose
+/// contender node stayed behind: a latency fault longer than the client
+/// library tolerates (it gives a connection up after 2/5 of the session
+/// timeout without an answer, and fails the requests in flight with an
+/// error that is not a connection loss) failed the create, but the server
+/// had already made the node. Nobody held a guard for it, yet it became
+/// first in line and blocked the name for as long as the session lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_that_failed_leaves_no_contender_node() {
+    failed_lock_leaves_no_contender_node("failed_lock", BOUND).await;
+}
+
+/// The same when the wait runs out first: the create goes on in the
+/// background after `lock` returned, and fails there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_wait_ran_out_during_a_failed_create_leaves_no_contender_node() {
+    failed_lock_leaves_no_contender_node("failed_lock_waited", Duration::from_millis(500)).await;
+}
+
+/// A `lock` (waiting up to `wait`) while a latency fault fails its create
+/// after the server made the node: it returns an error, and no node of it
+/// stays queued.
+async fn failed_lock_leaves_no_contender_node(case: &str, wait: Duration) {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    // A short session: the client library gives a silent connection up
+    // after 2/5 of it (1.6 s), and expires the session itself after 7/5 of
+    // it without a new connection (5.6 s): the fault must heal before.
+    let url = format!("zk://{}{}?session_timeout=4s", proxy.addr(), server.chroot);
+    let backend = ZkBackend::from_url(&url).await.expect("connect through the proxy");
+    let client = LockClient::new(backend.clone(), LockOptions::new().wait(BOUND)).expect("client");
+    let session = backend.session_id().expect("a session");
+    let (observer_backend, observer) = process(&server, None).await;
+    let (_third_backend, third) = process(&server, None).await;
+    let name = unique(case);
+
+    let held = observer.lock(&name).await.expect("the observer locks");
+    // Every byte delayed by more than the client waits for an answer: the
+    // create reaches the server, its answer comes too late.
+    proxy.set(Fault::Latency(Duration::from_millis(2_500)));
+    let failed = timeout(BOUND, client.lock_with(&name, &LockOptions::new().wait(wait)))
+        .await
+        .expect("lock returns while the fault lasts");
+    let error = match failed {
+        Ok(guard) => panic!("lock succeeded through the fault (token {})", guard.fencing_token()),
+        Err(error) => error,
+    };
+    until("the failed attempt's create reached the server", || async {
+        observer_backend.contenders(&name).await.unwrap() == 2
+    })
+    .await;
+    proxy.set(Fault::Pass);
+    until("the client is connected again", || async {
+        proxy.open_connections() > 0 && backend.session_id() == Some(session)
+    })
+    .await;
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let queued = observer_backend.contenders(&name).await.unwrap();
+        if queued == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lock failed ({error}: {:?}), but after {BOUND:?} its contender node is still queued behind the \
+             holder ({queued} contenders)",
+            std::error::Error::source(&error)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(backend.stats().sessions, 1, "the same session throughout");
+    assert!(
+        session_alive(server.addr, session).await,
+        "the client's session lives on"
+    );
+
+    // The name is not blocked: when the holder releases, the next owner
+    // gets it at once.
+    let waiting = {
+        let (third, name) = (third.clone(), name.clone());
+        tokio::spawn(async move { third.lock(&name).await })
+    };
+    until_queued(&observer_backend, &name, 2).await;
+    held.unlock().await.expect("the observer unlocks");
+    let next = timeout(BOUND, waiting)
+        .await
+        .expect("the next owner gets the name once the holder releases")
+        .expect("task")
+        .expect("lock");
+    assert_eq!(observer_backend.contenders(&name).await.unwrap(), 1);
+    next.unlock().await.expect("unlock");
+    drop(client);
+}

@@ -43,6 +43,15 @@
 //! (a create by its name, after a `sync` so that the server read from has
 //! applied what the leader did).
 //!
+//! An acquisition that fails or is given up takes back whatever it may have
+//! made (contract point 4): its contender node — found by the attempt id in
+//! its name when the create's answer never came, which is also what the
+//! client library reports when it gives a silent connection up — and a
+//! share a join or re-entry may have added to this session's node of the
+//! hold. At once while connected, otherwise in the background, tried again
+//! (a bounded number of times) while the session lives; only this
+//! attempt's share and nodes are touched.
+//!
 //! This backend remembers its own node of each hold (path, data, version,
 //! and whether other nodes carried the hold as of its last write), so an
 //! uncontended acquire + release costs two round trips, like a bare create +
@@ -89,8 +98,8 @@ use crate::config::ZkConfig;
 use crate::error::{BACKEND, ForeignNode, is_session_end, zk};
 use crate::nodes::{NodeData, Share, owner_tag, parent_path, queue, share_name};
 use crate::queue::{
-    Change, Cleanup, DeleteError, Known, Plan, View, ZkResult, change, count_after, delete_hold, enqueue, hold_of,
-    list, list_held, plan, read, refresh, remove_node, sync,
+    Change, Cleanup, DeleteError, Known, Leftover, Plan, View, ZkResult, change, count_after, delete_hold, enqueue,
+    hold_of, list, list_held, plan, read, refresh, sync,
 };
 use crate::session::{Counters, Session, Sessions};
 
@@ -332,6 +341,21 @@ macro_rules! step {
             Err(e) => return Err(zk("acquire", Some($name), e)),
         }
     };
+    // With the acquisition's clean-up: an error takes its node (and any
+    // share it may have made) back before it is returned.
+    ($session:expr, $name:expr, $restart:expr, $e:expr, $cleanup:ident) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) if is_session_end(&e) => {
+                $session.end(&e);
+                return Ok($restart);
+            }
+            Err(e) => {
+                $cleanup.run().await;
+                return Err(zk("acquire", Some($name), e));
+            }
+        }
+    };
 }
 
 /// The last segment of a node's path.
@@ -478,7 +502,13 @@ impl Inner {
                 self.forget(name, &h.path);
                 Ok(None)
             }
-            Err(e) => Err(zk("acquire", Some(name), e)),
+            Err(e) => {
+                // The share may have been added all the same.
+                Leftover::unknown_share(&session, &parent, owner, attempt)
+                    .take_back_now()
+                    .await;
+                Err(zk("acquire", Some(name), e))
+            }
         }
     }
 
@@ -604,12 +634,20 @@ impl Inner {
     ) -> Result<Option<TryAcquire>, LockError> {
         let tag = owner_tag(owner);
         let parent = parent_path(name);
-        let mut q = step!(
-            session,
-            name,
-            None,
-            enqueue(session, &parent, owner, tag, attempt).await
-        );
+        let mut q = match enqueue(session, &parent, owner, tag, attempt).await {
+            Ok(q) => q,
+            Err(e) if is_session_end(&e) => {
+                session.end(&e);
+                return Ok(None);
+            }
+            Err(e) => {
+                // The server may have made the node all the same.
+                Leftover::unknown_node(session, &parent, owner, attempt)
+                    .take_back_now()
+                    .await;
+                return Err(zk("acquire", Some(name), e));
+            }
+        };
         let mut cleanup = Cleanup::new(session, &q, owner, attempt);
         let mut foreign = Vec::new();
         loop {
@@ -619,7 +657,7 @@ impl Inner {
                     return Ok(None);
                 }
                 Plan::Holder if q.epoch.is_cancelled() => {
-                    step!(session, name, None, refresh(session, &mut q).await);
+                    step!(session, name, None, refresh(session, &mut q).await, cleanup);
                 }
                 Plan::Holder => {
                     cleanup.disarm();
@@ -631,7 +669,10 @@ impl Inner {
                     session,
                     name,
                     None,
-                    self.join(session, name, owner, attempt, &parent).await
+                    self.join(session, name, owner, attempt, &parent)
+                        .await
+                        .inspect_err(|_| cleanup.join_failed()),
+                    cleanup
                 ) {
                     Joined::Lease(lease, path) => {
                         if path == q.path {
@@ -643,9 +684,9 @@ impl Inner {
                     }
                     Joined::Foreign(nodes) => {
                         foreign.extend(nodes);
-                        step!(session, name, None, refresh(session, &mut q).await);
+                        step!(session, name, None, refresh(session, &mut q).await, cleanup);
                     }
-                    Joined::Again => step!(session, name, None, refresh(session, &mut q).await),
+                    Joined::Again => step!(session, name, None, refresh(session, &mut q).await, cleanup),
                 },
                 Plan::Wait(_) => {
                     cleanup.run().await;
@@ -714,13 +755,25 @@ impl Inner {
         let tag = owner_tag(owner);
         let parent = parent_path(name);
         let (s, p, o, a) = (session.clone(), parent.clone(), owner.to_owned(), attempt.to_owned());
-        let (orphan_session, orphan_owner, orphan_attempt) = (session.clone(), owner.to_owned(), attempt.to_owned());
+        let orphan = (session.clone(), parent.clone(), owner.to_owned(), attempt.to_owned());
         let queued = detach(
             BACKEND,
             async move { enqueue(&s, &p, &o, tag, &a).await },
             move |r| async move {
-                if let Ok(q) = r {
-                    remove_node(orphan_session, q.node, q.path, orphan_owner, orphan_attempt).await;
+                let (session, parent, owner, attempt) = orphan;
+                match r {
+                    Ok(q) => {
+                        Leftover::queued(&session, &q, &owner, &attempt)
+                            .take_back_retrying()
+                            .await
+                    }
+                    Err(e) if is_session_end(&e) => {}
+                    // The server may have made the node all the same.
+                    Err(_) => {
+                        Leftover::unknown_node(&session, &parent, &owner, &attempt)
+                            .take_back_retrying()
+                            .await
+                    }
                 }
             },
         );
@@ -728,7 +781,20 @@ impl Inner {
         let Some(queued) = until(deadline, queued).await else {
             return Ok(Waited::TimedOut);
         };
-        let mut q = step!(session, name, Waited::Restart, queued?);
+        let mut q = match queued? {
+            Ok(q) => q,
+            Err(e) if is_session_end(&e) => {
+                session.end(&e);
+                return Ok(Waited::Restart);
+            }
+            Err(e) => {
+                // The server may have made the node all the same.
+                Leftover::unknown_node(session, &parent, owner, attempt)
+                    .take_back_now()
+                    .await;
+                return Err(zk("acquire", Some(name), e));
+            }
+        };
         let mut cleanup = Cleanup::new(session, &q, owner, attempt);
         let mut foreign = Vec::new();
         // A network step, bounded by the deadline; a session that ended means
@@ -736,8 +802,8 @@ impl Inner {
         macro_rules! bounded {
             ($e:expr) => {
                 match until(deadline, $e).await {
-                    Some(r) => step!(session, name, Waited::Restart, r),
-                    None => return Ok(give_up(session, cleanup).await),
+                    Some(r) => step!(session, name, Waited::Restart, r, cleanup),
+                    None => return Ok(give_up(cleanup).await),
                 }
             };
         }
@@ -763,21 +829,38 @@ impl Inner {
                         attempt.to_owned(),
                         parent.clone(),
                     );
-                    let orphan = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
+                    let orphan = (
+                        self.clone(),
+                        session.clone(),
+                        name.to_owned(),
+                        owner.to_owned(),
+                        attempt.to_owned(),
+                    );
                     let joined = detach(
                         BACKEND,
                         async move { inner.join(&s, &n, &o, &a, &p).await },
                         move |r| async move {
-                            if let Ok(Joined::Lease(lease, _)) = r {
-                                let (inner, name, owner, attempt) = orphan;
-                                inner.release_orphan(name, owner, lease.token, attempt).await;
+                            let (inner, session, name, owner, attempt) = orphan;
+                            match r {
+                                Ok(Joined::Lease(lease, _)) => {
+                                    inner.release_orphan(name, owner, lease.token, attempt).await;
+                                }
+                                Ok(_) => {}
+                                Err(e) if is_session_end(&e) => {}
+                                // The share may have been made all the same.
+                                Err(_) => {
+                                    Leftover::unknown_share(&session, &parent_path(&name), &owner, &attempt)
+                                        .take_back_retrying()
+                                        .await
+                                }
                             }
                         },
                     );
                     let Some(joined) = until(deadline, joined).await else {
-                        return Ok(give_up(session, cleanup).await);
+                        return Ok(give_up(cleanup).await);
                     };
-                    match step!(session, name, Waited::Restart, joined?) {
+                    let joined = joined?.inspect_err(|_| cleanup.join_failed());
+                    match step!(session, name, Waited::Restart, joined, cleanup) {
                         Joined::Lease(lease, path) => {
                             if path == q.path {
                                 cleanup.disarm();
@@ -794,14 +877,14 @@ impl Inner {
                     }
                 }
                 Plan::Wait(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
-                    return Ok(give_up(session, cleanup).await);
+                    return Ok(give_up(cleanup).await);
                 }
                 Plan::Wait(node) => {
                     Counters::bump(&self.counters.watches);
                     let path = format!("{}/{node}", q.parent);
                     let armed = until(deadline, session.client.get_and_watch_data(&path)).await;
                     match armed {
-                        None => return Ok(give_up(session, cleanup).await),
+                        None => return Ok(give_up(cleanup).await),
                         Some(Ok((_, _, watcher))) => {
                             tokio::select! {
                                 event = watcher.changed() => {
@@ -812,13 +895,13 @@ impl Inner {
                                         return Ok(Waited::Restart);
                                     }
                                 }
-                                _ = sleep_until(deadline) => return Ok(give_up(session, cleanup).await),
+                                _ = sleep_until(deadline) => return Ok(give_up(cleanup).await),
                                 _ = session.ended() => return Ok(Waited::Restart),
                             }
                         }
                         // Gone already, or the answer was lost: look again.
                         Some(Err(ZkError::NoNode | ZkError::ConnectionLoss)) => {}
-                        Some(Err(e)) => step!(session, name, Waited::Restart, Err::<(), _>(e)),
+                        Some(Err(e)) => step!(session, name, Waited::Restart, Err::<(), _>(e), cleanup),
                     }
                     bounded!(refresh(session, &mut q));
                 }
@@ -1052,12 +1135,8 @@ async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output
 /// Leaves the queue after the wait ran out: at once while connected (so no
 /// node is left when `lock` returns), in the background while the
 /// connection is suspended (its requests would wait for the reconnection).
-async fn give_up(session: &Session, cleanup: Cleanup) -> Waited {
-    if session.epoch().is_cancelled() {
-        drop(cleanup);
-    } else {
-        cleanup.run().await;
-    }
+async fn give_up(cleanup: Cleanup) -> Waited {
+    cleanup.run().await;
     Waited::TimedOut
 }
 

@@ -4,13 +4,16 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use lockkit_core::LockInfo;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, Error as ZkError, Stat};
 
-use crate::error::BACKEND;
-use crate::nodes::{Child, NodeData, Share, child_prefix, child_stem, decode_name, parent_path, queue, shares};
+use crate::error::{BACKEND, is_session_end};
+use crate::nodes::{
+    Child, NodeData, Share, child_prefix, child_stem, decode_name, owner_tag, parent_path, queue, shares,
+};
 use crate::session::Session;
 
 pub(crate) type ZkResult<T> = Result<T, ZkError>;
@@ -378,90 +381,258 @@ pub(crate) async fn change(
     }
 }
 
-/// Takes a contender's node out of the queue: `attempt`'s share removed
-/// from it, and the node deleted unless it became the holder and another
-/// acquisition of this session re-entered it meanwhile.
-pub(crate) async fn remove_node(session: Arc<Session>, node: Known, path: String, owner: String, attempt: String) {
-    if session.is_dead() {
-        return;
+/// How often taking back what a failed or abandoned acquisition left is
+/// tried, before it is left to the session's end. Every try waits for the
+/// connection to be back, so each failure is one more lost connection.
+const LEFTOVER_TRIES: u32 = 8;
+/// The pause after the first failed try; doubled after each one, up to
+/// [`LEFTOVER_PAUSE_MAX`].
+const LEFTOVER_PAUSE: Duration = Duration::from_millis(100);
+const LEFTOVER_PAUSE_MAX: Duration = Duration::from_secs(2);
+
+/// What an acquisition that did not take the lock may have left under
+/// `parent`: its contender node, and its share in a node of this session's
+/// hold (a join or re-entry whose outcome is unknown). Taking it back takes
+/// `attempt`'s share out of those nodes, deleting a node left without
+/// shares: never another attempt's share, never another session's node.
+pub(crate) struct Leftover {
+    session: Arc<Session>,
+    parent: String,
+    owner: String,
+    attempt: String,
+    /// The contender node as created, when its create was answered.
+    node: Option<(String, Known)>,
+    /// Look for this attempt's contender node by listing (its create's
+    /// outcome is unknown, or the known node's write failed): its name
+    /// carries the attempt id.
+    find_node: bool,
+    /// Look for this attempt's share in this session's nodes of the hold (a
+    /// join or re-entry whose outcome is unknown).
+    find_share: bool,
+}
+
+impl Leftover {
+    /// The contender node of `q`, as created.
+    pub(crate) fn queued(session: &Arc<Session>, q: &Queued, owner: &str, attempt: &str) -> Self {
+        Leftover {
+            session: session.clone(),
+            parent: q.parent.clone(),
+            owner: owner.to_owned(),
+            attempt: attempt.to_owned(),
+            node: Some((q.path.clone(), q.node.clone())),
+            find_node: false,
+            find_share: false,
+        }
     }
-    let token = Some(node.czxid);
-    if let Err(error) = change(
-        &session.client,
-        &path,
-        &owner,
-        token,
-        Some(node),
-        Change::Remove(&attempt),
-        None,
-    )
-    .await
-    {
-        tracing::debug!(backend = BACKEND, node = %path, %error, "could not delete a queued node; it goes with the session");
+
+    /// A contender node whose create failed without an answer that says it
+    /// was not made: the server may have made it.
+    pub(crate) fn unknown_node(session: &Arc<Session>, parent: &str, owner: &str, attempt: &str) -> Self {
+        Leftover {
+            session: session.clone(),
+            parent: parent.to_owned(),
+            owner: owner.to_owned(),
+            attempt: attempt.to_owned(),
+            node: None,
+            find_node: true,
+            find_share: false,
+        }
+    }
+
+    /// A share of a hold this session has a node of, whose write failed
+    /// without an answer that says it was not made.
+    pub(crate) fn unknown_share(session: &Arc<Session>, parent: &str, owner: &str, attempt: &str) -> Self {
+        Leftover {
+            find_node: false,
+            find_share: true,
+            ..Self::unknown_node(session, parent, owner, attempt)
+        }
+    }
+
+    /// Looks for a share joined to the hold too: a join failed.
+    pub(crate) fn join_failed(&mut self) {
+        self.find_share = true;
+    }
+
+    /// One try. Ok: nothing of this attempt is left (as far as it looks).
+    async fn take_back(&mut self) -> ZkResult<()> {
+        let client = &self.session.client;
+        if let Some((path, known)) = self.node.take() {
+            let token = Some(known.czxid);
+            let removed = change(
+                client,
+                &path,
+                &self.owner,
+                token,
+                Some(known),
+                Change::Remove(&self.attempt),
+                None,
+            )
+            .await;
+            if let Err(e) = removed {
+                self.find_node = true;
+                return Err(e);
+            }
+        }
+        if !self.find_node && !self.find_share {
+            return Ok(());
+        }
+        // The server read from has applied whatever the leader did of a
+        // write whose answer was lost.
+        sync(client, &self.parent).await?;
+        let stem = child_stem(owner_tag(&self.owner), &self.attempt);
+        loop {
+            let children = list(client, &self.parent).await?;
+            if self.find_node {
+                for child in children.iter().filter(|c| c.starts_with(&stem)) {
+                    let path = format!("{}/{child}", self.parent);
+                    // This session's node only: another session's node is
+                    // never this call's, whatever its name says.
+                    let Some((Some(data), stat)) = read(client, &path).await? else {
+                        continue;
+                    };
+                    if stat.ephemeral_owner != self.session.id {
+                        continue;
+                    }
+                    let known = Known {
+                        data,
+                        version: stat.version,
+                        czxid: stat.czxid,
+                    };
+                    let remove = Change::Remove(&self.attempt);
+                    change(client, &path, &self.owner, Some(stat.czxid), Some(known), remove, None).await?;
+                }
+            }
+            if !self.find_share {
+                return Ok(());
+            }
+            let Some(view) = read_hold(client, &self.parent, &children).await? else {
+                continue;
+            };
+            if let View::Held(view) = view {
+                let mine = view
+                    .nodes
+                    .iter()
+                    .filter(|n| n.session == self.session.id && n.known.data.has(&self.attempt));
+                for n in mine {
+                    let known = Some(n.known.clone());
+                    let remove = Change::Remove(&self.attempt);
+                    change(client, &n.path, &self.owner, Some(view.token), known, remove, None).await?;
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    /// Takes the leftover back, trying again after an error while the
+    /// session lives, at most [`LEFTOVER_TRIES`] times. A session that ends
+    /// takes its nodes with it.
+    pub(crate) async fn take_back_retrying(mut self) {
+        let session = self.session.clone();
+        let mut pause = LEFTOVER_PAUSE;
+        for tried in 1..=LEFTOVER_TRIES {
+            if session.is_dead() {
+                return;
+            }
+            let result = tokio::select! {
+                r = self.take_back() => r,
+                _ = session.ended() => return,
+            };
+            match result {
+                Ok(()) => {
+                    if tried > 1 {
+                        tracing::debug!(backend = BACKEND, parent = %self.parent, attempt = %self.attempt, tried, "took a failed acquisition's node back");
+                    }
+                    return;
+                }
+                Err(e) if is_session_end(&e) => return,
+                Err(error) if tried == LEFTOVER_TRIES => {
+                    tracing::warn!(backend = BACKEND, parent = %self.parent, attempt = %self.attempt, %error, tried, "could not take a failed acquisition's node back; it goes with the session");
+                }
+                Err(error) => {
+                    tracing::debug!(backend = BACKEND, parent = %self.parent, attempt = %self.attempt, %error, tried, "taking a failed acquisition's node back failed; trying again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = session.ended() => return,
+                    }
+                    pause = (pause * 2).min(LEFTOVER_PAUSE_MAX);
+                }
+            }
+        }
+    }
+
+    /// Takes the leftover back at once while connected (the rest in the
+    /// background if that try fails), in the background while the
+    /// connection is suspended (its requests would wait for the
+    /// reconnection).
+    pub(crate) async fn take_back_now(mut self) {
+        if self.session.is_dead() {
+            return;
+        }
+        if !self.session.connected() {
+            self.spawn();
+            return;
+        }
+        match self.take_back().await {
+            Ok(()) => {}
+            Err(e) if is_session_end(&e) => {}
+            Err(_) => self.spawn(),
+        }
+    }
+
+    /// Takes the leftover back in the background.
+    pub(crate) fn spawn(self) {
+        if self.session.is_dead() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(self.take_back_retrying());
+            }
+            Err(_) => tracing::debug!(
+                backend = BACKEND,
+                "no runtime to delete a queued node; it goes with the session"
+            ),
+        }
     }
 }
 
 /// A queued node to take out of the queue unless the acquisition took the
-/// lock with it: at once on a give-up, in the background when the waiting
-/// future is dropped.
+/// lock with it: at once on a give-up or an error, in the background when
+/// the waiting future is dropped.
 pub(crate) struct Cleanup {
-    session: Arc<Session>,
-    node: Option<Known>,
-    path: String,
-    owner: String,
-    attempt: String,
-    armed: bool,
+    leftover: Option<Leftover>,
 }
 
 impl Cleanup {
     pub(crate) fn new(session: &Arc<Session>, q: &Queued, owner: &str, attempt: &str) -> Self {
         Cleanup {
-            session: session.clone(),
-            node: Some(q.node.clone()),
-            path: q.path.clone(),
-            owner: owner.to_owned(),
-            attempt: attempt.to_owned(),
-            armed: true,
+            leftover: Some(Leftover::queued(session, q, owner, attempt)),
         }
     }
 
     pub(crate) fn disarm(&mut self) {
-        self.armed = false;
+        self.leftover = None;
     }
 
-    fn work(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
-        self.armed = false;
-        let node = self.node.take()?;
-        Some(remove_node(
-            self.session.clone(),
-            node,
-            std::mem::take(&mut self.path),
-            std::mem::take(&mut self.owner),
-            std::mem::take(&mut self.attempt),
-        ))
+    /// A join failed: its share may have been made.
+    pub(crate) fn join_failed(&mut self) {
+        if let Some(l) = &mut self.leftover {
+            l.join_failed();
+        }
     }
 
     pub(crate) async fn run(mut self) {
-        if let Some(work) = self.work() {
-            work.await;
+        if let Some(leftover) = self.leftover.take() {
+            leftover.take_back_now().await;
         }
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Some(work) = self.work() else { return };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(work);
-            }
-            Err(_) => tracing::debug!(
-                backend = BACKEND,
-                "no runtime to delete a queued node; it goes with the session"
-            ),
+        if let Some(leftover) = self.leftover.take() {
+            leftover.spawn();
         }
     }
 }

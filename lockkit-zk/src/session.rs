@@ -252,6 +252,17 @@ impl Session {
         self.dead.is_cancelled()
     }
 
+    /// Whether the connection is up: requests sent now are answered without
+    /// waiting for a reconnection. The client's own state says so at once,
+    /// before the epoch is cancelled (its task runs a little later).
+    pub fn connected(&self) -> bool {
+        !self.epoch().is_cancelled()
+            && matches!(
+                self.client.state(),
+                SessionState::SyncConnected | SessionState::ConnectedReadOnly
+            )
+    }
+
     /// Resolves when the session has ended.
     pub async fn ended(&self) {
         self.dead.cancelled().await

@@ -163,6 +163,91 @@ async fn redlock_stale_node_hold_cannot_lower_the_token() {
     assert!(again.unlock().await.expect("unlock").is_free());
 }
 
+/// Two processes configured with one owner id share one hold (contract
+/// point 2). When they acquire a name at the same moment and reach the
+/// nodes in different orders — one first on nodes 0–2, the other first on
+/// nodes 3–4 — each re-enters the other's new hold on the remaining nodes.
+/// One first acquisition used to take its token from the re-entered nodes'
+/// counters and seal the other nodes to it with its own share alone,
+/// erasing the co-owner's shares: the two guards carried different tokens,
+/// and after the first one's unlock another owner took the name while the
+/// second guard was neither released nor lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_co_owners_acquiring_at_once_share_one_hold() {
+    if !support::available("redlock_co_owners_acquiring_at_once_share_one_hold") {
+        return;
+    }
+    let nodes: Vec<Server> = (0..5).map(|_| Server::start()).collect();
+    // Each co-owner reaches some nodes directly and the others through a
+    // proxy that delays every chunk: A is first on nodes 0–2, B on 3–4.
+    let mut proxies = Vec::new();
+    for n in &nodes {
+        let proxy = FaultProxy::start(n.addr().parse().expect("addr")).await.expect("proxy");
+        proxy.set(Fault::Latency(Duration::from_millis(15)));
+        proxies.push(proxy);
+    }
+    let url = |hosts: Vec<String>| format!("redlock://{}?owner=shared-owner", hosts.join(","));
+    let a_hosts: Vec<String> = (0..5)
+        .map(|i| {
+            if i < 3 {
+                nodes[i].addr()
+            } else {
+                proxies[i].addr().to_string()
+            }
+        })
+        .collect();
+    let b_hosts: Vec<String> = (0..5)
+        .map(|i| {
+            if i < 3 {
+                proxies[i].addr().to_string()
+            } else {
+                nodes[i].addr()
+            }
+        })
+        .collect();
+    let a = lockkit::connect(&url(a_hosts)).await.expect("connect");
+    let b = lockkit::connect(&url(b_hosts)).await.expect("connect");
+    assert_eq!(a.owner(), b.owner(), "one owner id");
+    let direct: Vec<String> = nodes.iter().map(Server::addr).collect();
+    let c = lockkit::connect(&format!("redlock://{}", direct.join(",")))
+        .await
+        .expect("connect");
+    let name = "co-owners";
+    let opts = held(Duration::from_secs(30));
+    for round in 0..50 {
+        let (ga, gb) = tokio::join!(a.lock_with(name, &opts), b.lock_with(name, &opts));
+        let (ga, gb) = (ga.expect("A locks"), gb.expect("B locks"));
+        assert_eq!(
+            ga.fencing_token(),
+            gb.fencing_token(),
+            "round {round}: one hold, one token (hold counts {} and {})",
+            ga.hold_count(),
+            gb.hold_count()
+        );
+        assert!(
+            c.try_lock(name).await.expect("try_lock").is_none(),
+            "round {round}: another owner acquired while both co-owners hold"
+        );
+        // The first acquisition's guard (count 1) unlocks first.
+        let (first, second) = if ga.hold_count() <= gb.hold_count() {
+            (ga, gb)
+        } else {
+            (gb, ga)
+        };
+        first.unlock().await.expect("first unlock");
+        excluded_unless_lost(&c, name, &[&second], &format!("round {round}, after the first unlock")).await;
+        assert!(
+            !second.is_lost(),
+            "round {round}: the second guard still has its quorum"
+        );
+        assert!(
+            second.unlock().await.expect("second unlock").is_free(),
+            "round {round}: free after both unlocks"
+        );
+    }
+    drop(proxies);
+}
+
 /// Scenario 3: while writes were paused, every timed-out try of one `lock`
 /// call ran later on the server and counted as a re-entry (hold count 6);
 /// one unlock left the name held for the whole ttl.

@@ -36,6 +36,11 @@ fn count_on(node: &Server, name: &str) -> u32 {
     key_of(node, name).map_or(0, |k| node.cli(&["HGET", &k, "c"]).trim().parse().unwrap_or(0))
 }
 
+/// The token of the hold `name` has on `node`, if any.
+fn token_on(node: &Server, name: &str) -> Option<String> {
+    key_of(node, name).map(|k| node.cli(&["HGET", &k, "t"]).trim().to_owned())
+}
+
 /// Waits until a `CLIENT PAUSE … WRITE` on `node` is over: a write blocks
 /// until then.
 fn pause_over(node: &Server) {
@@ -112,7 +117,9 @@ async fn redlock_reentry_with_a_slow_node_stays_a_quorum() {
 
 /// Scenario 2: a stale hold one node kept of the same owner turned a first
 /// acquisition into a re-entry, and sealed the fresh nodes down to the old
-/// token — the token went backwards past another owner's.
+/// token — the token went backwards past another owner's. Now the token
+/// comes from the fresh nodes alone, and the stale node only loses the new
+/// attempt's share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_stale_node_hold_cannot_lower_the_token() {
     if !support::available("redlock_stale_node_hold_cannot_lower_the_token") {
@@ -157,10 +164,161 @@ async fn redlock_stale_node_hold_cannot_lower_the_token() {
         1,
         "a first acquisition, not a re-entry of the stale hold"
     );
-    let counts: Vec<u32> = nodes.iter().map(|n| count_on(n, name)).collect();
-    assert_eq!(counts, [1, 1, 1], "every node holds the new hold once");
+    // The new hold is on the fresh nodes; the stale node keeps only the old
+    // hold (this attempt's share there is taken back in the background).
+    let again_token = again.fencing_token().to_string();
+    for node in &nodes[1..] {
+        assert_eq!(
+            (count_on(node, name), token_on(node, name)),
+            (1, Some(again_token.clone())),
+            "the fresh nodes hold the new hold once"
+        );
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while count_on(&nodes[0], name) != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 0 keeps the new attempt's share"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        token_on(&nodes[0], name),
+        Some(ta.to_string()),
+        "the stale hold is neither raised nor taken over"
+    );
     first.abandon();
     assert!(again.unlock().await.expect("unlock").is_free());
+}
+
+/// Two processes configured with one owner id share one hold (contract
+/// point 2). When they acquire a name at the same moment and reach the
+/// nodes in different orders — one first on nodes 0–2, the other first on
+/// nodes 3–4 — each re-enters the other's new hold on the remaining nodes.
+/// One first acquisition used to take its token from the re-entered nodes'
+/// counters and seal the other nodes to it with its own share alone,
+/// erasing the co-owner's shares: the two guards carried different tokens,
+/// and after the first one's unlock another owner took the name while the
+/// second guard was neither released nor lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_co_owners_acquiring_at_once_share_one_hold() {
+    if !support::available("redlock_co_owners_acquiring_at_once_share_one_hold") {
+        return;
+    }
+    let nodes: Vec<Server> = (0..5).map(|_| Server::start()).collect();
+    // Each co-owner reaches some nodes directly and the others through a
+    // proxy that delays every chunk: A is first on nodes 0–2, B on 3–4.
+    let mut proxies = Vec::new();
+    for n in &nodes {
+        let proxy = FaultProxy::start(n.addr().parse().expect("addr")).await.expect("proxy");
+        proxy.set(Fault::Latency(Duration::from_millis(15)));
+        proxies.push(proxy);
+    }
+    let url = |hosts: Vec<String>| format!("redlock://{}?owner=shared-owner", hosts.join(","));
+    let a_hosts: Vec<String> = (0..5)
+        .map(|i| {
+            if i < 3 {
+                nodes[i].addr()
+            } else {
+                proxies[i].addr().to_string()
+            }
+        })
+        .collect();
+    let b_hosts: Vec<String> = (0..5)
+        .map(|i| {
+            if i < 3 {
+                proxies[i].addr().to_string()
+            } else {
+                nodes[i].addr()
+            }
+        })
+        .collect();
+    let a = lockkit::connect(&url(a_hosts)).await.expect("connect");
+    let b = lockkit::connect(&url(b_hosts)).await.expect("connect");
+    assert_eq!(a.owner(), b.owner(), "one owner id");
+    let direct: Vec<String> = nodes.iter().map(Server::addr).collect();
+    let c = lockkit::connect(&format!("redlock://{}", direct.join(",")))
+        .await
+        .expect("connect");
+    let name = "co-owners";
+    let opts = held(Duration::from_secs(30));
+    for round in 0..50 {
+        let (ga, gb) = tokio::join!(a.lock_with(name, &opts), b.lock_with(name, &opts));
+        let (ga, gb) = (ga.expect("A locks"), gb.expect("B locks"));
+        assert_eq!(
+            ga.fencing_token(),
+            gb.fencing_token(),
+            "round {round}: one hold, one token (hold counts {} and {})",
+            ga.hold_count(),
+            gb.hold_count()
+        );
+        assert!(
+            c.try_lock(name).await.expect("try_lock").is_none(),
+            "round {round}: another owner acquired while both co-owners hold"
+        );
+        // The first acquisition's guard (count 1) unlocks first.
+        let (first, second) = if ga.hold_count() <= gb.hold_count() {
+            (ga, gb)
+        } else {
+            (gb, ga)
+        };
+        first.unlock().await.expect("first unlock");
+        excluded_unless_lost(&c, name, &[&second], &format!("round {round}, after the first unlock")).await;
+        assert!(
+            !second.is_lost(),
+            "round {round}: the second guard still has its quorum"
+        );
+        assert!(
+            second.unlock().await.expect("second unlock").is_free(),
+            "round {round}: free after both unlocks"
+        );
+    }
+    drop(proxies);
+}
+
+/// A first acquisition counts only where a quorum of fresh nodes issued one
+/// token. Two nodes whose counters are ahead of the proposal (by different
+/// amounts) make all three issue different tokens: the attempt is undone
+/// and made again above the highest, and then every node agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_fresh_nodes_that_disagree_are_asked_again_above() {
+    if !support::available("redlock_fresh_nodes_that_disagree_are_asked_again_above") {
+        return;
+    }
+    let nodes: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let a = lockkit::connect(&redlock_url(&nodes, "node_timeout=100ms"))
+        .await
+        .expect("connect");
+    let name = "disagree";
+    let opts = held(Duration::from_secs(30));
+    let first = a.lock_with(name, &opts).await.expect("lock");
+    let t0 = first.fencing_token();
+    assert!(first.unlock().await.expect("unlock").is_free());
+    // Nodes 1 and 2 have counters 10 s and 20 s ahead of that token.
+    let mut ahead = Vec::new();
+    for (node, lead) in nodes[1..].iter().zip([10_000_000u64, 20_000_000]) {
+        let counter = node
+            .cli(&["--scan", "--pattern", "*fence"])
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .expect("a counter")
+            .to_owned();
+        node.cli(&["SET", &counter, &(t0 + lead).to_string()]);
+        ahead.push(t0 + lead);
+    }
+    let g = a.lock_with(name, &opts).await.expect("lock");
+    let t = g.fencing_token();
+    assert!(t > ahead[1], "token {t} above every counter ({ahead:?})");
+    assert_eq!(g.hold_count(), 1);
+    for node in &nodes {
+        assert_eq!(
+            (count_on(node, name), token_on(node, name)),
+            (1, Some(t.to_string())),
+            "every node holds the token the quorum agreed on"
+        );
+    }
+    assert!(g.unlock().await.expect("unlock").is_free());
 }
 
 /// Scenario 3: while writes were paused, every timed-out try of one `lock`

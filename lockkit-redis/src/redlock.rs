@@ -29,6 +29,10 @@ const KIND: &str = "redlock";
 /// clocks up to this much ahead still take the proposal.
 const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
 
+/// How many rounds one attempt makes while its fresh nodes disagree on the
+/// token.
+const TOKEN_ROUNDS: u32 = 3;
+
 /// Locks over N independent Redis masters (`redlock://h1,h2,h3,…`). Cheap to
 /// clone.
 ///
@@ -51,12 +55,20 @@ const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
 ///   when the holder releases or expires.
 /// * **Holds are the quorum's, never one node's.** A re-entry counts only
 ///   where a quorum of nodes already has the owner's hold under one token;
-///   a first acquisition only where a quorum had no hold of the owner, and
-///   its token is drawn above every answering node's counter — so a stale
-///   hold that one node kept (its peers lost their keys) can neither turn a
-///   first acquisition into a re-entry nor pull the token back. When a node
-///   is slow and the two cannot be told apart, the attempt is undone and
-///   tried again.
+///   a first acquisition only where a quorum of nodes made a fresh hold
+///   (this attempt's share alone) under one token. On every other node the
+///   attempt's share is taken back, and nothing else: a share of the same
+///   owner may be a co-owner's (another process configured with the same
+///   owner id, acquiring at the same moment), so no attempt ever removes or
+///   rewrites another's share. A hold therefore always rests on a quorum of
+///   its own shares — one co-owner's unlock cannot take the name below a
+///   quorum while another's guard stands — and two co-owners cannot both
+///   make a first acquisition (their quorums meet in a node where only one
+///   of them was first). A stale hold that one node kept (its peers lost
+///   their keys) can neither turn a first acquisition into a re-entry nor
+///   pull the token back. When a node is slow, or co-owners split the
+///   nodes, and neither rule has a quorum, the attempt is undone and tried
+///   again.
 /// * **Release / extend**: on all nodes; an extension counts only with a
 ///   quorum, and the new validity is computed the same way. A release
 ///   reports the holds a quorum still has; when fewer than a quorum still
@@ -73,10 +85,17 @@ const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
 /// A first acquisition takes a token from every node's counter (the
 /// single-server rule, `max(counter + 1, the node's clock in µs)`, where the
 /// client also proposes its own clock + 1 s as a floor so that the nodes
-/// normally agree) and uses the **maximum over the quorum** as the hold's
-/// token. Nodes that answered a smaller value get the maximum written into
-/// their hold and their counter raised to it (a second round trip, needed
-/// only when they disagreed). Re-entries return that token.
+/// agree) and counts only where a quorum of fresh nodes issued **the same
+/// token**: each of them issued it above its counter, and every earlier
+/// hold was on a quorum that meets this one in such a node. Nodes that
+/// issued another token keep nothing (the attempt's share is taken back;
+/// their counter stays raised). When no quorum agrees — a node's clock or
+/// counter ahead of the proposal — the attempt is undone and made again at
+/// once, proposing 1 s above the highest token issued (a few rounds, then
+/// it is retried like a split vote; a node takes a proposal only up to a
+/// minute ahead of its clock, so node clocks that differ by more than that
+/// can keep a first acquisition from ever agreeing). Re-entries return the
+/// hold's token.
 ///
 /// * **Promised**: a token is strictly greater than every token issued
 ///   before for the name, as long as every quorum that ever held it shares a
@@ -84,9 +103,10 @@ const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
 ///   keep their data: two quorums of N always intersect).
 /// * **Also holds** when nodes lose their data (restart without
 ///   persistence), because counters never fall behind their node's clock in
-///   µs: tokens still grow unless the nodes' clocks are behind the clock of
-///   the node that issued the previous maximum (by more than the time
-///   between the two acquisitions).
+///   µs and a new token is at least the proposal: tokens still grow unless
+///   the clocks of the client and of the nodes are behind the clock the
+///   previous token came from (a client's proposal, or a node's clock ahead
+///   of it) by more than the time between the two acquisitions.
 /// * **Not promised**: with nodes that lose data *and* clocks that jump
 ///   back, a token can repeat or go down; a node whose clock runs ahead
 ///   issues tokens from its clock, so after it is corrected tokens stay at
@@ -149,7 +169,7 @@ struct NodeHold {
     count: u32,
     pttl: i64,
     share: Share,
-    /// Holds the quorum's token (set by [`Inner::settle`]).
+    /// Counts towards the quorum's decision (set by [`Inner::settle`]).
     agreed: bool,
 }
 
@@ -157,18 +177,21 @@ impl NodeHold {
     /// The node's hold is this attempt's alone: new, or a repeat of it that
     /// is the hold's only share.
     fn fresh(&self) -> bool {
-        matches!(self.share, Share::New) || (matches!(self.share, Share::Repeated { .. }) && self.count == 1)
+        matches!(self.share, Share::New) || (self.share == Share::Repeated && self.count == 1)
     }
+}
 
-    /// The least token a first acquisition may take after what this node
-    /// has seen: above its counter (tokens issued for the names that share
-    /// it) and its hold's token.
-    fn floor(&self) -> u64 {
-        match self.share {
-            Share::New => self.token,
-            Share::Reentered { counter } | Share::Repeated { counter } => counter.max(self.token).saturating_add(1),
-        }
-    }
+/// What [`Inner::settle`] made of one round's answers.
+enum Settled {
+    Acquired(Outcome),
+    /// Enough nodes made this attempt's hold afresh, but on different
+    /// tokens; `highest` is the greatest of them.
+    Disagreed {
+        highest: u64,
+    },
+    /// Neither a re-entry nor a first acquisition has a quorum, or the
+    /// validity is already gone.
+    NoQuorum,
 }
 
 /// What one Redlock attempt came to.
@@ -278,167 +301,186 @@ impl Inner {
         }
     }
 
-    /// One attempt: acquire on every node; seal or undo. Every try of one
-    /// `lock` call carries the same `attempt` id, so a node that still has
-    /// an earlier try's share (its undo did not arrive) counts it once.
+    /// One attempt: acquire on every node; keep the shares of the nodes
+    /// that agree, undo the rest. Every try of one `lock` call carries the
+    /// same `attempt` id, so a node that still has an earlier try's share
+    /// (its undo did not arrive) counts it once.
+    ///
+    /// When enough nodes made this attempt's hold but issued different
+    /// tokens (a node's clock or counter ahead of the proposal), the attempt
+    /// is undone and made again at once, proposing above the highest token
+    /// they issued (up to [`TOKEN_ROUNDS`] rounds; then it reads as a split
+    /// vote).
     async fn attempt(self: &Arc<Self>, name: &str, owner: &str, attempt: &str, ttl_ms: u64) -> Outcome {
-        // Every node gets the same proposal (this clock + a margin for
-        // skew), so a first acquisition usually needs no sealing round.
-        let proposal = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .and_then(|d| u64::try_from((d + PROPOSAL_LEAD).as_micros()).ok());
-        let keys = &self.keys;
-        let sent_at = Instant::now();
-        let replies = self
-            .all(|_, mut c| async move {
-                scripts::acquire(
-                    &mut c,
-                    keys,
-                    name,
-                    owner,
-                    ttl_ms,
-                    attempt,
-                    proposal,
-                    &Queueing::default(),
-                )
-                .await
-            })
-            .await;
-        let mut held = Vec::new();
-        let mut busy = Vec::new();
-        let mut failed = Vec::new();
-        for (node, r) in replies.iter().enumerate() {
-            match r {
-                Ok(AcquireReply::Acquired {
-                    token,
-                    count,
-                    pttl,
-                    share,
-                }) => held.push(NodeHold {
-                    node,
-                    token: *token,
-                    count: *count,
-                    pttl: *pttl,
-                    share: *share,
-                    agreed: false,
-                }),
-                Ok(AcquireReply::Busy { pttl }) => busy.push(*pttl),
-                Err(_) => failed.push(node),
+        let mut above: Option<u64> = None;
+        let mut round = 1;
+        loop {
+            // Every node gets the same proposal (this clock + a margin for
+            // skew, or above what the nodes issued last round), so that they
+            // agree on the token.
+            let lead = u64::try_from(PROPOSAL_LEAD.as_micros()).unwrap_or(u64::MAX);
+            let proposal = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| u64::try_from(d.as_micros()).ok())
+                .map(|now| now.max(above.unwrap_or(0)).saturating_add(lead));
+            let keys = &self.keys;
+            let sent_at = Instant::now();
+            let replies = self
+                .all(|_, mut c| async move {
+                    scripts::acquire(
+                        &mut c,
+                        keys,
+                        name,
+                        owner,
+                        ttl_ms,
+                        attempt,
+                        proposal,
+                        &Queueing::default(),
+                    )
+                    .await
+                })
+                .await;
+            let mut held = Vec::new();
+            let mut busy = Vec::new();
+            let mut failed = Vec::new();
+            for (node, r) in replies.iter().enumerate() {
+                match r {
+                    Ok(AcquireReply::Acquired {
+                        token,
+                        count,
+                        pttl,
+                        share,
+                    }) => held.push(NodeHold {
+                        node,
+                        token: *token,
+                        count: *count,
+                        pttl: *pttl,
+                        share: *share,
+                        agreed: false,
+                    }),
+                    Ok(AcquireReply::Busy { pttl }) => busy.push(*pttl),
+                    Err(_) => failed.push(node),
+                }
             }
-        }
-        if held.len() >= self.quorum
-            && let Some(outcome) = self.settle(name, owner, attempt, sent_at, &mut held).await
-        {
-            // Shares this attempt may have left on nodes that did not answer
-            // in time, or that did not agree: take them back in the
-            // background.
-            let stray: Vec<usize> = failed
-                .iter()
-                .copied()
-                .chain(held.iter().filter(|h| !h.agreed).map(|h| h.node))
-                .collect();
-            if !stray.is_empty() {
-                self.spawn_undo(name, owner, attempt, stray);
+            let settled = if held.len() >= self.quorum {
+                self.settle(sent_at, &mut held)
+            } else {
+                Settled::NoQuorum
+            };
+            // Undo wherever this attempt may have counted.
+            let targets: Vec<usize> = held.iter().map(|h| h.node).chain(failed.iter().copied()).collect();
+            match settled {
+                Settled::Acquired(outcome) => {
+                    // Shares this attempt may have left on nodes that did not
+                    // answer in time, or that did not agree: take them back in
+                    // the background.
+                    let stray: Vec<usize> = failed
+                        .iter()
+                        .copied()
+                        .chain(held.iter().filter(|h| !h.agreed).map(|h| h.node))
+                        .collect();
+                    if !stray.is_empty() {
+                        self.spawn_undo(name, owner, attempt, stray);
+                    }
+                    return outcome;
+                }
+                Settled::Disagreed { highest } if round < TOKEN_ROUNDS => {
+                    self.undo(name, owner, attempt, &targets).await;
+                    above = Some(above.unwrap_or(0).max(highest));
+                    round += 1;
+                    continue;
+                }
+                Settled::Disagreed { .. } | Settled::NoQuorum => {}
             }
-            return outcome;
-        }
-        // No quorum: undo wherever this attempt may have counted.
-        let targets: Vec<usize> = held.iter().map(|h| h.node).chain(failed.iter().copied()).collect();
-        self.undo(name, owner, attempt, &targets).await;
-        let failures: Vec<&Fault> = replies.iter().filter_map(|r| r.as_ref().err()).collect();
-        if failures.len() > self.n() - self.quorum {
-            return Outcome::Failed(self.quorum_error(&failures));
-        }
-        // A quorum frees up when enough of the busy nodes' leases run out.
-        busy.sort_unstable();
-        let need = self.quorum.saturating_sub(self.n() - busy.len());
-        let retry_in = match need {
-            0 => None,
-            k => busy.get(k - 1).filter(|p| **p >= 0).map(|p| millis(*p)),
-        };
-        Outcome::Busy {
-            retry_in,
-            split: !held.is_empty() || need == 0,
+            // No quorum.
+            self.undo(name, owner, attempt, &targets).await;
+            let failures: Vec<&Fault> = replies.iter().filter_map(|r| r.as_ref().err()).collect();
+            if failures.len() > self.n() - self.quorum {
+                return Outcome::Failed(self.quorum_error(&failures));
+            }
+            // A quorum frees up when enough of the busy nodes' leases run out.
+            busy.sort_unstable();
+            let need = self.quorum.saturating_sub(self.n() - busy.len());
+            let retry_in = match need {
+                0 => None,
+                k => busy.get(k - 1).filter(|p| **p >= 0).map(|p| millis(*p)),
+            };
+            return Outcome::Busy {
+                retry_in,
+                split: !held.is_empty() || need == 0,
+            };
         }
     }
 
     /// With a quorum of nodes holding for this owner: decides whether this
-    /// is a re-entry or a first acquisition, fixes the token (sealing the
-    /// nodes that disagree) and the validity. `None` when no quorum agrees.
+    /// is a re-entry or a first acquisition, its token and validity, and
+    /// marks the nodes that agree. Nothing is written: the nodes that do not
+    /// agree only lose this attempt's share (the caller undoes it), and no
+    /// other share is ever touched — a share of the same owner may be a
+    /// co-owner's (another process configured with the same owner id,
+    /// acquiring at the same moment), not a stale one.
     ///
     /// * **Re-entry** only where a quorum of nodes already had this owner's
     ///   hold under one token `T` (or had this attempt's share under it: a
-    ///   repeat): the lease keeps `T`, and the other answering nodes are
-    ///   sealed to `T` with this attempt's share alone — whatever stale
-    ///   hold of the owner they kept cannot be a quorum's while `T` is.
-    /// * **First acquisition** only where a quorum of nodes had no hold of
-    ///   the owner (or only this attempt's share): the token is above
-    ///   every answering node's token and counter — also above a stale
-    ///   hold one node kept of this owner, which then loses it to the new
-    ///   hold.
+    ///   repeat): the lease keeps `T`. It rests on this attempt's own shares
+    ///   on that quorum.
+    /// * **First acquisition** only where a quorum of nodes made a *fresh*
+    ///   hold (this attempt's share alone) under one token `T`, and `T` is
+    ///   the lease's. Each of them issued `T` above its counter, and every
+    ///   earlier hold was on a quorum that meets this one in such a node, so
+    ///   `T` is above every earlier token; nodes that re-entered a hold of
+    ///   the owner (a co-owner's, or a stale one a node kept) do not count
+    ///   and do not raise it. Two co-owners cannot both make a first
+    ///   acquisition: their quorums meet in a node where only one of them
+    ///   was first.
+    /// * Fresh nodes enough for a quorum, but on different tokens (a node's
+    ///   clock or counter ahead of the proposal): [`Settled::Disagreed`],
+    ///   to be undone and proposed again above the highest.
     /// * Otherwise (say the owner holds `T` on a quorum, one of whose nodes
-    ///   is slow now) neither can be told apart from the other, and the
-    ///   attempt is undone and tried again.
-    async fn settle(
-        &self,
-        name: &str,
-        owner: &str,
-        attempt: &str,
-        sent_at: Instant,
-        held: &mut [NodeHold],
-    ) -> Option<Outcome> {
-        let mut votes: HashMap<u64, usize> = HashMap::new();
-        for h in held.iter().filter(|h| !matches!(h.share, Share::New)) {
-            *votes.entry(h.token).or_default() += 1;
-        }
-        let agreed = votes
-            .into_iter()
-            .filter(|(_, v)| *v >= self.quorum)
-            .map(|(t, _)| t)
-            .max();
-        let token = match agreed {
-            Some(t) => t,
-            None if held.iter().filter(|h| h.fresh()).count() >= self.quorum => {
-                held.iter().map(NodeHold::floor).max()?
-            }
-            None => return None,
-        };
-        let by_node: HashMap<usize, u64> = held
-            .iter()
-            .filter(|h| h.token != token)
-            .map(|h| (h.node, h.token))
-            .collect();
-        let sealed = if by_node.is_empty() {
-            Vec::new()
-        } else {
-            let keys = &self.keys;
-            let by_node = &by_node;
-            self.on_nodes(true, |node, mut c| async move {
-                match by_node.get(&node) {
-                    Some(t) => scripts::seal(&mut c, keys, name, owner, *t, token, attempt).await,
-                    None => Ok(false),
+    ///   is slow now, or two co-owners split the nodes) neither can be told
+    ///   apart from the other, and the attempt is undone and tried again.
+    fn settle(&self, sent_at: Instant, held: &mut [NodeHold]) -> Settled {
+        let reentered = |h: &NodeHold| h.share != Share::New;
+        let (token, first) = match self.agreeing(held.iter().filter(|h| reentered(h))) {
+            Some(t) => (t, false),
+            None => match self.agreeing(held.iter().filter(|h| h.fresh())) {
+                Some(t) => (t, true),
+                None => {
+                    let fresh: Vec<u64> = held.iter().filter(|h| h.fresh()).map(|h| h.token).collect();
+                    return match fresh.iter().max() {
+                        Some(&highest) if fresh.len() >= self.quorum => Settled::Disagreed { highest },
+                        _ => Settled::NoQuorum,
+                    };
                 }
-            })
-            .await
+            },
         };
         for h in held.iter_mut() {
-            if h.token != token && matches!(sealed.get(h.node), Some(Ok(true))) {
-                (h.token, h.count) = (token, 1);
-            }
-            h.agreed = h.token == token;
+            h.agreed = h.token == token && if first { h.fresh() } else { reentered(h) };
         }
         let good: Vec<&NodeHold> = held.iter().filter(|h| h.agreed).collect();
-        if good.len() < self.quorum {
-            return None;
-        }
-        let valid_until = self.validity(sent_at, good.iter().map(|h| h.pttl).collect())?;
-        Some(Outcome::Acquired(Lease {
+        let Some(valid_until) = self.validity(sent_at, good.iter().map(|h| h.pttl).collect()) else {
+            return Settled::NoQuorum;
+        };
+        Settled::Acquired(Outcome::Acquired(Lease {
             token,
             hold_count: good.iter().map(|h| h.count).max().unwrap_or(1),
             valid_until: Some(valid_until),
             lost: None,
         }))
+    }
+
+    /// The greatest token a quorum of `nodes` has, if any.
+    fn agreeing<'a>(&self, nodes: impl Iterator<Item = &'a NodeHold>) -> Option<u64> {
+        let mut votes: HashMap<u64, usize> = HashMap::new();
+        for h in nodes {
+            *votes.entry(h.token).or_default() += 1;
+        }
+        votes
+            .into_iter()
+            .filter(|(_, v)| *v >= self.quorum)
+            .map(|(t, _)| t)
+            .max()
     }
 
     /// Takes `attempt`'s share back on `nodes` (waiting for each up to the

@@ -163,11 +163,10 @@ impl Keys {
 ///    the turn and did not take it; `''`: none), 8. `PUBLISH`/`SPUBLISH` to
 ///    announce a taken lock to the queue (`''`: never).
 ///
-/// Returns `{1, token, count, pttl, 'n'}` for a new hold, `{1, token,
-/// count, pttl, KIND, counter}` for the caller's existing hold (`KIND` `r`:
-/// this attempt re-entered it, `p`: this attempt was already counted in it;
-/// `counter`: the fencing counter now, which Redlock needs to draw a token
-/// above it), or `{0, '', 0, pttl}` when another owner holds it.
+/// Returns `{1, token, count, pttl, KIND}` when the caller holds it (`KIND`
+/// `n`: a new hold, `r`: this attempt re-entered the owner's hold, `p`: this
+/// attempt was already counted in it), or `{0, '', 0, pttl}` when another
+/// owner holds it.
 const ACQUIRE: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 't')
 local ttl = tonumber(ARGV[2])
@@ -223,7 +222,7 @@ if h[1] == ARGV[1] then
     -- order) even when the try that made it ran on a connection lost since.
     redis.call('PEXPIRE', KEYS[1], pttl)
   end
-  return {1, h[2], c, pttl, kind, redis.call('GET', KEYS[2]) or '0'}
+  return {1, h[2], c, pttl, kind}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
@@ -314,29 +313,6 @@ redis.pcall(ARGV[2], ARGV[1], h[3])
 return {h[1], h[2], h[3], pttl}
 "#;
 
-/// Redlock: make a node's hold exactly the quorum's — the token the quorum
-/// agreed on, one share (this attempt's) — and raise the node's counter to
-/// the token, so the next quorum's token is greater. A node that answered
-/// with a fresh hold gets the token; one that answered with a stale hold of
-/// the same owner (one no quorum has, e.g. kept by a node whose peers lost
-/// their keys) loses the stale shares with it.
-///
-/// KEYS: lock, counter. ARGV: owner, the node's own token, the quorum
-/// token, the attempt id.
-/// Returns 1 when sealed, 0 when the hold is not there (any more).
-const SEAL: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 't')
-if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return 0 end
-local share = 'a:' .. ARGV[4]
-for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-  if string.sub(f, 1, 2) == 'a:' and f ~= share then redis.call('HDEL', KEYS[1], f) end
-end
-redis.call('HSET', KEYS[1], 't', ARGV[3], 'c', '1', share, '1')
-local c = tonumber(redis.call('GET', KEYS[2]) or '0')
-if c < tonumber(ARGV[3]) then redis.call('SET', KEYS[2], ARGV[3]) end
-return 1
-"#;
-
 /// Redlock: take back what one failed attempt did on a node — the hold it
 /// created or the share it added — found by the attempt's field, so an
 /// undo that runs twice, or before a straggling acquire, is harmless.
@@ -365,7 +341,6 @@ pub(crate) struct Scripts {
     pub extend: Script,
     pub inspect: Script,
     pub force: Script,
-    pub seal: Script,
     pub undo: Script,
 }
 
@@ -375,7 +350,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     extend: Script::new(EXTEND),
     inspect: Script::new(INSPECT),
     force: Script::new(FORCE),
-    seal: Script::new(SEAL),
     undo: Script::new(UNDO),
 });
 
@@ -388,12 +362,11 @@ pub(crate) const EXTEND_CHUNK: usize = 500;
 pub(crate) enum Share {
     /// A new hold, made by this attempt.
     New,
-    /// The owner's existing hold, re-entered by this attempt; `counter` is
-    /// the node's fencing counter.
-    Reentered { counter: u64 },
+    /// The owner's existing hold, re-entered by this attempt.
+    Reentered,
     /// The owner's existing hold, in which this attempt was already counted
-    /// (a repeat); `counter` is the node's fencing counter.
-    Repeated { counter: u64 },
+    /// (a repeat).
+    Repeated,
 }
 
 /// What one acquire script call found.
@@ -454,14 +427,10 @@ pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> 
             count: int(count).and_then(|c| u32::try_from(c).ok()).ok_or_else(bad)?,
             pttl,
             share: match rest {
-                [kind] if text(kind).as_deref() == Some("n") => Share::New,
-                [kind, counter] => match text(kind).as_deref() {
-                    Some("r") => Share::Reentered {
-                        counter: u64_of(counter)?,
-                    },
-                    Some("p") => Share::Repeated {
-                        counter: u64_of(counter)?,
-                    },
+                [kind] => match text(kind).as_deref() {
+                    Some("n") => Share::New,
+                    Some("r") => Share::Reentered,
+                    Some("p") => Share::Repeated,
                     _ => return Err(bad()),
                 },
                 _ => return Err(bad()),
@@ -842,31 +811,6 @@ where
     }
 }
 
-/// Redlock: makes a node's hold the quorum's: `token`, `attempt`'s share
-/// alone.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn seal<C: ConnectionLike + Send>(
-    conn: &mut C,
-    keys: &Keys,
-    name: &str,
-    owner: &str,
-    node_token: u64,
-    token: u64,
-    attempt: &str,
-) -> Result<bool, Fault> {
-    let v: Value = SCRIPTS
-        .seal
-        .key(keys.lock(name))
-        .key(keys.counter(name))
-        .arg(owner)
-        .arg(node_token)
-        .arg(token)
-        .arg(attempt)
-        .invoke_async(conn)
-        .await?;
-    Ok(parse_flag("seal", &v)?)
-}
-
 /// Redlock: undoes one failed attempt on one node.
 pub(crate) async fn undo<C: ConnectionLike + Send>(
     conn: &mut C,
@@ -929,7 +873,6 @@ mod tests {
             Value::Int(2),
             Value::Int(999),
             Value::BulkString(b"r".to_vec()),
-            Value::BulkString(b"1700000000000200".to_vec()),
         ]);
         assert_eq!(
             parse_acquire(&acquired).unwrap(),
@@ -937,9 +880,7 @@ mod tests {
                 token: 1_700_000_000_000_123,
                 count: 2,
                 pttl: 999,
-                share: Share::Reentered {
-                    counter: 1_700_000_000_000_200
-                },
+                share: Share::Reentered,
             }
         );
         let new = Value::Array(vec![

@@ -232,8 +232,8 @@ async fn a_first_acquisition_takes_one_round_trip() {
     }
     for (node, before) in nodes.iter().zip(before) {
         let calls = node.command_calls().get("evalsha").copied().unwrap_or(0) - before;
-        // One acquire and one release script per cycle; sealing (a second
-        // round) only when the nodes disagree on the token.
+        // One acquire and one release script per cycle; an undo and a
+        // second acquire round only when fresh nodes disagree on the token.
         assert!(
             calls <= 2 * cycles + 2,
             "{calls} script calls on {} for {cycles} lock/unlock cycles",

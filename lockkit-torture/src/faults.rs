@@ -7,7 +7,12 @@
 //!   while, `reset` of every open connection.
 //! - `--node-faults` (`redlock://` with at least 3 private nodes): `pause`
 //!   one node (`CLIENT PAUSE ms ALL`), `kill` it and restart it empty
-//!   (`--node-restart-cmd`), `wipe` it (`FLUSHALL`).
+//!   (`--node-restart-cmd`, which should keep the node down for longer
+//!   than a lease first), `wipe` it (`FLUSHALL`, and in the same write a
+//!   `CLIENT PAUSE` of 2 ttl + 1 s). A node that lost its keys rejoins only
+//!   after every lease it carried has ended — Redlock's delayed restart,
+//!   without which one node losing its keys breaks mutual exclusion
+//!   whenever a holder had exactly a quorum.
 //!
 //! Only one fault runs at a time and on one server of a multi-node URL, so
 //! a Redlock quorum stays. A fault that removes keys (`kill`, `wipe`) waits
@@ -55,6 +60,9 @@ pub struct Faults {
     latency_base: Duration,
     every: Duration,
     quiet: u64,
+    /// How long a wiped node stays silent (2 ttl + 1 s): longer than any
+    /// lease it carried.
+    outage: u64,
     restart_cmd: Option<String>,
     active: Option<Active>,
     last_end: u64,
@@ -64,24 +72,35 @@ pub struct Faults {
 
 /// A Redis command on a fresh connection; its one-line reply.
 fn redis_cmd(addr: SocketAddr, args: &[&str]) -> Result<String, String> {
+    redis_cmds(addr, &[args])
+}
+
+/// Redis commands sent in one write on a fresh connection (the server runs
+/// them back to back); the last one-line reply.
+fn redis_cmds(addr: SocketAddr, cmds: &[&[&str]]) -> Result<String, String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| format!("{addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    let mut req = String::new();
+    for args in cmds {
+        req.push_str(&format!("*{}\r\n", args.len()));
+        for a in *args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
     }
     s.write_all(req.as_bytes()).map_err(|e| format!("{addr}: {e}"))?;
-    let mut line = String::new();
-    BufReader::new(s)
-        .read_line(&mut line)
-        .map_err(|e| format!("{addr}: {e}"))?;
-    let line = line.trim_end().to_owned();
-    if line.starts_with('-') || line.is_empty() {
-        Err(format!("{addr}: {args:?}: {line}"))
-    } else {
-        Ok(line)
+    let mut reader = BufReader::new(s);
+    let mut last = String::new();
+    for args in cmds {
+        let mut line = String::new();
+        reader.read_line(&mut line).map_err(|e| format!("{addr}: {e}"))?;
+        let line = line.trim_end().to_owned();
+        if line.starts_with('-') || line.is_empty() {
+            return Err(format!("{addr}: {args:?}: {line}"));
+        }
+        last = line;
     }
+    Ok(last)
 }
 
 /// A query parameter of `url`, as written.
@@ -215,6 +234,7 @@ impl Faults {
                 latency_base,
                 every: args.fault_every,
                 quiet: nanos(ttl * 5 / 2 + Duration::from_secs(1)),
+                outage: nanos(ttl * 2 + Duration::from_secs(1)),
                 restart_cmd: args.node_restart_cmd.clone(),
                 active: None,
                 last_end: 0,
@@ -292,8 +312,10 @@ impl Faults {
                 (now + p * 1_000_000, format!("{p} ms"), None, r.err())
             }
             "wipe" => {
-                let r = redis_cmd(addr, &["FLUSHALL"]);
-                (now, String::new(), None, r.err())
+                // Flushed and silenced in one write: no vote in between.
+                let out = (self.outage / 1_000_000).to_string();
+                let r = redis_cmds(addr, &[&["FLUSHALL"], &["CLIENT", "PAUSE", &out, "ALL"]]);
+                (now + self.outage, format!("silent {out} ms"), None, r.err())
             }
             "kill" => {
                 let cmd = self
@@ -368,7 +390,7 @@ impl Faults {
         let ok = ok && a.started;
         match a.kind {
             "latency" | "lose_replies" => self.proxies[a.node].set(Fault::Pass),
-            "pause" if force => {
+            "pause" | "wipe" if force => {
                 let _ = redis_cmd(self.nodes[a.node], &["CLIENT", "UNPAUSE"]);
             }
             _ => {}

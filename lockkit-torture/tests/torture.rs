@@ -351,9 +351,16 @@ fn redis() {
     );
 }
 
+/// How long a killed Redlock node stays down before it restarts empty:
+/// Redlock's delayed restart (longer than any lease it carried, ttl 1 s in
+/// these runs), without which one node losing its keys breaks mutual
+/// exclusion whenever a holder had exactly a quorum (as the Redlock docs
+/// say). The runner's `wipe` keeps a flushed node silent as long.
+const REDLOCK_OUTAGE_S: u64 = 3;
+
 /// Five private, empty redis-servers (no persistence) as Redlock masters,
 /// killed when dropped; `restart_cmd` kills the one on `{port}` and starts
-/// it again empty.
+/// it again empty after [`REDLOCK_OUTAGE_S`].
 #[cfg(feature = "redis")]
 struct PrivateRedlock {
     dir: tempfile::TempDir,
@@ -376,7 +383,7 @@ impl PrivateRedlock {
              # start.sh PORT [restart]: an empty redis-server on PORT (killing the one there first)\n\
              p=$1; d='{d}'\n\
              if [ \"$2\" = restart ]; then pid=$(cat \"$d/$p.pid\") && kill -KILL $pid && \
-             while kill -0 $pid 2>/dev/null; do sleep 0.05; done; fi\n\
+             while kill -0 $pid 2>/dev/null; do sleep 0.05; done && sleep {REDLOCK_OUTAGE_S}; fi\n\
              redis-server --bind 127.0.0.1 --port $p --save '' --appendonly no --daemonize yes \
              --pidfile \"$d/$p.pid\" --dir \"$d\" --logfile \"$d/$p.log\" || exit 1\n\
              for i in $(seq 100); do [ \"$(redis-cli -p $p ping 2>/dev/null)\" = PONG ] && exit 0; sleep 0.05; done; exit 1\n"

@@ -79,8 +79,12 @@ fn torture(label: &str, url: &str, extra: Extra<'_>) -> HashMap<String, u64> {
             .args(["--seconds", &format!("{}s", env_or("LOCKKIT_TORTURE_SECONDS", "1800"))]);
         Some(grants.parse().expect("LOCKKIT_TORTURE_GRANTS is a number"))
     } else {
+        // Node faults need longer: a killed node stays down 3 s, a wiped
+        // one silent 5 s, and each waits for a quiet time after the last
+        // fault; 30 s fits one of every kind even on a loaded machine.
+        let seconds = if extra.node_restart_cmd.is_some() { "30s" } else { "18s" };
         cmd.args(["--procs", "4", "--tasks", "2", "--names", "3", "--ttl", "2s"])
-            .args(["--seconds", "18s", "--chaos-every", "1500ms", "--fault-every", "1s"]);
+            .args(["--seconds", seconds, "--chaos-every", "1500ms", "--fault-every", "1s"]);
         None
     };
     cmd.arg("--log-dir").arg(dir.path());

@@ -7,25 +7,10 @@
 #[path = "redis_support.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockkit::{LockClient, LockGuard, LockOptions};
-use support::{Sentinel, Server};
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(t) = f().await {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use support::{Sentinel, Server, eventually};
 
 async fn lock_retrying(client: &LockClient, name: &str, opts: &LockOptions) -> LockGuard {
     eventually(&format!("lock {name}"), || async {

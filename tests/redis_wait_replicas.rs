@@ -12,27 +12,11 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockkit::{LockError, LockOptions};
-use support::{Sentinel, Server, lock_key};
+use support::{Sentinel, Server, eventually, lock_key};
 
 /// Parameters of every URL here: a bound well above a healthy replica's
 /// acknowledgement, even on a busy machine.
 const WAIT_1: &str = "wait_replicas=1&wait_replicas_timeout=1s";
-
-/// Retries `f` until it gives a value, for at most 30 s.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(t) = f().await {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// The hold count `name` has on `server` (0: none), read on one
 /// connection after `READONLY`, so a cluster replica answers too.

@@ -17,14 +17,17 @@
 //! double decrement.
 #![cfg(feature = "zookeeper")]
 
+#[path = "zookeeper_support.rs"]
+mod support;
+
 use std::future::Future;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use lockkit::url::ConnectUrl;
 use lockkit::{LockClient, LockGuard, LockOptions};
-use lockkit_core::testkit::{Fault, FaultProxy, server_url};
+use lockkit_core::testkit::{Fault, FaultProxy};
 use lockkit_zk::ZkBackend;
+use support::{Server, server, unique};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, timeout};
 
@@ -34,30 +37,6 @@ const BOUND: Duration = Duration::from_secs(15);
 /// held. The failure this guards against took 17-39 ms after the first
 /// session closed.
 const STILL_HELD: Duration = Duration::from_secs(2);
-
-struct Server {
-    url: String,
-    addr: SocketAddr,
-    chroot: String,
-}
-
-/// The shared ZooKeeper (`LOCKKIT_ZK_URL`), if configured.
-fn server() -> Option<Server> {
-    let url = server_url("LOCKKIT_ZK_URL")?;
-    let parsed = ConnectUrl::parse(&url).expect("LOCKKIT_ZK_URL");
-    let host = parsed.hosts.first().expect("a host");
-    let addr = (host.host.as_str(), host.port.unwrap_or(2181))
-        .to_socket_addrs()
-        .expect("resolve")
-        .next()
-        .expect("an address");
-    let chroot = parsed.url.path().to_owned();
-    Some(Server { url, addr, chroot })
-}
-
-fn unique(case: &str) -> String {
-    format!("lockkit-test/{case}/{}", lockkit_core::name::random_owner())
-}
 
 /// A client with its own session, as a separate process would have.
 async fn process(server: &Server, owner: Option<&str>) -> (ZkBackend, LockClient) {

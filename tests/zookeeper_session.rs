@@ -4,13 +4,16 @@
 //! survives still fires the lost signal, but keeps the hold.
 #![cfg(feature = "zookeeper")]
 
-use std::net::{SocketAddr, ToSocketAddrs};
+#[path = "zookeeper_support.rs"]
+mod support;
+
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lockkit::url::ConnectUrl;
 use lockkit::{LockClient, LockError, LockOptions, LostReason};
-use lockkit_core::testkit::{Fault, FaultProxy, services_required};
+use lockkit_core::testkit::{Fault, FaultProxy};
 use lockkit_zk::ZkBackend;
+use support::{server, unique};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
@@ -18,36 +21,6 @@ use tokio::time::timeout;
 const BOUND: Duration = Duration::from_secs(15);
 /// The holder's session timeout (the server's minimum here is 2 s).
 const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
-
-struct Server {
-    url: String,
-    addr: SocketAddr,
-    chroot: String,
-}
-
-fn server() -> Option<Server> {
-    let url = match std::env::var("LOCKKIT_ZK_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ if services_required() => panic!("LOCKKIT_ZK_URL is not set and LOCKKIT_REQUIRE_SERVICES=1"),
-        _ => {
-            eprintln!("skipped: LOCKKIT_ZK_URL is not set (run scripts/services up zookeeper)");
-            return None;
-        }
-    };
-    let parsed = ConnectUrl::parse(&url).expect("LOCKKIT_ZK_URL");
-    let host = parsed.hosts.first().expect("a host");
-    let addr = (host.host.as_str(), host.port.unwrap_or(2181))
-        .to_socket_addrs()
-        .expect("resolve")
-        .next()
-        .expect("an address");
-    let chroot = parsed.url.path().to_owned();
-    Some(Server { url, addr, chroot })
-}
-
-fn unique(case: &str) -> String {
-    format!("lockkit-test/{case}/{}", lockkit_core::name::random_owner())
-}
 
 /// A four-letter-word answer of the server.
 async fn four_letter(addr: SocketAddr, word: &str) -> String {

@@ -313,6 +313,61 @@ async fn a_repeated_attempt_of_the_second_session_counts_once() {
     );
 }
 
+/// An attempt carried on in a new session while a node of the old one still
+/// stands counts once, and its release takes it from both.
+///
+/// The ZooKeeper torture run with seed 12 (shared owners, proxy faults)
+/// saw one waiting `lock` granted with hold count 2, and its `unlock` leave
+/// 1. A latency fault made the client give its session up (after 7/5 of
+/// the session timeout without a connection) while the server, which had
+/// heard from it later, kept it a while longer: the attempt queued again
+/// in a new session, and when the old session's node came first it joined
+/// that hold with a share node carrying the same attempt — two nodes, one
+/// attempt, counted twice; the release took it from one node only. Here
+/// P2's backend stands for the new session and P1's for the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_in_two_sessions_counts_once() {
+    use lockkit_core::backend::{AcquireRequest, Hold, LockBackend, ReleaseOutcome, TryAcquire};
+
+    let Some(server) = server() else { return };
+    let name = unique("attempt_in_two_sessions");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let (p1_backend, observer) = process(&server, None).await;
+    let (p2_backend, _p2) = process(&server, Some(&owner)).await;
+    let attempt = lockkit_core::name::new_attempt_id();
+    let req = AcquireRequest {
+        name: &name,
+        owner: &owner,
+        ttl: Duration::from_secs(30),
+        attempt: &attempt,
+    };
+    let acquired = |r: TryAcquire| match r {
+        TryAcquire::Acquired(lease) => (lease.token, lease.hold_count),
+        TryAcquire::Busy { .. } => panic!("busy"),
+    };
+    let (token, count) = acquired(p1_backend.try_acquire(&req).await.expect("the old session"));
+    assert_eq!(count, 1);
+    let (again, count) = acquired(p2_backend.try_acquire(&req).await.expect("the new session"));
+    assert_eq!((again, count), (token, 1), "the same attempt, one share");
+    assert_eq!(
+        holder_of(observer.inspect(&name).await.unwrap()),
+        Some((owner.clone(), 1, token))
+    );
+    let hold = Hold {
+        name: name.clone(),
+        owner: owner.clone(),
+        token,
+    };
+    let released = p2_backend.release(&hold, &attempt).await.expect("release");
+    assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
+    assert_eq!(
+        holder_of(observer.inspect(&name).await.unwrap()),
+        None,
+        "free: the old session's node went with the attempt's release"
+    );
+    assert_eq!(p1_backend.contenders(&name).await.unwrap(), 0);
+}
+
 /// The client under test, through `proxy` (a session long enough to outlive
 /// the cut), and an observer connected directly.
 async fn clients(server: &Server, proxy: &FaultProxy) -> (LockClient, ZkBackend, ZkBackend, LockClient) {
@@ -460,48 +515,31 @@ async fn a_release_whose_reply_was_lost_takes_one_share() {
     assert_eq!(count(&observer, &name).await, None);
 }
 
-/// A `lock` that fails leaves nothing in the queue (contract point 4).
+/// A `lock` that gives up leaves nothing in the queue (contract point 4).
 ///
 /// The torture run with seed 77741357886000 found a failed `lock` whose
 /// contender node stayed behind: a latency fault longer than the client
 /// library tolerates (it gives a connection up after 2/5 of the session
 /// timeout without an answer, and fails the requests in flight with an
-/// error that is not a connection loss) failed the create, but the server
-/// had already made the node. Nobody held a guard for it, yet it became
-/// first in line and blocked the name for as long as the session lived.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_that_failed_leaves_no_contender_node() {
-    failed_lock_leaves_no_contender_node("failed_lock", BOUND).await;
-}
-
-/// The same when the wait runs out first: the create goes on in the
-/// background after `lock` returned, and fails there.
+/// error of its own) failed the create, but the server had already made
+/// the node. Nobody held a guard for it, yet it became first in line and
+/// blocked the name for as long as the session lived. Here the wait runs
+/// out during the fault: the create goes on in the background after `lock`
+/// returned, and fails there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_whose_wait_ran_out_during_a_failed_create_leaves_no_contender_node() {
-    failed_lock_leaves_no_contender_node("failed_lock_waited", Duration::from_millis(500)).await;
-}
-
-/// A `lock` (waiting up to `wait`) while a latency fault fails its create
-/// after the server made the node: it returns an error, and no node of it
-/// stays queued.
-async fn failed_lock_leaves_no_contender_node(case: &str, wait: Duration) {
+    let (case, wait) = ("failed_lock_waited", Duration::from_millis(500));
     let Some(server) = server() else { return };
     let proxy = FaultProxy::start(server.addr).await.expect("proxy");
-    // A short session: the client library gives a silent connection up
-    // after 2/5 of it (1.6 s), and expires the session itself after 7/5 of
-    // it without a new connection (5.6 s): the fault must heal before.
-    let url = format!("zk://{}{}?session_timeout=4s", proxy.addr(), server.chroot);
-    let backend = ZkBackend::from_url(&url).await.expect("connect through the proxy");
-    let client = LockClient::new(backend.clone(), LockOptions::new().wait(BOUND)).expect("client");
+    let (backend, client) = impatient(&server, &proxy).await;
     let session = backend.session_id().expect("a session");
     let (observer_backend, observer) = process(&server, None).await;
     let (_third_backend, third) = process(&server, None).await;
     let name = unique(case);
 
     let held = observer.lock(&name).await.expect("the observer locks");
-    // Every byte delayed by more than the client waits for an answer: the
-    // create reaches the server, its answer comes too late.
-    proxy.set(Fault::Latency(Duration::from_millis(2_500)));
+    // The create reaches the server, its answer comes too late.
+    proxy.set(TOO_LATE);
     let failed = timeout(BOUND, client.lock_with(&name, &LockOptions::new().wait(wait)))
         .await
         .expect("lock returns while the fault lasts");
@@ -554,4 +592,158 @@ async fn failed_lock_leaves_no_contender_node(case: &str, wait: Duration) {
     assert_eq!(observer_backend.contenders(&name).await.unwrap(), 1);
     next.unlock().await.expect("unlock");
     drop(client);
+}
+
+/// A waiting `lock` whose create's answer comes too late (the library's own
+/// error for a silent connection, not its `ConnectionLoss`) waits on over
+/// the new connection with the node the server made: one node, and the
+/// lock once the holder releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_came_too_late_makes_one_contender_node() {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let (backend, client) = impatient(&server, &proxy).await;
+    let (observer_backend, observer) = process(&server, None).await;
+    let name = unique("late_create");
+
+    let held = observer.lock(&name).await.expect("the observer locks");
+    let suspensions = backend.stats().suspensions;
+    proxy.set(TOO_LATE);
+    let locking = {
+        let (client, name) = (client.clone(), name.clone());
+        tokio::spawn(async move { client.lock(&name).await })
+    };
+    until("the create reached the server", || async {
+        observer_backend.contenders(&name).await.unwrap() == 2
+    })
+    .await;
+    heal_after_give_up(&backend, &proxy, suspensions).await;
+    held.unlock().await.expect("the observer unlocks");
+    let guard = timeout(BOUND, locking)
+        .await
+        .expect("lock returns once the connection is back and the name free")
+        .expect("task")
+        .expect("lock");
+    reconnected(&backend);
+    assert_eq!(guard.hold_count(), 1);
+    assert_eq!(
+        observer_backend.contenders(&name).await.unwrap(),
+        1,
+        "the create was found again, not made twice"
+    );
+    assert_eq!(guard.unlock().await.expect("unlock").remaining_holds, 0);
+    assert_eq!(
+        observer_backend.contenders(&name).await.unwrap(),
+        0,
+        "no node left behind"
+    );
+}
+
+/// A client through `proxy` with a short session: the client library gives
+/// a silent connection up after 2/5 of it (1.6 s) and fails the requests in
+/// flight, and expires the session itself after 7/5 of it without a new
+/// connection (5.6 s): a fault must heal before.
+async fn impatient(server: &Server, proxy: &FaultProxy) -> (ZkBackend, LockClient) {
+    let url = format!("zk://{}{}?session_timeout=4s", proxy.addr(), server.chroot);
+    let backend = ZkBackend::from_url(&url).await.expect("connect through the proxy");
+    let client = LockClient::new(backend.clone(), LockOptions::new().wait(BOUND)).expect("client");
+    (backend, client)
+}
+
+/// Every byte delayed by more than an [`impatient`] client waits for an
+/// answer: requests reach the server, their answers come too late, and the
+/// client gives the connection up.
+const TOO_LATE: Fault = Fault::Latency(Duration::from_millis(2_500));
+
+/// Waits until an [`impatient`] client gave its connection up under
+/// [`TOO_LATE`] (failing what was in flight), then heals the path.
+async fn heal_after_give_up(backend: &ZkBackend, proxy: &FaultProxy, suspensions: u64) {
+    until("the client gave the silent connection up", || async {
+        backend.stats().suspensions > suspensions
+    })
+    .await;
+    proxy.set(Fault::Pass);
+}
+
+/// The torture run with seed 5650942323015 (shared owners, proxy faults)
+/// saw holds whose count did not balance. A re-entry whose answer comes too
+/// late fails with the client library's own error for a silent connection
+/// (not its `ConnectionLoss`); the re-entry ran on the server all the same.
+/// It must count once: retried over the new connection, it finds its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_whose_answer_came_too_late_counts_once() {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let (backend, client) = impatient(&server, &proxy).await;
+    let (_observer_backend, observer) = process(&server, None).await;
+    let name = unique("late_reentry");
+
+    let outer = client.lock(&name).await.expect("lock");
+    let suspensions = backend.stats().suspensions;
+    proxy.set(TOO_LATE);
+    let reentering = {
+        let (client, name) = (client.clone(), name.clone());
+        tokio::spawn(async move { client.try_lock(&name).await })
+    };
+    until("the re-entry reached the server", || async {
+        count(&observer, &name).await == Some(2)
+    })
+    .await;
+    heal_after_give_up(&backend, &proxy, suspensions).await;
+    let reentered = timeout(BOUND, reentering)
+        .await
+        .expect("try_lock returns once the connection is back")
+        .expect("task");
+    let inner = match reentered {
+        Ok(Some(inner)) => inner,
+        other => panic!(
+            "the re-entry ran on the server (count {:?}) but try_lock gave {:?}",
+            count(&observer, &name).await,
+            other.map(|g| g.map(|g| g.hold_count()))
+        ),
+    };
+    assert_eq!(inner.hold_count(), 2);
+    assert_eq!(count(&observer, &name).await, Some(2), "the re-entry counted once");
+    assert_eq!(inner.unlock().await.expect("unlock").remaining_holds, 1);
+    let _ = outer.unlock().await;
+    assert_eq!(count(&observer, &name).await, None, "no share left behind");
+}
+
+/// The same for a release: the inner unlock of a count-2 hold whose answer
+/// comes too late took its share on the server; it must report that (not an
+/// error), and leave the outer share alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_answer_came_too_late_takes_one_share() {
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let (backend, client) = impatient(&server, &proxy).await;
+    let (_observer_backend, observer) = process(&server, None).await;
+    let name = unique("late_release");
+
+    let outer = client.lock(&name).await.expect("lock");
+    let inner = client.lock(&name).await.expect("re-enter");
+    assert_eq!(inner.hold_count(), 2);
+    let suspensions = backend.stats().suspensions;
+    proxy.set(TOO_LATE);
+    let unlocking = tokio::spawn(inner.unlock());
+    until("the release reached the server", || async {
+        count(&observer, &name).await == Some(1)
+    })
+    .await;
+    heal_after_give_up(&backend, &proxy, suspensions).await;
+    let unlocked = timeout(BOUND, unlocking)
+        .await
+        .expect("unlock returns once the connection is back")
+        .expect("task");
+    match unlocked {
+        Ok(u) => assert_eq!(u.remaining_holds, 1),
+        Err(e) => panic!(
+            "the release ran on the server (count {:?}) but unlock failed: {e} ({:?})",
+            count(&observer, &name).await,
+            std::error::Error::source(&e)
+        ),
+    }
+    assert_eq!(count(&observer, &name).await, Some(1), "one share taken back, not two");
+    assert_eq!(outer.unlock().await.expect("unlock").remaining_holds, 0);
+    assert_eq!(count(&observer, &name).await, None);
 }

@@ -463,13 +463,9 @@ fn zookeeper() {
     torture(
         "zookeeper",
         &format!("{url}{sep}session_timeout=4s"),
-        // Not yet behind the fault proxy nor with shared owners: under
-        // proxy faults a hold can still gain a stray share (count 2 where 1
-        // was possible, an unlock leaving 1; no overlap, no token out of
-        // order) — open in issue 13. `LOCKKIT_TORTURE_ZK_PROXY=1` turns
-        // the proxy on to reproduce it.
         Extra {
-            proxy: std::env::var("LOCKKIT_TORTURE_ZK_PROXY").is_ok_and(|v| v == "1"),
+            proxy: true,
+            shared_owners: true,
             ..Extra::default()
         },
     );

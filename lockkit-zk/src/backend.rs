@@ -95,7 +95,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Error as ZkError, EventType, MultiWriteError, MultiWriteResult};
 
 use crate::config::ZkConfig;
-use crate::error::{BACKEND, ForeignNode, is_session_end, zk};
+use crate::error::{BACKEND, ForeignNode, is_connection_loss, is_session_end, zk};
 use crate::nodes::{NodeData, Share, owner_tag, parent_path, queue, share_name};
 use crate::queue::{
     Change, Cleanup, DeleteError, Known, Leftover, Plan, View, ZkResult, change, count_after, delete_hold, enqueue,
@@ -483,11 +483,13 @@ impl Inner {
             let Some(node) = changed.known() else {
                 return Ok(None);
             };
-            let own = node.data.count();
             let count = if h.alone && !raced {
-                own
+                node.data.count()
             } else {
-                count_after(client, &parent, node_name(&h.path), own, owner, h.token, listing).await?
+                let own = Some(&node.data);
+                count_after(client, &parent, node_name(&h.path), own, owner, h.token, listing)
+                    .await?
+                    .count
             };
             Ok(Some((node, count)))
         };
@@ -550,8 +552,9 @@ impl Inner {
                 let Some(node) = changed.and_then(|c| c.known()) else {
                     continue;
                 };
-                let own_count = node.data.count();
-                let count = count_after(client, parent, &own.name, own_count, owner, view.token, listing).await?;
+                let own_data = Some(&node.data);
+                let after = count_after(client, parent, &own.name, own_data, owner, view.token, listing).await?;
+                let count = after.count;
                 let lease = self.lease(session, name, owner, &own.path, node, count, &epoch);
                 return Ok(Joined::Lease(lease, own.path.clone()));
             }
@@ -579,12 +582,12 @@ impl Inner {
                             None => continue,
                         },
                     };
+                    let count = view.count_with(node_name(&path), Some(&data));
                     let node = Known {
                         data,
                         version: 0,
                         czxid,
                     };
-                    let count = view.count() + 1;
                     let lease = self.lease(session, name, owner, &path, node, count, &epoch);
                     return Ok(Joined::Lease(lease, path));
                 }
@@ -598,7 +601,7 @@ impl Inner {
                 Err(e) => match ZkError::from(e) {
                     // Made or not: the next reading says, once the server
                     // read from has caught up.
-                    ZkError::ConnectionLoss => sync(client, parent).await?,
+                    e if is_connection_loss(&e) => sync(client, parent).await?,
                     e => return Err(e),
                 },
             }
@@ -900,7 +903,7 @@ impl Inner {
                             }
                         }
                         // Gone already, or the answer was lost: look again.
-                        Some(Err(ZkError::NoNode | ZkError::ConnectionLoss)) => {}
+                        Some(Err(e)) if e == ZkError::NoNode || is_connection_loss(&e) => {}
                         Some(Err(e)) => step!(session, name, Waited::Restart, Err::<(), _>(e), cleanup),
                     }
                     bounded!(refresh(session, &mut q));
@@ -949,15 +952,22 @@ impl Inner {
     /// Takes `attempt`'s share of `hold` back: from this session's node as
     /// last written (one round trip, the listing that tells whether other
     /// nodes carry the hold pipelined behind the write), or from whichever
-    /// node of the hold carries it. A share already gone (a repeated
-    /// release) changes nothing; the holds left are reported again.
+    /// node of the hold carries it — and from every other node that carries
+    /// it too (an attempt carried on in a new session, see
+    /// [`HoldView::count`](crate::queue::HoldView::count)). A share already
+    /// gone (a repeated release) changes nothing; the holds left are
+    /// reported again.
     async fn release_in(&self, session: &Session, hold: &Hold, token: i64, attempt: &str) -> ZkResult<ReleaseOutcome> {
         let client = &session.client;
         let parent = parent_path(&hold.name);
-        let mut cached = self.cached(session, hold, token).filter(|h| h.known.data.has(attempt));
+        let mut next = self
+            .cached(session, hold, token)
+            .filter(|h| h.known.data.has(attempt))
+            .map(|h| (h.path, h.known, true, h.alone));
+        let mut took = false;
         loop {
-            let (path, known, mine, alone) = match cached.take() {
-                Some(h) => (h.path, h.known, true, h.alone),
+            let (path, known, mine, alone) = match next.take() {
+                Some(node) => node,
                 None => match hold_of(client, &parent).await? {
                     View::Held(view) if view.owner == hold.owner && view.token == token => {
                         match view.nodes.iter().find(|n| n.known.data.has(attempt)) {
@@ -969,6 +979,7 @@ impl Inner {
                             }
                         }
                     }
+                    _ if took => return Ok(ReleaseOutcome::Released { remaining: 0 }),
                     _ => return Ok(ReleaseOutcome::NotHeld),
                 },
             };
@@ -991,18 +1002,31 @@ impl Inner {
                 self.forget(&hold.name, &path);
                 continue;
             };
+            took = true;
             if changed.node.is_none() {
                 session.released(&path);
             }
             let own = changed.count();
-            let remaining = if alone && !changed.raced {
-                own
+            let (remaining, view) = if alone && !changed.raced {
+                (own, None)
             } else {
-                count_after(client, &parent, node_name(&path), own, &hold.owner, token, listing).await?
+                let own_data = changed.node.as_ref().map(|(data, _)| data);
+                let after =
+                    count_after(client, &parent, node_name(&path), own_data, &hold.owner, token, listing).await?;
+                (after.count, after.view)
             };
             if mine {
                 let alone = Share::parse(node_name(&path)).is_none() && remaining == own;
                 self.remember(&hold.name, &path, &hold.owner, changed.known(), session.id, alone);
+            }
+            let also = view.and_then(|v| {
+                v.nodes
+                    .into_iter()
+                    .find(|n| n.path != path && n.known.data.has(attempt))
+            });
+            if let Some(n) = also {
+                next = Some((n.path, n.known, n.session == session.id, false));
+                continue;
             }
             return Ok(ReleaseOutcome::Released { remaining });
         }
@@ -1072,7 +1096,7 @@ impl Inner {
             match list_held(&session, prefix, limit).await {
                 Ok(held) => return Ok(held),
                 Err(e) if is_session_end(&e) => session.end(&e),
-                Err(ZkError::ConnectionLoss) => {}
+                Err(e) if is_connection_loss(&e) => {}
                 Err(e) => return Err(zk("list", None, e)),
             }
         }

@@ -25,18 +25,31 @@ pub struct ConnectTimeout {
     pub after: std::time::Duration,
 }
 
+/// Whether the request's connection was lost before its answer came: the
+/// request may or may not have run, and the session goes on over a new
+/// connection. The client library says `ConnectionLoss` for a connection
+/// that ended, but fails the requests in flight with its own error
+/// (`Custom`) for a connection it gave up after a silence ("no response
+/// from connection in …ms", 2/5 of the session timeout) or that broke
+/// under it (an I/O error): to the caller the same thing. The library makes
+/// `Custom` errors only for its connection (and for TLS setup, before any
+/// request), so every lockkit check for a lost answer goes through here.
+pub fn is_connection_loss(e: &ZkError) -> bool {
+    matches!(e, ZkError::ConnectionLoss | ZkError::Custom(_))
+}
+
 /// Whether trying again (possibly with a new session) may succeed.
 pub fn is_retryable(e: &ZkError) -> bool {
-    matches!(
-        e,
-        ZkError::ConnectionLoss
-            | ZkError::SessionExpired
-            | ZkError::SessionMoved
-            | ZkError::Timeout
-            | ZkError::NoHosts
-            | ZkError::Throttled
-            | ZkError::ClientClosed
-    )
+    is_connection_loss(e)
+        || matches!(
+            e,
+            ZkError::SessionExpired
+                | ZkError::SessionMoved
+                | ZkError::Timeout
+                | ZkError::NoHosts
+                | ZkError::Throttled
+                | ZkError::ClientClosed
+        )
 }
 
 /// Whether the error means the session is over: its ephemeral nodes are (or
@@ -65,5 +78,15 @@ mod tests {
         assert!(!zk("acquire", None, ZkError::NoAuth).is_retryable());
         assert!(is_session_end(&ZkError::SessionExpired));
         assert!(!is_session_end(&ZkError::ConnectionLoss));
+    }
+
+    /// The library's `Custom` errors cannot be made outside it: the
+    /// `*_too_late_*` cases of `tests/zookeeper_partial_failure.rs` get them
+    /// from a real connection.
+    #[test]
+    fn connection_losses() {
+        assert!(is_connection_loss(&ZkError::ConnectionLoss));
+        assert!(!is_connection_loss(&ZkError::NoNode));
+        assert!(!is_connection_loss(&ZkError::SessionExpired));
     }
 }

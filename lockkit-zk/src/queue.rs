@@ -2,6 +2,7 @@
 //! it, reading it and the hold it carries, changing the shares a node
 //! carries, and the operator's listing and forced release.
 
+use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use lockkit_core::LockInfo;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, Error as ZkError, Stat};
 
-use crate::error::{BACKEND, is_session_end};
+use crate::error::{BACKEND, is_connection_loss, is_session_end};
 use crate::nodes::{
     Child, NodeData, Share, child_prefix, child_stem, decode_name, owner_tag, parent_path, queue, shares,
 };
@@ -93,7 +94,7 @@ pub(crate) async fn list(client: &Client, parent: &str) -> ZkResult<Vec<String>>
     loop {
         match client.list_children(parent).await {
             Err(ZkError::NoNode) => return Ok(Vec::new()),
-            Err(ZkError::ConnectionLoss) => continue,
+            Err(e) if is_connection_loss(&e) => continue,
             other => return other,
         }
     }
@@ -106,7 +107,7 @@ pub(crate) async fn list(client: &Client, parent: &str) -> ZkResult<Vec<String>>
 pub(crate) async fn sync(client: &Client, path: &str) -> ZkResult<()> {
     loop {
         match client.sync(path).await {
-            Err(ZkError::ConnectionLoss) => continue,
+            Err(e) if is_connection_loss(&e) => continue,
             other => return other,
         }
     }
@@ -119,7 +120,7 @@ pub(crate) async fn read(client: &Client, path: &str) -> ZkResult<Option<(Option
         match client.get_data(path).await {
             Ok((data, stat)) => return Ok(Some((NodeData::decode(&data), stat))),
             Err(ZkError::NoNode) => return Ok(None),
-            Err(ZkError::ConnectionLoss) => continue,
+            Err(e) if is_connection_loss(&e) => continue,
             Err(e) => return Err(e),
         }
     }
@@ -160,10 +161,11 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
                 },
             ),
             Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options()).await {
-                Ok(_) | Err(ZkError::NodeExists | ZkError::ConnectionLoss) => continue,
+                Ok(_) | Err(ZkError::NodeExists) => continue,
+                Err(e) if is_connection_loss(&e) => continue,
                 Err(e) => return Err(e),
             },
-            Err(ZkError::ConnectionLoss) => {
+            Err(e) if is_connection_loss(&e) => {
                 sync(client, parent).await?;
                 let children = list(client, parent).await?;
                 let Some(name) = children.into_iter().find(|c| c.starts_with(&stem)) else {
@@ -309,7 +311,7 @@ pub(crate) async fn change(
                     });
                     return Ok((deleted, None));
                 }
-                Err(ZkError::ConnectionLoss) => continue,
+                Err(e) if is_connection_loss(&e) => continue,
                 Err(e) => return Err(e),
             },
         };
@@ -372,7 +374,7 @@ pub(crate) async fn change(
                 });
                 return Ok((deleted, None));
             }
-            Err(ZkError::ConnectionLoss) => {
+            Err(e) if is_connection_loss(&e) => {
                 deleted_lost |= deleting;
                 raced = true;
             }
@@ -657,18 +659,20 @@ pub(crate) struct HoldView {
 }
 
 impl HoldView {
-    /// The hold count: the shares of all its nodes.
+    /// The hold count: the attempts its nodes carry, each once. One attempt
+    /// can stand in two nodes: carried on in a new session (after the
+    /// client gave its session up) while the old session's node still
+    /// stands, until the server closes that session or the release takes
+    /// the attempt from both.
     pub(crate) fn count(&self) -> u32 {
-        self.nodes.iter().map(|n| n.known.data.count()).sum()
+        distinct_attempts(self.nodes.iter().map(|n| &n.known.data))
     }
 
-    /// The count without the node called `name`.
-    pub(crate) fn count_without(&self, name: &str) -> u32 {
-        self.nodes
-            .iter()
-            .filter(|n| n.name != name)
-            .map(|n| n.known.data.count())
-            .sum()
+    /// The count with the node called `name` as `own` now (`None`:
+    /// deleted), whether or not the view has it.
+    pub(crate) fn count_with(&self, name: &str, own: Option<&NodeData>) -> u32 {
+        let others = self.nodes.iter().filter(|n| n.name != name).map(|n| &n.known.data);
+        distinct_attempts(others.chain(own))
     }
 
     pub(crate) fn info(&self, name: &str) -> LockInfo {
@@ -741,7 +745,7 @@ impl HoldReads<'_> {
         let first = match first {
             Some((c, read)) => match read.await {
                 Ok((data, stat)) => Some((c.name, NodeData::decode(&data), stat)),
-                Err(ZkError::NoNode | ZkError::ConnectionLoss) => return Ok(None),
+                Err(e) if e == ZkError::NoNode || is_connection_loss(&e) => return Ok(None),
                 Err(e) => return Err(e),
             },
             None => None,
@@ -765,7 +769,7 @@ impl HoldReads<'_> {
                 }
                 // Released meanwhile: not part of the hold any more.
                 Err(ZkError::NoNode) => {}
-                Err(ZkError::ConnectionLoss) => return Ok(None),
+                Err(e) if is_connection_loss(&e) => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
@@ -829,19 +833,35 @@ pub(crate) async fn hold_of(client: &Client, parent: &str) -> ZkResult<View> {
     }
 }
 
-/// The hold count of the hold `token` of `owner` after a change of this
-/// session's node `own` (now carrying `own_count` shares), from a listing
-/// made after the change. Without share nodes in the listing (the common
-/// case) no other node can carry the hold: no read is needed.
+/// The number of distinct attempts `nodes` carry.
+fn distinct_attempts<'a>(nodes: impl Iterator<Item = &'a NodeData>) -> u32 {
+    let attempts: BTreeSet<&str> = nodes.flat_map(|d| d.attempts.iter().map(String::as_str)).collect();
+    u32::try_from(attempts.len()).unwrap_or(u32::MAX)
+}
+
+/// A hold after a change of this session's node of it.
+pub(crate) struct After {
+    /// The hold count.
+    pub(crate) count: u32,
+    /// The hold as read after the change, when other nodes may carry it;
+    /// `None` when the listing shows the changed node alone can.
+    pub(crate) view: Option<HoldView>,
+}
+
+/// The hold `token` of `owner` after a change of this session's node `own`
+/// (its data now `own_data`; `None`: deleted), from a listing made after
+/// the change. Without share nodes in the listing (the common case) no
+/// other node can carry the hold: no read is needed.
 pub(crate) async fn count_after(
     client: &Client,
     parent: &str,
     own: &str,
-    own_count: u32,
+    own_data: Option<&NodeData>,
     owner: &str,
     token: i64,
     listing: Option<Vec<String>>,
-) -> ZkResult<u32> {
+) -> ZkResult<After> {
+    let own_count = own_data.map_or(0, NodeData::count);
     let mut listing = listing;
     loop {
         let children = match listing.take() {
@@ -850,13 +870,24 @@ pub(crate) async fn count_after(
         };
         let own_is_share = Share::parse(own).is_some();
         if !own_is_share && shares(&children).is_empty() {
-            return Ok(own_count);
+            return Ok(After {
+                count: own_count,
+                view: None,
+            });
         }
         match read_hold(client, parent, &children).await? {
             Some(View::Held(view)) if view.token == token && view.owner == owner => {
-                return Ok(view.count_without(own) + own_count);
+                return Ok(After {
+                    count: view.count_with(own, own_data),
+                    view: Some(view),
+                });
             }
-            Some(_) => return Ok(own_count),
+            Some(_) => {
+                return Ok(After {
+                    count: own_count,
+                    view: None,
+                });
+            }
             None => {}
         }
     }
@@ -950,7 +981,7 @@ pub(crate) async fn delete_hold(session: &Session, name: &str) -> Result<Option<
             match delete.await {
                 Ok(()) => paths.push(node.path.clone()),
                 // Changed, gone, or the answer lost: the next reading says.
-                Err(ZkError::BadVersion | ZkError::NoNode | ZkError::ConnectionLoss) => {}
+                Err(e) if matches!(e, ZkError::BadVersion | ZkError::NoNode) || is_connection_loss(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -505,6 +505,7 @@ async fn cluster_release_sent_twice_takes_one_share() {
             owner: a.owner(),
             ttl: Duration::from_secs(30),
             attempt,
+            fair: true,
         };
         match a.backend().try_acquire(&req).await.expect("acquire") {
             TryAcquire::Acquired(lease) => token = lease.token,

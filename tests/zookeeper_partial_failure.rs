@@ -286,6 +286,7 @@ async fn a_repeated_attempt_of_the_second_session_counts_once() {
         owner: &owner,
         ttl: Duration::from_secs(30),
         attempt: &attempt,
+        fair: true,
     };
     for round in ["re-entry", "the same attempt again"] {
         match p2_backend.try_acquire(&req).await.expect(round) {
@@ -340,6 +341,7 @@ async fn an_attempt_in_two_sessions_counts_once() {
         owner: &owner,
         ttl: Duration::from_secs(30),
         attempt: &attempt,
+        fair: true,
     };
     let acquired = |r: TryAcquire| match r {
         TryAcquire::Acquired(lease) => (lease.token, lease.hold_count),

@@ -30,6 +30,12 @@ pub struct AcquireRequest<'a> {
     /// (contract point 13). Release names it again to take exactly this share
     /// back.
     pub attempt: &'a str,
+    /// Serve waiters in order (contract point 12, [`LockOptions::fair`]):
+    /// a free name goes to the first in line, not to whoever asks first.
+    /// An unfair acquisition takes a free name whoever waits.
+    ///
+    /// [`LockOptions::fair`]: crate::LockOptions::fair
+    pub fair: bool,
 }
 
 /// One existing hold: a name held by an owner under a fencing token.
@@ -150,6 +156,10 @@ pub struct Capabilities {
     /// backend that does not declare it may count a retried acquisition as
     /// a re-entry; the conformance kit checks it wherever it is declared.
     pub idempotent_attempts: bool,
+    /// Waiters are served in order when the request asks for it
+    /// ([`AcquireRequest::fair`]), and [`LockBackend::waiting`] counts them;
+    /// the conformance kit's fairness cases run wherever it is declared.
+    pub fair: bool,
 }
 
 impl Capabilities {
@@ -162,6 +172,7 @@ impl Capabilities {
             durable_tokens,
             admin: false,
             idempotent_attempts: false,
+            fair: false,
         }
     }
 
@@ -174,6 +185,7 @@ impl Capabilities {
             durable_tokens,
             admin: false,
             idempotent_attempts: false,
+            fair: false,
         }
     }
 
@@ -188,6 +200,12 @@ impl Capabilities {
     /// [`idempotent_attempts`](Self::idempotent_attempts)).
     pub const fn with_idempotent_attempts(mut self) -> Self {
         self.idempotent_attempts = true;
+        self
+    }
+
+    /// The same, declaring fair queues (see [`fair`](Self::fair)).
+    pub const fn with_fair(mut self) -> Self {
+        self.fair = true;
         self
     }
 
@@ -252,6 +270,18 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         Err(LockError::Unsupported {
             backend: self.kind(),
             operation: "list",
+        })
+    }
+
+    /// How many acquisitions wait for `name` (queued behind its holder, not
+    /// counting the holder's shares): operator tooling and the fairness
+    /// cases of the conformance kit. Backends without a queue keep the
+    /// default.
+    async fn waiting(&self, name: &str) -> Result<usize, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.kind(),
+            operation: "waiting",
         })
     }
 

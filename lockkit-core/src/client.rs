@@ -171,6 +171,14 @@ impl LockClient {
         self.shared.backend.inspect(name).await
     }
 
+    /// How many acquisitions wait for `name` behind its holder.
+    /// [`LockError::Unsupported`] where the backend keeps no queue
+    /// ([`Capabilities::fair`]).
+    pub async fn waiting(&self, name: &str) -> Result<usize, LockError> {
+        validate_name(name)?;
+        self.shared.backend.waiting(name).await
+    }
+
     /// Held names starting with `prefix`, in name order, at most `limit`
     /// (operator tooling). [`LockError::Unsupported`] where the backend cannot
     /// enumerate ([`Capabilities::admin`]).
@@ -203,6 +211,7 @@ impl LockClient {
             owner,
             ttl: options.ttl_value(),
             attempt: &attempt,
+            fair: options.fair_value(),
         };
         let wait = if no_wait {
             Some(Duration::ZERO)

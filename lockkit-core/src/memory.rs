@@ -2,8 +2,10 @@
 //!
 //! Stores are named: every [`MemoryBackend::shared`] of one name (and every
 //! `memory://NAME` URL) in a process sees the same locks; `memory://` is the
-//! store named `""`. Waiting is notification-based: a waiter sleeps until a
-//! release of its name or the holder's expiry, whichever comes first. Fencing
+//! store named `""`. Waiting is notification-based and fair: waiters queue
+//! per name, a free name goes to the first in line (unless the request is
+//! unfair), and a waiter sleeps until a release of its name or the holder's
+//! expiry, whichever comes first. Fencing
 //! tokens come from one counter per store, so they grow per name too; they
 //! are not durable (a store lives as long as a backend handle on it).
 
@@ -138,15 +140,15 @@ impl MemoryBackend {
         self.store.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One attempt. A waiter (`ticket`) may take a free name only when it is
-    /// first in line, so a releaser that locks again at once queues behind
-    /// the waiters instead of starving them; `try_lock` (no ticket) may take
-    /// any free name.
+    /// One attempt. Fair, a waiter (`ticket`) may take a free name only when
+    /// it is first in line, and `try_lock` (no ticket) only when nobody
+    /// waits, so a releaser that locks again at once queues behind the
+    /// waiters instead of starving them. Unfair, any free name is taken.
     fn attempt(&self, req: &AcquireRequest<'_>, ticket: Option<u64>) -> TryAcquire {
         let now = Instant::now();
         let ttl = Duration::from_millis(ttl_millis(req.ttl));
         let mut state = self.state();
-        let my_turn = ticket.is_none() || state.first_in_line(req.name, ticket);
+        let my_turn = !req.fair || state.first_in_line(req.name, ticket);
         let (token, hold_count, expires_at) = match state.live(req.name, now) {
             Some(e) if e.owner == req.owner => {
                 // A repeated attempt is the same share, counted once.
@@ -247,7 +249,10 @@ impl LockBackend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, false).with_admin().with_idempotent_attempts()
+        Capabilities::ttl(true, false)
+            .with_admin()
+            .with_idempotent_attempts()
+            .with_fair()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -341,6 +346,10 @@ impl LockBackend for MemoryBackend {
         held.sort_by(|a, b| a.name.cmp(&b.name));
         held.truncate(limit);
         Ok(held)
+    }
+
+    async fn waiting(&self, name: &str) -> Result<usize, LockError> {
+        Ok(self.state().waiters.get(name).map_or(0, |slot| slot.queue.len()))
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

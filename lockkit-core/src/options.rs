@@ -42,6 +42,7 @@ pub struct LockOptions {
     wait: Option<Duration>,
     auto_extend: bool,
     owner: Option<String>,
+    fair: bool,
 }
 
 impl Default for LockOptions {
@@ -51,12 +52,14 @@ impl Default for LockOptions {
             wait: Some(DEFAULT_WAIT),
             auto_extend: true,
             owner: None,
+            fair: true,
         }
     }
 }
 
 impl LockOptions {
-    /// The defaults: ttl 30 s, wait 30 s, auto-extend on, the client's owner.
+    /// The defaults: ttl 30 s, wait 30 s, auto-extend on, the client's owner,
+    /// fair.
     pub fn new() -> Self {
         Self::default()
     }
@@ -96,6 +99,20 @@ impl LockOptions {
         self
     }
 
+    /// Whether waiters are served in the order they began waiting (default:
+    /// on; contract point 12). Fair, a free name goes to the first waiter in
+    /// line — a client that just released it, or a `try_lock`, does not
+    /// take it ahead of those already queued; re-entry by the holder stays
+    /// immediate. Off (`fair=false` in a URL), whoever asks first after a
+    /// release takes the name ("barging"): more hand-offs per second to the
+    /// client that is already running, and no bound on how long another
+    /// waits. A fair and an unfair waiter of one name: the unfair one may
+    /// overtake the queue, never the other way round.
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
     /// The lease length.
     pub fn ttl_value(&self) -> Duration {
         self.ttl
@@ -114,6 +131,11 @@ impl LockOptions {
     /// The owner override, if any.
     pub fn owner_value(&self) -> Option<&str> {
         self.owner.as_deref()
+    }
+
+    /// Whether waiters are served in order.
+    pub fn fair_value(&self) -> bool {
+        self.fair
     }
 
     /// Checks the options: ttl within [`MIN_TTL`]..=[`MAX_TTL`], wait at most
@@ -176,6 +198,8 @@ mod tests {
         assert_eq!(o.ttl_value(), DEFAULT_TTL);
         assert_eq!(o.wait_value(), Some(DEFAULT_WAIT));
         assert!(o.auto_extend_value());
+        assert!(o.fair_value());
+        assert!(!LockOptions::new().fair(false).fair_value());
         assert!(o.validate().is_ok());
         let zero = LockOptions::new().ttl(Duration::ZERO).validate();
         assert!(matches!(zero, Err(LockError::InvalidConfig { ref part, .. }) if part == "ttl"));

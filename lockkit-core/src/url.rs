@@ -1,5 +1,5 @@
 //! Connection URLs: the scheme table and the query parameters every backend
-//! shares (`ttl`, `wait`, `auto_extend`, `owner`).
+//! shares (`ttl`, `wait`, `auto_extend`, `owner`, `fair`).
 
 use std::time::Duration;
 
@@ -74,7 +74,8 @@ pub struct ConnectUrl {
     /// `redlock://h1,h2,h3`, `redis+cluster://…` and `zk://…`. Empty when the
     /// URL has no host (`memory://`, `sqlite:…`).
     pub hosts: Vec<HostPort>,
-    /// Default lock options from `ttl`, `wait`, `auto_extend`, `owner`.
+    /// Default lock options from `ttl`, `wait`, `auto_extend`, `owner`,
+    /// `fair`.
     pub options: LockOptions,
     params: Vec<(String, String)>,
 }
@@ -141,6 +142,9 @@ impl ConnectUrl {
         }
         if let Some(owner) = this.take("owner") {
             options = options.owner(owner);
+        }
+        if let Some(fair) = this.take_bool("fair")? {
+            options = options.fair(fair);
         }
         options.validate().map_err(|e| match e {
             LockError::InvalidConfig { part, reason } => LockError::config(format!("query parameter {part}"), reason),

@@ -258,8 +258,12 @@ impl LockBackend for ZkBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // Zxids keep growing across restarts and leader changes.
-        Capabilities::session(true).with_admin().with_idempotent_attempts()
+        // Zxids keep growing across restarts and leader changes. The queue
+        // of sequential nodes is FIFO whatever the request's `fair` says.
+        Capabilities::session(true)
+            .with_admin()
+            .with_idempotent_attempts()
+            .with_fair()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -302,6 +306,11 @@ impl LockBackend for ZkBackend {
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
         self.inner.list(prefix, limit).await
+    }
+
+    async fn waiting(&self, name: &str) -> Result<usize, LockError> {
+        // Every contender node but the first (the holder's) waits.
+        Ok(self.contenders(name).await?.saturating_sub(1))
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

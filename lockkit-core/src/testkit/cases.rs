@@ -18,11 +18,13 @@ use crate::backend::{AcquireRequest, ExtendOutcome, Hold, LeaseKind, ReleaseOutc
 use crate::name::new_attempt_id;
 use crate::{LockClient, LockError, LockGuard};
 
+pub use super::fairness::{dead_waiter_skipped, fifo_order, releaser_does_not_overtake, unfair_still_correct};
+
 fn ttl_leases(client: &LockClient) -> bool {
     client.capabilities().leases == LeaseKind::Ttl
 }
 
-async fn holder(client: &LockClient, name: &str) -> Option<(String, u32, u64)> {
+pub(super) async fn holder(client: &LockClient, name: &str) -> Option<(String, u32, u64)> {
     client
         .inspect(name)
         .await
@@ -30,14 +32,14 @@ async fn holder(client: &LockClient, name: &str) -> Option<(String, u32, u64)> {
         .map(|i| (i.owner, i.hold_count, i.token))
 }
 
-async fn must_lock(client: &LockClient, name: &str, opts: &crate::LockOptions) -> LockGuard {
+pub(super) async fn must_lock(client: &LockClient, name: &str, opts: &crate::LockOptions) -> LockGuard {
     client
         .lock_with(name, opts)
         .await
         .unwrap_or_else(|e| panic!("lock {name:?} should succeed: {}", error_chain(&e)))
 }
 
-async fn must_unlock(guard: LockGuard) -> u32 {
+pub(super) async fn must_unlock(guard: LockGuard) -> u32 {
     let name = guard.name().to_owned();
     guard
         .unlock()
@@ -207,7 +209,7 @@ pub async fn bounded_wait(kit: &Kit) {
     must_unlock(gc).await;
 }
 
-fn spawn_lock(
+pub(super) fn spawn_lock(
     client: &LockClient,
     name: &str,
     opts: crate::LockOptions,
@@ -364,6 +366,7 @@ pub async fn idempotent_attempts(kit: &Kit) {
         owner: a.owner(),
         ttl,
         attempt,
+        fair: true,
     };
     let grant = |r: Result<TryAcquire, LockError>, what: &str| match r {
         Ok(TryAcquire::Acquired(lease)) => (lease.token, lease.hold_count),

@@ -15,6 +15,7 @@
 //! server and can be re-run without cleanup.
 
 pub mod cases;
+mod fairness;
 pub mod fenced;
 mod history;
 mod kit;
@@ -42,6 +43,10 @@ pub const CASES: &[&str] = &[
     "invalid_input",
     "stress",
     "admin",
+    "fifo_order",
+    "releaser_does_not_overtake",
+    "dead_waiter_skipped",
+    "unfair_still_correct",
 ];
 
 /// Expands to one `#[tokio::test]` per conformance case. The argument is an
@@ -53,7 +58,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases ($kit)
             mutual_exclusion reentrancy try_lock_never_waits bounded_wait cancellation_safety
             release_by_non_owner idempotent_attempts extend_and_auto_extend lost_signal fencing_monotonic crash_release
-            names invalid_input stress admin);
+            names invalid_input stress admin
+            fifo_order releaser_does_not_overtake dead_waiter_skipped unfair_still_correct);
     };
     (@cases ($kit:expr) $($case:ident)*) => {
         $(

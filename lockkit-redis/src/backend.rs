@@ -483,8 +483,10 @@ impl RedisBackend {
     }
 
     /// How an attempt takes part in the waiter queue: a waiting one (with
-    /// its `turn`) joins it; every acquisition announces itself to it.
-    fn queueing(&self, turn: Option<Turn>) -> Queueing {
+    /// its `turn`) joins it; every acquisition announces itself to it; a
+    /// fair one takes a free name only when the queue is empty or its head
+    /// is this client.
+    fn queueing(&self, turn: Option<Turn>, fair: bool) -> Queueing {
         let publish = Some(self.inner.publish);
         match turn {
             Some(turn) => Queueing {
@@ -493,9 +495,11 @@ impl RedisBackend {
                 stay: turn.others_wait,
                 stale: turn.stale,
                 publish,
+                fair,
             },
             None => Queueing {
                 publish,
+                fair,
                 ..Queueing::default()
             },
         }
@@ -505,9 +509,15 @@ impl RedisBackend {
         f.into_error(self.inner.kind, operation, Some(name))
     }
 
-    /// One acquisition attempt, run on its own task: if the caller is gone
-    /// when the answer comes, a hold it got is released at once.
-    async fn attempt(&self, req: &AcquireRequest<'_>, queueing: Queueing) -> Result<TryAcquire, LockError> {
+    /// One acquisition attempt, detached: if the caller is gone when the
+    /// answer comes, a hold it got is released at once. With the outcome,
+    /// the waiting client whose turn it is when the name is free but queued
+    /// for another client (fair only).
+    async fn attempt(
+        &self,
+        req: &AcquireRequest<'_>,
+        queueing: Queueing,
+    ) -> Result<(TryAcquire, Option<String>), LockError> {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
@@ -545,15 +555,21 @@ impl RedisBackend {
         })
         .await?;
         Ok(match reply.map_err(|f| self.error("acquire", req.name, f))? {
-            AcquireReply::Acquired { token, count, pttl, .. } => TryAcquire::Acquired(Lease {
-                token,
-                hold_count: count,
-                valid_until: Some(lease::valid_until(sent_at, millis(pttl))),
-                lost: None,
-            }),
-            AcquireReply::Busy { pttl } => TryAcquire::Busy {
-                retry_in: (pttl >= 0).then(|| millis(pttl)),
-            },
+            AcquireReply::Acquired { token, count, pttl, .. } => (
+                TryAcquire::Acquired(Lease {
+                    token,
+                    hold_count: count,
+                    valid_until: Some(lease::valid_until(sent_at, millis(pttl))),
+                    lost: None,
+                }),
+                None,
+            ),
+            AcquireReply::Busy { pttl, turn_of } => (
+                TryAcquire::Busy {
+                    retry_in: (pttl >= 0).then(|| millis(pttl)),
+                },
+                turn_of,
+            ),
         })
     }
 
@@ -828,10 +844,11 @@ impl LockBackend for RedisBackend {
         Capabilities::ttl(true, self.inner.durable_tokens)
             .with_admin()
             .with_idempotent_attempts()
+            .with_fair()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-        self.attempt(req, self.queueing(None)).await
+        Ok(self.attempt(req, self.queueing(None, req.fair)).await?.0)
     }
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
@@ -840,7 +857,7 @@ impl LockBackend for RedisBackend {
         // (a reply lost to a timeout or a reset) is tried again in the wait
         // loop with the same attempt id, which the server recognises if the
         // lost try went through.
-        let first = self.attempt(req, self.queueing(None)).await;
+        let first = self.attempt(req, self.queueing(None, req.fair)).await.map(|(t, _)| t);
         let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
         match first {
             Ok(TryAcquire::Acquired(lease)) => return Ok(Some(lease)),
@@ -850,10 +867,11 @@ impl LockBackend for RedisBackend {
         }
         let channel = self.inner.keys.lock(req.name);
         wait_loop(&self.inner.waiters, &channel, deadline, |turn| async move {
-            Ok(match self.attempt(req, self.queueing(Some(turn))).await? {
-                TryAcquire::Acquired(lease) => Attempt::Done(lease),
-                TryAcquire::Busy { retry_in } => Attempt::Busy {
+            Ok(match self.attempt(req, self.queueing(Some(turn), req.fair)).await? {
+                (TryAcquire::Acquired(lease), _) => Attempt::Done(lease),
+                (TryAcquire::Busy { retry_in }, turn_of) => Attempt::Busy {
                     retry_in: retry_in.unwrap_or(UNKNOWN_LEASE_RECHECK),
+                    turn_of,
                 },
             })
         })
@@ -941,6 +959,17 @@ impl LockBackend for RedisBackend {
             .map_err(|f| f.into_error(self.inner.kind, "list", None))?;
         let names = keys.iter().filter_map(|k| self.inner.keys.name_of(k));
         inspect_listed(names, prefix, limit, 64, |n| async move { self.inspect(&n).await }).await
+    }
+
+    /// The clients queued for `name`: a client's several waiters for one
+    /// name queue once (they take their turns in the order they began
+    /// waiting, one per turn of the client).
+    async fn waiting(&self, name: &str) -> Result<usize, LockError> {
+        let queued: RedisResult<usize> = redis::cmd("ZCARD")
+            .arg(self.inner.keys.queue(name))
+            .query_async(&mut self.inner.conn.clone())
+            .await;
+        queued.map_err(|e| self.error("waiting", name, Fault::Redis(e)))
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

@@ -359,7 +359,7 @@ impl Inner {
                         share: *share,
                         agreed: false,
                     }),
-                    Ok(AcquireReply::Busy { pttl }) => busy.push(*pttl),
+                    Ok(AcquireReply::Busy { pttl, .. }) => busy.push(*pttl),
                     Err(_) => failed.push(node),
                 }
             }
@@ -717,12 +717,14 @@ impl LockBackend for RedlockBackend {
                     split: false,
                 } => Attempt::Busy {
                     retry_in: r + self.backoff(0),
+                    turn_of: None,
                 },
                 Outcome::Busy {
                     retry_in: None,
                     split: false,
                 } => Attempt::Busy {
                     retry_in: UNKNOWN_LEASE_RECHECK,
+                    turn_of: None,
                 },
                 // Split vote: everybody backs off for a random while.
                 Outcome::Busy { split: true, .. } => Attempt::Backoff {

@@ -9,13 +9,18 @@
 //! |---|---|---|
 //! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token, `w` present once a client queued for this hold, `a:ID` one field per share of the hold: the attempt id of the acquisition that made it |
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
-//! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, oldest first |
+//! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, by the server time (µs) they joined: oldest first |
 //!
 //! and releases are published on the channel named like the lock key, with
-//! the id of the waiting client whose turn it is (the queue's head, which
-//! then moves to the back): that client retries at once, the others only if
-//! nobody took the lock within a short fallback delay — so a hand-off costs
-//! the same few commands however many processes wait. A client joins the
+//! the id of the waiting client whose turn it is (the queue's head): that
+//! client retries at once, the others only if nobody took the lock within a
+//! fallback delay — so a hand-off costs the same few commands however many
+//! processes wait. Fair (the default), a free name is taken only by the
+//! head (or by anybody when nobody queued): a client that just released
+//! queues behind the others, and the head leaves the queue when it takes
+//! the lock (or goes to its back, when more of its waiters wait). A head
+//! that let its turn pass — dead, or gone — is dropped by the next fair
+//! attempt after the fallback delay, which then tells the new head. A client joins the
 //! queue in the same script call that finds the lock busy, and marks the
 //! hold (`w`) there; a hold taken while the queue exists is marked from the
 //! start. A release of an unmarked hold has nobody to tell and publishes
@@ -159,19 +164,45 @@ impl Keys {
 ///    ahead of its own clock),
 /// 5. the caller's waiter id (`''`: no queue), 6. flags: `w` join the queue
 ///    when busy, `k` stay in it after acquiring (others of the same client
-///    still wait), 7. a waiter id to drop from the queue (one that was given
-///    the turn and did not take it; `''`: none), 8. `PUBLISH`/`SPUBLISH` to
-///    announce a taken lock to the queue (`''`: never).
+///    still wait: to the back of the line), `f` fair: a free name is taken
+///    only by the queue's head (or when nobody queued), 7. a waiter id to
+///    drop from the queue (one that was given the turn and did not take it;
+///    `''`: none), 8. `PUBLISH`/`SPUBLISH` to announce a taken lock to the
+///    queue (`''`: never).
 ///
 /// Returns `{1, token, count, pttl, KIND}` when the caller holds it (`KIND`
 /// `n`: a new hold, `r`: this attempt re-entered the owner's hold, `p`: this
-/// attempt was already counted in it), or `{0, '', 0, pttl}` when another
-/// owner holds it.
+/// attempt was already counted in it), `{0, '', 0, pttl}` when another
+/// owner holds it, or `{0, '', 0, -2, HEAD}` when it is free but it is the
+/// turn of the waiting client `HEAD` (fair only).
 const ACQUIRE: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 't')
 local ttl = tonumber(ARGV[2])
 local share = 'a:' .. ARGV[3]
 if not h[1] then
+  if string.find(ARGV[6], 'f', 1, true) then
+    -- Fair: a free name is the queue head's. A head that was given its
+    -- turn and let it pass (ARGV[7]: dead, or gone) is dropped first.
+    local q = redis.call('ZRANGE', KEYS[3], 0, 0)
+    if q[1] and q[1] == ARGV[7] then
+      redis.call('ZREM', KEYS[3], q[1])
+      q = redis.call('ZRANGE', KEYS[3], 0, 0)
+      if q[1] and q[1] ~= ARGV[5] and ARGV[8] ~= '' then
+        -- Tell the next in line that it is its turn now.
+        local now = redis.call('TIME')
+        redis.pcall(ARGV[8], KEYS[1], 's' .. now[1] .. now[2] .. '|' .. q[1])
+      end
+    end
+    if q[1] and q[1] ~= ARGV[5] then
+      if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
+        local now = redis.call('TIME')
+        local us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+        redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', us), ARGV[5])
+        redis.call('PEXPIRE', KEYS[3], 60000)
+      end
+      return {0, '', 0, -2, q[1]}
+    end
+  end
   local now = redis.call('TIME')
   local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
   if ARGV[4] ~= '' then
@@ -198,8 +229,14 @@ if not h[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if queued then
     if ARGV[7] ~= '' then redis.call('ZREM', KEYS[3], ARGV[7]) end
-    if ARGV[5] ~= '' and not string.find(ARGV[6], 'k', 1, true) then
-      redis.call('ZREM', KEYS[3], ARGV[5])
+    if ARGV[5] ~= '' then
+      if string.find(ARGV[6], 'k', 1, true) then
+        -- More of this client's waiters wait: to the back of the line.
+        local us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+        redis.call('ZADD', KEYS[3], 'XX', string.format('%.0f', us), ARGV[5])
+      else
+        redis.call('ZREM', KEYS[3], ARGV[5])
+      end
     end
     redis.pcall(ARGV[8], KEYS[1], '+')
   end
@@ -227,8 +264,8 @@ end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
   local now = redis.call('TIME')
-  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', ms), ARGV[5])
+  local us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', us), ARGV[5])
   redis.call('PEXPIRE', KEYS[3], string.format('%.0f', math.max(pttl, 0) + 60000))
   redis.call('HSET', KEYS[1], 'w', '1')
 end
@@ -238,8 +275,9 @@ return {0, '', 0, pttl}
 /// Release one share of a hold: delete its attempt's field and decrement;
 /// a share already gone (a repeated release) changes nothing and reports
 /// the holds left; at zero delete the hold and publish
-/// `TOKEN|HEAD` — `HEAD` the waiting client whose turn it is (moved to the
-/// back of the queue), or empty when nobody queued. Publishing uses `pcall`:
+/// `TOKEN|HEAD` — `HEAD` the waiting client whose turn it is (the queue's
+/// head; it leaves the queue, or goes to its back, when it takes the lock),
+/// or empty when nobody queued. Publishing uses `pcall`:
 /// a user without pub/sub permission still releases.
 ///
 /// KEYS: lock, queue. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`,
@@ -258,15 +296,8 @@ if c > 0 then
 end
 redis.call('DEL', KEYS[1])
 if not h[4] and ARGV[5] == 'q' then return 0 end
-local head = ''
 local q = redis.call('ZRANGE', KEYS[2], 0, 0)
-if q[1] then
-  head = q[1]
-  local now = redis.call('TIME')
-  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  redis.call('ZADD', KEYS[2], 'XX', string.format('%.0f', ms), head)
-end
-redis.pcall(ARGV[4], ARGV[3], ARGV[2] .. '|' .. head)
+redis.pcall(ARGV[4], ARGV[3], ARGV[2] .. '|' .. (q[1] or ''))
 return 0
 "#;
 
@@ -370,7 +401,7 @@ pub(crate) enum Share {
 }
 
 /// What one acquire script call found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// The caller holds it now.
     Acquired {
@@ -383,10 +414,13 @@ pub(crate) enum AcquireReply {
         /// How this attempt took part in the hold.
         share: Share,
     },
-    /// Another owner holds it for `pttl` more ms (negative: unknown).
+    /// Another owner holds it for `pttl` more ms (negative: unknown), or it
+    /// is free but another client's turn.
     Busy {
         /// The holder's remaining lease in ms.
         pttl: i64,
+        /// Free, and the turn of this waiting client (fair only).
+        turn_of: Option<String>,
     },
 }
 
@@ -436,7 +470,14 @@ pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> 
                 _ => return Err(bad()),
             },
         }),
-        Some(0) if rest.is_empty() => Ok(AcquireReply::Busy { pttl }),
+        Some(0) => match rest {
+            [] => Ok(AcquireReply::Busy { pttl, turn_of: None }),
+            [head] => Ok(AcquireReply::Busy {
+                pttl,
+                turn_of: Some(text(head).ok_or_else(bad)?),
+            }),
+            _ => Err(bad()),
+        },
         _ => Err(bad()),
     }
 }
@@ -541,6 +582,10 @@ pub(crate) struct Queueing {
     pub stay: bool,
     /// A waiter that was given the turn and did not take it.
     pub stale: Option<String>,
+    /// A free name goes to the queue's head only (see [`AcquireRequest::fair`]).
+    ///
+    /// [`AcquireRequest::fair`]: lockkit_core::backend::AcquireRequest::fair
+    pub fair: bool,
     /// How to announce a taken lock (`None`: never).
     pub publish: Option<Publish>,
 }
@@ -568,12 +613,12 @@ fn acquire_call(
     proposal: Option<u64>,
     queueing: &Queueing,
 ) -> ScriptInvocation<'static> {
-    let flags = match (queueing.join, queueing.stay) {
-        (true, true) => "wk",
-        (true, false) => "w",
-        (false, true) => "k",
-        (false, false) => "",
-    };
+    let mut flags = String::with_capacity(3);
+    for (on, flag) in [(queueing.join, 'w'), (queueing.stay, 'k'), (queueing.fair, 'f')] {
+        if on {
+            flags.push(flag);
+        }
+    }
     let mut inv = SCRIPTS.acquire.key(keys.lock(name));
     inv.key(keys.counter(name))
         .key(keys.queue(name))

@@ -93,8 +93,17 @@ const RECENT_PAYLOADS: usize = 8;
 
 /// How long a client whose turn it is not waits before it tries anyway
 /// (unless the lock is announced as taken first): the base, plus up to as
-/// much again at random.
-const FALLBACK: Duration = Duration::from_millis(50);
+/// much again at random. A fair attempt then drops the client whose turn it
+/// was from the queue if it still has not taken the free lock (it is dead,
+/// or gone): long enough that a live client on a loaded machine takes its
+/// turn first, short enough that a dead one delays a hand-off once by a
+/// fraction of a second.
+const FALLBACK: Duration = Duration::from_millis(200);
+
+/// The fallback delay, with its jitter.
+fn fallback() -> Duration {
+    FALLBACK + Duration::from_micros(rand::random_range(0..=FALLBACK.as_micros() as u64))
+}
 
 /// Removes this client from a lock's waiter queue; given the channel.
 pub(crate) type Leave = Arc<dyn Fn(Vec<u8>) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
@@ -107,8 +116,10 @@ struct Slot {
     /// Bumped by every message: a fallback timer fires only if no message
     /// came after the one that armed it.
     epoch: u64,
-    /// The client that was given the turn when this one armed a fallback.
-    stale: Option<String>,
+    /// The client that was given the turn (on a free lock), and when this
+    /// client learned it: after the fallback delay, an attempt may drop it
+    /// from the queue (see [`Turn::stale`]).
+    stale: Option<(String, Instant)>,
 }
 
 struct Shared {
@@ -256,6 +267,7 @@ impl Waiters {
             shared: self.shared.clone(),
             channel,
             notify,
+            took: false,
         };
         let subscribed = |s: &Shared| s.slots().get(&sub.channel).is_some_and(|s| s.subscribed);
         if subscribed(&self.shared) {
@@ -325,13 +337,13 @@ fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
             slot.recent.push_back(payload);
             match head {
                 Some(head) if shared.waiter_id.as_deref() != Some(head.as_str()) => {
-                    slot.stale = Some(head);
+                    slot.stale = Some((head, Instant::now()));
                     let (epoch, notify, weak, channel) =
                         (slot.epoch, slot.notify.clone(), Arc::downgrade(shared), channel.clone());
                     let Ok(rt) = tokio::runtime::Handle::try_current() else {
                         return;
                     };
-                    let delay = FALLBACK + Duration::from_micros(rand::random_range(0..=FALLBACK.as_micros() as u64));
+                    let delay = fallback();
                     rt.spawn(async move {
                         tokio::time::sleep(delay).await;
                         let Some(shared) = weak.upgrade() else { return };
@@ -394,6 +406,11 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: Vec<u8>,
     notify: Arc<Notify>,
+    /// The waiter took the lock: the acquire script already took this
+    /// client out of the queue (or moved it to the back for its other
+    /// waiters), so the last one leaving does not `leave` again — a late
+    /// `ZREM` could take out this client's next waiter, queued meanwhile.
+    took: bool,
 }
 
 impl Drop for Subscription {
@@ -416,7 +433,7 @@ impl Drop for Subscription {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let shared = self.shared.clone();
+        let (shared, took) = (self.shared.clone(), self.took);
         let channel = std::mem::take(&mut self.channel);
         rt.spawn(async move {
             let _order = shared.sub_lock.lock().await;
@@ -424,7 +441,7 @@ impl Drop for Subscription {
                 return; // a new waiter came meanwhile and keeps it
             }
             let timeout = shared.timeout;
-            if let Some(leave) = shared.leave.get() {
+            if !took && let Some(leave) = shared.leave.get() {
                 let _ = tokio::time::timeout(timeout, leave(channel.clone())).await;
             }
             join_all(
@@ -460,10 +477,16 @@ impl Drop for Baton {
 pub(crate) enum Attempt<T> {
     /// Acquired.
     Done(T),
-    /// Held by another owner; free at the latest after `retry_in`.
+    /// Held by another owner; free at the latest after `retry_in`. Or free,
+    /// but the turn of the waiting client `turn_of` (a fair queue): tried
+    /// again after the fallback delay unless a message comes first, and
+    /// that client is then dropped from the queue if it still has not
+    /// taken it.
     Busy {
         /// When to try again without a message.
         retry_in: Duration,
+        /// Free, but this client's turn.
+        turn_of: Option<String>,
     },
     /// Redlock split vote: try again after `after`, messages or not.
     Backoff {
@@ -483,12 +506,33 @@ pub(crate) struct Turn {
 }
 
 impl Subscription {
+    /// Notes that it is `head`'s turn on a free lock: the next attempt
+    /// drops it from the queue unless a message comes first.
+    fn set_stale(&self, head: String) {
+        if let Some(slot) = self.shared.slots().get_mut(&self.channel)
+            && slot.stale.as_ref().is_none_or(|(h, _)| *h != head)
+        {
+            slot.stale = Some((head, Instant::now()));
+        }
+    }
+
     fn turn(&self) -> Turn {
         let mut slots = self.shared.slots();
         match slots.get_mut(&self.channel) {
             Some(slot) => Turn {
                 others_wait: slot.refs > 1,
-                stale: slot.stale.take(),
+                // Only once the client given the turn had the fallback
+                // delay to take it: an attempt made for another reason
+                // (a new lock call, a lease running out) must not drop a
+                // client that is about to take its turn.
+                stale: match &slot.stale {
+                    Some((head, since)) if since.elapsed() >= FALLBACK => {
+                        let head = head.clone();
+                        slot.stale = None;
+                        Some(head)
+                    }
+                    _ => None,
+                },
             },
             None => Turn::default(),
         }
@@ -541,11 +585,27 @@ where
         let (wake_at, listen, last_error) = match attempt(turn).await {
             Ok(Attempt::Done(t)) => {
                 baton.disarm();
+                drop(notified);
+                if let Some(sub) = &mut sub {
+                    sub.took = true;
+                }
                 return Ok(Some(t));
             }
-            Ok(Attempt::Busy { retry_in }) => {
+            Ok(Attempt::Busy {
+                retry_in,
+                turn_of: None,
+            }) => {
                 failures = 0;
                 (Instant::now() + retry_in, true, None)
+            }
+            Ok(Attempt::Busy {
+                turn_of: Some(head), ..
+            }) => {
+                failures = 0;
+                if let Some(sub) = &sub {
+                    sub.set_stale(head);
+                }
+                (Instant::now() + fallback(), true, None)
             }
             Ok(Attempt::Backoff { after }) => {
                 failures = 0;

@@ -197,16 +197,34 @@ pub async fn run(url: String, args: DemoArgs) -> Result<ExitCode, CliError> {
     let elapsed = started.elapsed();
 
     let mut total = Stats::default();
+    let mut stats = Vec::with_capacity(results.len());
     for (i, r) in results.into_iter().enumerate() {
         let s = r.map_err(|e| format!("worker {i}: {e}"))?;
-        println!(
-            "  worker {i}: took {:>10} in {:>6} acquisitions",
-            cents(s.taken),
-            s.acquisitions
-        );
         total.taken += s.taken;
         total.acquisitions += s.acquisitions;
         total.refused += s.refused;
+        stats.push(s);
+    }
+    let share = |n: u64| 100.0 * n as f64 / total.acquisitions.max(1) as f64;
+    for (i, s) in stats.iter().enumerate() {
+        println!(
+            "  worker {i}: took {:>10} in {:>6} acquisitions ({:>5.1} % of them)",
+            cents(s.taken),
+            s.acquisitions,
+            share(s.acquisitions)
+        );
+    }
+    if !args.no_lock && stats.len() > 1 {
+        let (min, max) = stats
+            .iter()
+            .map(|s| s.acquisitions)
+            .fold((u64::MAX, 0), |(lo, hi), n| (lo.min(n), hi.max(n)));
+        println!(
+            "  shares of the acquisitions: {:.1} % to {:.1} % (an even split is {:.1} %)",
+            share(min),
+            share(max),
+            100.0 / stats.len() as f64
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!(

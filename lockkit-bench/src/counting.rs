@@ -74,4 +74,16 @@ impl LockBackend for Counting {
         self.count(1);
         self.inner.inspect(name).await
     }
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        self.count(1);
+        self.inner.list(prefix, limit).await
+    }
+    async fn waiting(&self, name: &str) -> Result<usize, LockError> {
+        self.count(1);
+        self.inner.waiting(name).await
+    }
+    async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        self.count(1);
+        self.inner.force_release(name).await
+    }
 }

@@ -149,7 +149,8 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
             extra.push(format!("switches/s {s:.0}"));
         }
         if let (Some(lo), Some(hi)) = (r.fairness_min, r.fairness_max) {
-            extra.push(format!("per-client {lo}..{hi}"));
+            let share = if hi > 0 { lo as f64 / hi as f64 } else { 0.0 };
+            extra.push(format!("per-client {lo}..{hi} (min/max {share:.2})"));
         }
         if let Some(ok) = r.counter_exact {
             extra.push(if ok {

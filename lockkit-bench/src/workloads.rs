@@ -77,7 +77,7 @@ pub async fn w1(url: &str, floor: Option<&dyn Floor>, seconds: Duration) -> Resu
             ping_hist.record(us(t0.elapsed()))?;
         }
     }
-    let kind = client.backend().kind();
+    let kind = &label(&client);
     let mut rows = Vec::new();
     if floor.is_some() {
         let mut row = Row::new(
@@ -113,13 +113,24 @@ pub async fn w1(url: &str, floor: Option<&dyn Floor>, seconds: Duration) -> Resu
 /// w2: `c` clients, each with its own connections, contend for one name:
 /// acquire → increment a shared counter (read, yield, write) → release.
 /// Besides the acquire wait it measures the hand-off: from a holder's
+/// The backend's name in the result rows, marked when its URL turned the
+/// fair queue off.
+fn label(client: &LockClient) -> String {
+    let kind = client.backend().kind();
+    if client.options().fair_value() {
+        kind.to_owned()
+    } else {
+        format!("{kind} fair=false")
+    }
+}
+
 /// `unlock` call to the next holder's `lock` returning.
 pub async fn w2(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchError> {
     let mut clients = Vec::with_capacity(c);
     for _ in 0..c {
         clients.push(lockkit::connect(url).await?);
     }
-    let kind = clients[0].backend().kind();
+    let kind = &label(&clients[0]);
     let name = Arc::new(format!("bench/w2/{}", run_id()));
     let stop = Arc::new(AtomicBool::new(false));
     let counter = Arc::new(AtomicU64::new(0));
@@ -241,7 +252,7 @@ pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, Benc
     for _ in 0..c.min(8) {
         connected.push(lockkit::connect(url).await?);
     }
-    let kind = connected[0].backend().kind();
+    let kind = &label(&connected[0]);
     let prefix = format!("bench/w3/{}", run_id());
     let clients: Arc<Vec<LockClient>> = Arc::new(
         (0..c)
@@ -334,7 +345,7 @@ pub async fn w4(
     let mut row = Row::new(
         Series {
             imp: "lockkit",
-            backend: client.backend().kind(),
+            backend: &label(&client),
             url,
             workload: "w4",
             clients: 1,

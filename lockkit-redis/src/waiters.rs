@@ -87,6 +87,9 @@ impl PubSubConn {
     }
 }
 
+/// How long a channel stays subscribed after its last waiter took the lock.
+const LINGER: Duration = Duration::from_secs(2);
+
 /// Payloads remembered per channel to drop duplicates: Redlock's release
 /// is published by every node that held the lock.
 const RECENT_PAYLOADS: usize = 8;
@@ -260,6 +263,12 @@ impl Waiters {
                 epoch: 0,
                 stale: None,
             });
+            if slot.refs == 0 {
+                // A lingering slot: forget what came while nobody waited
+                // (a stored wake-up would only cost an extra attempt).
+                slot.notify = Arc::new(Notify::new());
+                slot.stale = None;
+            }
             slot.refs += 1;
             slot.notify.clone()
         };
@@ -415,35 +424,51 @@ pub(crate) struct Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let removed = {
-            let mut slots = self.shared.slots();
+        let (took, shared) = (self.took, self.shared.clone());
+        let idle = {
+            let mut slots = shared.slots();
             match slots.get_mut(&self.channel) {
                 Some(slot) => {
                     slot.refs -= 1;
-                    slot.refs == 0 && slots.remove(&self.channel).is_some()
+                    // A waiter that gave up takes its client out of the queue
+                    // at once: the slot goes now, so that a new waiter
+                    // subscribes (and queues) only after that.
+                    slot.refs == 0 && (took || slots.remove(&self.channel).is_some())
                 }
                 None => false,
             }
         };
-        // Unsubscribe also when the subscription was never confirmed: its
-        // SUBSCRIBE may still be on the wire.
-        if !removed {
+        if !idle {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (shared, took) = (self.shared.clone(), self.took);
         let channel = std::mem::take(&mut self.channel);
         rt.spawn(async move {
+            if took {
+                // The lock was taken: the channel stays subscribed a while
+                // for this client's next wait (a release-and-lock-again loop
+                // then costs no SUBSCRIBE/UNSUBSCRIBE per cycle).
+                tokio::time::sleep(LINGER).await;
+            }
+            // Held through the UNSUBSCRIBE: a new waiter's SUBSCRIBE waits.
             let _order = shared.sub_lock.lock().await;
-            if shared.slots().contains_key(&channel) {
-                return; // a new waiter came meanwhile and keeps it
+            if took {
+                let mut slots = shared.slots();
+                if slots.get(&channel).is_none_or(|s| s.refs > 0) {
+                    return; // waited for again, or gone
+                }
+                slots.remove(&channel);
+            } else {
+                if shared.slots().contains_key(&channel) {
+                    return; // a new waiter came meanwhile and keeps it
+                }
+                if let Some(leave) = shared.leave.get() {
+                    let _ = tokio::time::timeout(shared.timeout, leave(channel.clone())).await;
+                }
             }
             let timeout = shared.timeout;
-            if !took && let Some(leave) = shared.leave.get() {
-                let _ = tokio::time::timeout(timeout, leave(channel.clone())).await;
-            }
             join_all(
                 shared
                     .conns()

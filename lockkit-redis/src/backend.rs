@@ -496,6 +496,7 @@ impl RedisBackend {
                 stale: turn.stale,
                 publish,
                 fair,
+                place: None,
             },
             None => Queueing {
                 publish,

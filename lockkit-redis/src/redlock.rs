@@ -21,7 +21,7 @@ use crate::backend::{UNKNOWN_LEASE_RECHECK, manager_config, millis, open_client,
 use crate::config::RedisConfig;
 use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
 use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Share, Stored};
-use crate::waiters::{Attempt, PubSubConn, Waiters, wait_loop};
+use crate::waiters::{Attempt, PubSubConn, Turn, Waiters, wait_loop};
 
 const KIND: &str = "redlock";
 
@@ -202,6 +202,9 @@ enum Outcome {
     Busy {
         retry_in: Option<Duration>,
         split: bool,
+        /// Free (on the nodes that said so), but this waiting client's
+        /// turn: the most named queue head.
+        turn_of: Option<String>,
     },
     /// Too many nodes failed to answer.
     Failed(QuorumError),
@@ -311,7 +314,14 @@ impl Inner {
     /// is undone and made again at once, proposing above the highest token
     /// they issued (up to [`TOKEN_ROUNDS`] rounds; then it reads as a split
     /// vote).
-    async fn attempt(self: &Arc<Self>, name: &str, owner: &str, attempt: &str, ttl_ms: u64) -> Outcome {
+    async fn attempt(
+        self: &Arc<Self>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        ttl_ms: u64,
+        queueing: &Queueing,
+    ) -> Outcome {
         let mut above: Option<u64> = None;
         let mut round = 1;
         loop {
@@ -336,7 +346,7 @@ impl Inner {
                         ttl_ms,
                         attempt,
                         proposal,
-                        &Queueing::default(),
+                        queueing,
                     )
                     .await
                 })
@@ -344,6 +354,7 @@ impl Inner {
             let mut held = Vec::new();
             let mut busy = Vec::new();
             let mut failed = Vec::new();
+            let mut heads: HashMap<&str, usize> = HashMap::new();
             for (node, r) in replies.iter().enumerate() {
                 match r {
                     Ok(AcquireReply::Acquired {
@@ -359,7 +370,12 @@ impl Inner {
                         share: *share,
                         agreed: false,
                     }),
-                    Ok(AcquireReply::Busy { pttl, .. }) => busy.push(*pttl),
+                    Ok(AcquireReply::Busy { pttl, turn_of }) => {
+                        busy.push(*pttl);
+                        if let Some(head) = turn_of {
+                            *heads.entry(head.as_str()).or_default() += 1;
+                        }
+                    }
                     Err(_) => failed.push(node),
                 }
             }
@@ -406,9 +422,14 @@ impl Inner {
                 0 => None,
                 k => busy.get(k - 1).filter(|p| **p >= 0).map(|p| millis(*p)),
             };
+            let turn_of = heads
+                .into_iter()
+                .max_by_key(|(head, n)| (*n, std::cmp::Reverse(*head)))
+                .map(|(head, _)| head.to_owned());
             return Outcome::Busy {
                 retry_in,
-                split: !held.is_empty() || need == 0,
+                split: (!held.is_empty() || need == 0) && turn_of.is_none(),
+                turn_of,
             };
         }
     }
@@ -552,7 +573,7 @@ impl RedlockBackend {
         config.check_wait_replicas()?;
         let n = config.nodes.len();
         let quorum = config.quorum();
-        let waiters = Waiters::new(n, quorum, config.node_timeout.max(Duration::from_millis(500)), false);
+        let waiters = Waiters::new(n, quorum, config.node_timeout.max(Duration::from_millis(500)), true);
         let (ct, rt) = (config.connect_timeout, config.response_timeout);
         let mut nodes = Vec::with_capacity(n);
         let mut pubsubs = Vec::with_capacity(n);
@@ -569,6 +590,26 @@ impl RedlockBackend {
             pubsubs.push(PubSubConn::Manager(pubsub));
         }
         waiters.set_connections(pubsubs);
+        if let Some(id) = waiters.waiter_id() {
+            let (conns, keys, id) = (
+                nodes.iter().map(|n| n.conn.clone()).collect::<Vec<_>>(),
+                Keys::new(&config.prefix),
+                id.to_owned(),
+            );
+            waiters.set_leave(Arc::new(move |channel: Vec<u8>| {
+                let (conns, queue, id) = (conns.clone(), keys.queue_of_lock(&channel), id.clone());
+                Box::pin(async move {
+                    join_all(conns.into_iter().map(|mut c| {
+                        let (queue, id) = (queue.clone(), id.clone());
+                        async move {
+                            let _: redis::RedisResult<redis::Value> =
+                                redis::cmd("ZREM").arg(queue).arg(id).query_async(&mut c).await;
+                        }
+                    }))
+                    .await;
+                })
+            }));
+        }
         let inner = Inner {
             nodes,
             quorum,
@@ -606,13 +647,36 @@ impl RedlockBackend {
         LockError::backend(KIND, operation, Some(name), retryable, e)
     }
 
-    /// One attempt on its own task; a hold whose caller is gone is released.
-    async fn attempt(&self, req: &AcquireRequest<'_>) -> Result<Outcome, LockError> {
+    /// How an attempt takes part in the nodes' waiter queues (as on a single
+    /// server, see `RedisBackend::queueing`); a waiting one joins every
+    /// node's queue at the same place, `since` (µs), so that they agree.
+    fn queueing(&self, turn: Option<(Turn, u64)>, fair: bool) -> Queueing {
+        let publish = Some(Publish::Classic);
+        match turn {
+            Some((turn, since)) => Queueing {
+                waiter: self.inner.waiters.waiter_id().map(str::to_owned),
+                join: true,
+                stay: turn.others_wait,
+                stale: turn.stale,
+                fair,
+                publish,
+                place: Some(since),
+            },
+            None => Queueing {
+                fair,
+                publish,
+                ..Queueing::default()
+            },
+        }
+    }
+
+    /// One attempt, detached; a hold whose caller is gone is released.
+    async fn attempt(&self, req: &AcquireRequest<'_>, queueing: Queueing) -> Result<Outcome, LockError> {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
         let work = async move {
-            let outcome = inner.attempt(&name, &owner, &attempt, ttl_ms).await;
+            let outcome = inner.attempt(&name, &owner, &attempt, ttl_ms, &queueing).await;
             (outcome, inner, name, owner, attempt)
         };
         let (outcome, ..) = detach(KIND, work, |(outcome, inner, name, owner, attempt)| async move {
@@ -690,11 +754,14 @@ impl LockBackend for RedlockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, false).with_admin().with_idempotent_attempts()
+        Capabilities::ttl(true, false)
+            .with_admin()
+            .with_idempotent_attempts()
+            .with_fair()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-        match self.attempt(req).await? {
+        match self.attempt(req, self.queueing(None, req.fair)).await? {
             Outcome::Acquired(lease) => Ok(TryAcquire::Acquired(lease)),
             Outcome::Busy { retry_in, .. } => Ok(TryAcquire::Busy { retry_in }),
             Outcome::Failed(e) => Err(self.failed("acquire", req.name, e)),
@@ -712,9 +779,19 @@ impl LockBackend for RedlockBackend {
                 Outcome::Acquired(lease) => Attempt::Done(lease),
                 // Held by another owner: a release message, or the quorum's
                 // expiry (plus a little jitter, so contenders spread out).
+                // Free, but another client's turn.
+                Outcome::Busy {
+                    retry_in,
+                    turn_of: Some(head),
+                    ..
+                } => Attempt::Busy {
+                    retry_in: retry_in.unwrap_or(UNKNOWN_LEASE_RECHECK),
+                    turn_of: Some(head),
+                },
                 Outcome::Busy {
                     retry_in: Some(r),
                     split: false,
+                    turn_of: None,
                 } => Attempt::Busy {
                     retry_in: r + self.backoff(0),
                     turn_of: None,
@@ -722,6 +799,7 @@ impl LockBackend for RedlockBackend {
                 Outcome::Busy {
                     retry_in: None,
                     split: false,
+                    turn_of: None,
                 } => Attempt::Busy {
                     retry_in: UNKNOWN_LEASE_RECHECK,
                     turn_of: None,
@@ -734,15 +812,19 @@ impl LockBackend for RedlockBackend {
             })
         };
         // A quorum that cannot be reached at the start fails at once.
-        if let Attempt::Done(lease) = step(self.attempt(req).await?)? {
+        if let Attempt::Done(lease) = step(self.attempt(req, self.queueing(None, req.fair)).await?)? {
             return Ok(Some(lease));
         }
         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             return Ok(None);
         }
         let channel = self.inner.keys.lock(req.name);
-        wait_loop(&self.inner.waiters, &channel, deadline, |_| async {
-            step(self.attempt(req).await?)
+        // Every node queues this client at the same place: now.
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        wait_loop(&self.inner.waiters, &channel, deadline, |turn| async move {
+            step(self.attempt(req, self.queueing(Some((turn, since)), req.fair)).await?)
         })
         .await
     }
@@ -879,6 +961,27 @@ impl LockBackend for RedlockBackend {
         }
         let names = scans.iter().flatten().flatten().filter_map(|k| inner.keys.name_of(k));
         crate::backend::inspect_listed(names, prefix, limit, 16, |n| async move { self.inspect(&n).await }).await
+    }
+
+    /// The clients a quorum of nodes has queued for `name` (the quorum-th
+    /// largest queue).
+    async fn waiting(&self, name: &str) -> Result<usize, LockError> {
+        let inner = &self.inner;
+        let queue = inner.keys.queue(name);
+        let queue = &queue;
+        let results = inner
+            .all(|_, mut c| async move {
+                let n: usize = redis::cmd("ZCARD").arg(queue).query_async(&mut c).await?;
+                Ok(n)
+            })
+            .await;
+        let mut counts: Vec<usize> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+        if counts.len() < inner.quorum {
+            let failures: Vec<&Fault> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+            return Err(self.failed("waiting", name, inner.quorum_error(&failures)));
+        }
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(counts[inner.quorum - 1])
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

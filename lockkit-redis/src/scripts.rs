@@ -168,7 +168,9 @@ impl Keys {
 ///    only by the queue's head (or when nobody queued), 7. a waiter id to
 ///    drop from the queue (one that was given the turn and did not take it;
 ///    `''`: none), 8. `PUBLISH`/`SPUBLISH` to announce a taken lock to the
-///    queue (`''`: never).
+///    queue (`''`: never), 9. the caller's place in the queue when it joins
+///    (µs; `''`: the server's time — Redlock gives every node the same
+///    place, the time its waiting began, so that the nodes' queues agree).
 ///
 /// Returns `{1, token, count, pttl, KIND}` when the caller holds it (`KIND`
 /// `n`: a new hold, `r`: this attempt re-entered the owner's hold, `p`: this
@@ -179,10 +181,23 @@ const ACQUIRE: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 't')
 local ttl = tonumber(ARGV[2])
 local share = 'a:' .. ARGV[3]
+-- A waiter's place in the queue: the caller's (ARGV[9]) or the server's time.
+local function place()
+  if ARGV[9] ~= '' then return ARGV[9] end
+  local now = redis.call('TIME')
+  return string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+end
 if not h[1] then
   if string.find(ARGV[6], 'f', 1, true) then
-    -- Fair: a free name is the queue head's. A head that was given its
-    -- turn and let it pass (ARGV[7]: dead, or gone) is dropped first.
+    -- Fair: a free name is the queue head's. A waiting caller takes its
+    -- place first (it may have left this queue by taking the lock here in an
+    -- attempt that failed on other nodes: Redlock); then a head that was
+    -- given its turn and let it pass (ARGV[7]: dead, or gone) is dropped.
+    if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
+      if redis.call('ZADD', KEYS[3], 'NX', place(), ARGV[5]) == 1 then
+        redis.call('PEXPIRE', KEYS[3], 60000)
+      end
+    end
     local q = redis.call('ZRANGE', KEYS[3], 0, 0)
     if q[1] and q[1] == ARGV[7] then
       redis.call('ZREM', KEYS[3], q[1])
@@ -194,12 +209,6 @@ if not h[1] then
       end
     end
     if q[1] and q[1] ~= ARGV[5] then
-      if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
-        local now = redis.call('TIME')
-        local us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-        redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', us), ARGV[5])
-        redis.call('PEXPIRE', KEYS[3], 60000)
-      end
       return {0, '', 0, -2, q[1]}
     end
   end
@@ -263,9 +272,7 @@ if h[1] == ARGV[1] then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
-  local now = redis.call('TIME')
-  local us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', us), ARGV[5])
+  redis.call('ZADD', KEYS[3], 'NX', place(), ARGV[5])
   redis.call('PEXPIRE', KEYS[3], string.format('%.0f', math.max(pttl, 0) + 60000))
   redis.call('HSET', KEYS[1], 'w', '1')
 end
@@ -588,6 +595,9 @@ pub(crate) struct Queueing {
     pub fair: bool,
     /// How to announce a taken lock (`None`: never).
     pub publish: Option<Publish>,
+    /// The place in the queue when joining, in µs (`None`: the server's
+    /// time).
+    pub place: Option<u64>,
 }
 
 /// Waiting for replicas after a change: `WAIT n timeout_ms`, sent in the
@@ -629,7 +639,8 @@ fn acquire_call(
         .arg(queueing.waiter.as_deref().unwrap_or(""))
         .arg(flags)
         .arg(queueing.stale.as_deref().unwrap_or(""))
-        .arg(queueing.publish.map_or("", Publish::command));
+        .arg(queueing.publish.map_or("", Publish::command))
+        .arg(queueing.place.map(|p| p.to_string()).unwrap_or_default());
     inv
 }
 

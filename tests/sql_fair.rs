@@ -90,7 +90,7 @@ async fn dead_place_expires(url: String) {
     let client = lockkit::connect(&url).await.unwrap();
     let name = unique("dead_place");
     let lease = Duration::from_secs(2);
-    foreign_waiter(&url, &name, "00000000000dead0", lease).await;
+    foreign_waiter(&url, &name, &lockkit_core::name::new_attempt_id(), lease).await;
     let joined = Instant::now();
     assert_eq!(waiting(&client, &name).await, 1, "the foreign place counts while live");
     assert!(

@@ -290,7 +290,6 @@ impl SqlBackend {
             inner.db.clone(),
             inner.sql.clone(),
             inner.places.clone(),
-            inner.waiters.clone(),
             inner.config.queue_lease,
             inner.stop.clone(),
         );
@@ -607,7 +606,6 @@ impl SqlBackend {
         let id = detach(inner.kind, work, orphan).await??;
         let line = inner.waiters.line_up(name.as_bytes(), id);
         let place = Arc::new(Place {
-            name: name.into_bytes(),
             rejoin: Default::default(),
             notify: line.notify_arc(),
         });

@@ -207,14 +207,6 @@ impl Waiters {
         }
     }
 
-    /// Wakes the first fair waiter of `name` (to look whether the line
-    /// moved: a waiter ahead of it may have died).
-    pub fn wake_first(&self, name: &[u8]) {
-        if let Some(slot) = self.names().get(name) {
-            slot.wake_first();
-        }
-    }
-
     /// Releases may have been missed (the listener reconnected): wake all
     /// unfair waiters and the first fair one of every name.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]

@@ -6,10 +6,10 @@
 //! renews the leases of all of its waiters every third of the lease, in one
 //! statement per 256 rows. A waiter whose process dies stops being renewed,
 //! its row expires, and the head checks of the claims skip it from then on
-//! (the sweeper deletes it later). After each renewal the first waiter of
-//! each name in this process is woken, to look again whether it became the
-//! head of the line: the only way it learns of a dead waiter ahead of it,
-//! or of a head that took the name in another process.
+//! (the sweeper deletes it later). After each renewal every waiter of the
+//! backend is woken, to look again whether it became the head of the line:
+//! the way it learns of a dead waiter ahead of it (also one of this
+//! process, whose task vanished without leaving).
 //!
 //! A row can go while its waiter lives (its lease ran out during a long
 //! pause, and it was swept): the renewal finds fewer rows than it renews,
@@ -25,7 +25,6 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::db::{Arg, Db};
-use crate::listener::Waiters;
 use crate::sql::Statements;
 
 /// Waiter rows per renewal statement.
@@ -34,7 +33,6 @@ const RENEW_CHUNK: usize = 256;
 /// One waiting acquisition's place, as the renewal task sees it.
 #[derive(Debug)]
 pub(crate) struct Place {
-    pub name: Vec<u8>,
     /// Set when the renewal did not find every row it renewed: the waiter
     /// joins again.
     pub rejoin: AtomicBool,
@@ -67,14 +65,7 @@ impl Places {
 }
 
 /// Starts the renewal task; it stops with `stop`.
-pub(crate) fn spawn_renewer(
-    db: Db,
-    sql: Statements,
-    places: Arc<Places>,
-    waiters: Arc<Waiters>,
-    lease: Duration,
-    stop: CancellationToken,
-) {
+pub(crate) fn spawn_renewer(db: Db, sql: Statements, places: Arc<Places>, lease: Duration, stop: CancellationToken) {
     tokio::spawn(async move {
         let every = lease / 3;
         let lease_us = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
@@ -108,11 +99,12 @@ pub(crate) fn spawn_renewer(
                     }
                 }
             }
-            let mut names: Vec<&[u8]> = all.iter().map(|(_, p)| p.name.as_slice()).collect();
-            names.sort_unstable();
-            names.dedup();
-            for name in names {
-                waiters.wake_first(name);
+            // Every waiter looks again (one claim each per renewal): the
+            // first in this process's line may be a waiter whose task is
+            // gone without leaving (its runtime shut down), and a wake-up
+            // sent to it would reach nobody.
+            for (_, place) in &all {
+                place.notify.notify_one();
             }
         }
     });

@@ -1,9 +1,10 @@
 //! The SQL backends under a least-privilege database user (issue 8):
 //! `lockkit_app` (made by `scripts/services`) has no rights of its own; the
 //! table owner creates the lock table (by connecting once) and grants the
-//! app user only SELECT, INSERT, UPDATE, DELETE on it and its token counter
-//! (MariaDB: the `<table>_tokens` table; Postgres: USAGE on the
-//! `<table>_token_seq` sequence). With that, the app user locks, extends,
+//! app user only SELECT, INSERT, UPDATE, DELETE on it, its waiter table
+//! (`<table>_waiters`, the fair line) and its token counter (MariaDB: the
+//! `<table>_tokens` table; Postgres: USAGE on the `<table>_token_seq`
+//! sequence). With that, the app user locks, extends,
 //! unlocks, gets growing fencing tokens and runs the sweeper, but cannot
 //! create, alter or drop tables; before the table exists it gets a typed
 //! error naming the missing table.
@@ -49,7 +50,7 @@ impl Raw for Mysql {
         n
     }
     fn grants(t: &str) -> Vec<String> {
-        [t.to_owned(), format!("{t}_tokens")]
+        [t.to_owned(), format!("{t}_tokens"), format!("{t}_waiters")]
             .iter()
             .map(|obj| {
                 format!(
@@ -59,7 +60,7 @@ impl Raw for Mysql {
             .collect()
     }
     fn cleanup(t: &str) -> Vec<String> {
-        vec![format!("DROP TABLE IF EXISTS `{t}`, `{t}_tokens`")]
+        vec![format!("DROP TABLE IF EXISTS `{t}`, `{t}_tokens`, `{t}_waiters`")]
     }
     fn quote(t: &str) -> String {
         format!("`{t}`")
@@ -91,11 +92,13 @@ impl Raw for Postgres {
         vec![
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}\" TO lockkit_app"),
             format!("GRANT USAGE ON SEQUENCE \"{t}_token_seq\" TO lockkit_app"),
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}_waiters\" TO lockkit_app"),
         ]
     }
     fn cleanup(t: &str) -> Vec<String> {
         vec![
             format!("DROP TABLE IF EXISTS \"{t}\""),
+            format!("DROP TABLE IF EXISTS \"{t}_waiters\""),
             format!("DROP SEQUENCE IF EXISTS \"{t}_token_seq\""),
         ]
     }

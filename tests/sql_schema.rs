@@ -308,7 +308,7 @@ async fn mysql_old_table_gains_attempts() {
         }
     };
     old_table_gains_attempts(&url, &table, create, exec).await;
-    exec(format!("DROP TABLE `{table}`, `{table}_tokens`")).await;
+    exec(format!("DROP TABLE `{table}`, `{table}_tokens`, `{table}_waiters`")).await;
     pool.close().await;
 }
 
@@ -332,7 +332,7 @@ async fn postgres_old_table_gains_attempts() {
         }
     };
     old_table_gains_attempts(&url, &table, create, exec).await;
-    exec(format!("DROP TABLE \"{table}\"")).await;
+    exec(format!("DROP TABLE \"{table}\", \"{table}_waiters\"")).await;
     exec(format!("DROP SEQUENCE \"{table}_token_seq\"")).await;
     pool.close().await;
 }

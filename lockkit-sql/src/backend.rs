@@ -27,6 +27,18 @@
 //! owner and token match and the lease runs; extend moves the expiry out,
 //! never in, under the same condition.
 //!
+//! # The fair line
+//!
+//! A fair acquisition that finds the name busy joins the name's line in
+//! `<table>_waiters` (idempotent by its attempt id) and from then on claims
+//! with [`Statements::claim_fair`]: it takes a free or expired name only as
+//! the oldest live waiter, and the claim that gives it the name deletes its
+//! row (Postgres: a CTE of the same statement; MySQL: a statement of the
+//! same transaction; SQLite: a trigger). A fair `try_lock` claims the same
+//! way without a row, so it takes a free name only when nobody waits.
+//!
+//! [`Statements::claim_fair`]: crate::sql::Statements
+//!
 //! # Attempts
 //!
 //! The row's `attempts` column holds the attempt id of every share of the
@@ -55,7 +67,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Dialect, SqlConfig};
 use crate::db::{Arg, Col, Db, Val};
 use crate::error::{Class, backend_error, classify, schema_error};
-use crate::listener::Waiters;
+use crate::listener::{InLine, Waiters};
+use crate::queue::{Place, Places};
 use crate::sql::{ClaimShape, Statements};
 
 /// Connects to the database a `mysql://`, `mariadb://`, `postgres://` or
@@ -84,6 +97,9 @@ struct Inner {
     db: Db,
     sql: Statements,
     waiters: Arc<Waiters>,
+    /// The places this backend's fair waiters hold in line (renewed by the
+    /// task in `queue.rs`).
+    places: Arc<Places>,
     /// Postgres: this backend's places on the wait lists of names.
     #[cfg(feature = "postgres")]
     wait_list: std::sync::OnceLock<crate::waitlist::WaitList>,
@@ -106,8 +122,10 @@ impl fmt::Debug for SqlBackend {
 
 /// What a claim found.
 enum Claim {
-    /// Another owner holds the name for this long (if known).
-    Busy(Option<Duration>),
+    /// Another owner holds the name for this long (if known); `head`: the
+    /// attempt is first in line (or, unfair, any attempt), so it is the one
+    /// to try again when the name comes free.
+    Busy { retry_in: Option<Duration>, head: bool },
     /// We hold it `count` times under `token`, for `remaining`.
     Held {
         count: u32,
@@ -128,6 +146,59 @@ const EXTEND_CHUNK: usize = 256;
 
 /// How often a release looks again when the hold changed under it.
 const RELEASE_ROUNDS: u32 = 5;
+
+/// The longest a fair waiter that is not first in line sleeps without being
+/// woken (its place's renewal wakes it every third of the queue lease).
+const IDLE: Duration = Duration::from_secs(3600);
+
+/// A fair acquisition's place in line: its row in `<table>_waiters`, its
+/// place in this process's line and in the renewal set. Dropped without
+/// [`served`](Self::served) or [`leave`](Self::leave) — the `lock` future
+/// was cancelled — it deletes the row in the background.
+struct Queued {
+    inner: Arc<Inner>,
+    attempt: String,
+    line: InLine,
+    place: Arc<Place>,
+    /// Served (the claim took the row out) or left: nothing to delete.
+    done: bool,
+}
+
+impl Queued {
+    /// The claim that gave the name took the row out.
+    fn served(mut self) {
+        self.done = true;
+    }
+
+    /// Gave up (wait bound, error): the row goes now, then the next in this
+    /// process's line is woken (as the place is dropped) if this was first.
+    async fn leave(mut self) {
+        self.done = true;
+        if let Err(e) = self.inner.leave(&self.attempt).await {
+            tracing::debug!(backend = self.inner.kind, error = %e,
+                "leaving the line failed; the place ends with its lease");
+        }
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.inner.places.remove(&self.attempt);
+        if self.done {
+            return;
+        }
+        // Cancelled: leave in the background, if a runtime still runs.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (inner, attempt) = (self.inner.clone(), std::mem::take(&mut self.attempt));
+            handle.spawn(async move {
+                if let Err(e) = inner.leave(&attempt).await {
+                    tracing::debug!(backend = inner.kind, error = %e,
+                        "leaving the line of a cancelled lock failed; the place ends with its lease");
+                }
+            });
+        }
+    }
+}
 
 fn us(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
@@ -181,12 +252,18 @@ impl SqlBackend {
             sqlx::Error::Configuration(e) => LockError::config("url", e.to_string()),
             e => backend_error(kind, "connect", None, e),
         })?;
+        // Backends of this process on one database and table share their
+        // waiters, so a release wakes the next in line whichever backend
+        // it waits on.
+        let shared_key =
+            (config.database != ":memory:").then(|| format!("{}\0{}\0{}", kind, config.database, config.table));
         let backend = SqlBackend {
             inner: Arc::new(Inner {
                 kind,
                 sql: Statements::new(config.dialect, &config.table),
                 db,
-                waiters: Arc::default(),
+                waiters: Waiters::shared(shared_key),
+                places: Arc::default(),
                 #[cfg(feature = "postgres")]
                 wait_list: std::sync::OnceLock::new(),
                 stop: CancellationToken::new(),
@@ -203,12 +280,19 @@ impl SqlBackend {
         if let Some(interval) = inner.config.sweep_interval {
             crate::sweeper::spawn(
                 inner.db.clone(),
-                inner.sql.sweep.clone(),
+                vec![inner.sql.sweep.clone(), inner.sql.sweep_waiters.clone()],
                 interval,
                 inner.config.sweep_batch,
                 inner.stop.clone(),
             );
         }
+        crate::queue::spawn_renewer(
+            inner.db.clone(),
+            inner.sql.clone(),
+            inner.places.clone(),
+            inner.config.queue_lease,
+            inner.stop.clone(),
+        );
         #[cfg(feature = "postgres")]
         if inner.config.dialect == Dialect::Postgres {
             use std::str::FromStr;
@@ -335,6 +419,7 @@ impl SqlBackend {
         if !columns.iter().any(|(name, _)| name == "attempts") {
             self.add_attempts_column().await?;
         }
+        self.check_waiters_table().await?;
         if !inner.sql.name_types.is_empty()
             && let Some((_, ty)) = columns.iter().find(|(name, _)| name == "name")
             && !inner.sql.name_types.contains(&ty.as_str())
@@ -392,22 +477,201 @@ impl SqlBackend {
         }
     }
 
+    /// A fair `lock` (contract point 12): one attempt; if the name is busy,
+    /// a place at the back of the name's line (`<table>_waiters`), then
+    /// attempts that take the name only when this one heads the line. Only
+    /// the head tries again on its backoff (bounded by the holder's lease);
+    /// the others sleep until a release wakes the first waiter of this
+    /// process (a local release, or on Postgres any release, through the
+    /// listener), the waiter ahead of them in this process leaves or is
+    /// served, or their place is renewed (every third of the queue lease:
+    /// the line may have moved in another process, or a waiter ahead died).
+    /// On MySQL and SQLite, which cannot push a release to another process,
+    /// the first waiter of each process also looks every `max_backoff`.
+    async fn acquire_fair(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
+        let inner = &self.inner;
+        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        match self.detached_attempt(req, false).await {
+            Ok((TryAcquire::Acquired(lease), _)) => return Ok(Some(lease)),
+            // Busy, or a retryable failure: tried again in line.
+            Ok(_) => {}
+            Err(e) if e.is_retryable() => {}
+            Err(e) => return Err(e),
+        }
+        // Postgres: releases notify only names somebody has listed (see
+        // `waitlist.rs`); list it before the first attempt in line.
+        #[cfg(feature = "postgres")]
+        let _listed = match inner.wait_list.get() {
+            Some(list) => {
+                let (joined, confirmed) = list.join(req.name.as_bytes());
+                match deadline {
+                    Some(d) => {
+                        let _ = tokio::time::timeout_at(d, confirmed).await;
+                    }
+                    None => {
+                        let _ = confirmed.await;
+                    }
+                }
+                Some(joined)
+            }
+            None => None,
+        };
+        // Whether releases in other processes wake this process's waiters.
+        #[cfg(feature = "postgres")]
+        let push = _listed.is_some();
+        #[cfg(not(feature = "postgres"))]
+        let push = false;
+        let mut queued = self.join_line(req).await?;
+        let mut backoff = Backoff::new(Duration::from_millis(2), inner.config.max_backoff);
+        let mut last_error: Option<LockError>;
+        loop {
+            if queued.place.rejoin.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                // The row went (its lease ran out while this task stalled):
+                // join again, at the back.
+                match inner.join(req.name, req.owner, req.attempt).await {
+                    Ok(id) => queued.line.move_to(id),
+                    Err(e) => tracing::debug!(error = %e, "lockkit could not rejoin the line; retrying"),
+                }
+            }
+            // Listen before trying, so a wake-up during the attempt is kept.
+            let notify = queued.line.notify_arc();
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (retry_in, head) = match self.detached_attempt(req, true).await {
+                Ok((TryAcquire::Acquired(lease), _)) => {
+                    queued.served();
+                    return Ok(Some(lease));
+                }
+                Ok((TryAcquire::Busy { retry_in }, head)) => {
+                    last_error = None;
+                    (retry_in, head)
+                }
+                Err(e) if e.is_retryable() => {
+                    tracing::debug!(error = %e, "lock attempt failed; retrying");
+                    last_error = Some(e);
+                    (None, true)
+                }
+                Err(e) => {
+                    queued.leave().await;
+                    return Err(e);
+                }
+            };
+            let now = tokio::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                queued.leave().await;
+                return match last_error {
+                    Some(e) => Err(e),
+                    None => Ok(None),
+                };
+            }
+            let delay = if head {
+                lockkit_core::backoff::bounded_delay(&mut backoff, retry_in, deadline, now)
+            } else {
+                backoff.reset();
+                // Without a push from the server (MySQL, SQLite), the head
+                // of the line changing in another process is learnt by
+                // looking: the first waiter of this process looks every
+                // `max_backoff`, the others wait for their turn here.
+                let idle = if !push && queued.line.is_first() {
+                    inner.config.max_backoff
+                } else {
+                    IDLE
+                };
+                deadline.map_or(idle, |d| d.saturating_duration_since(now).min(idle))
+            };
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// Joins the name's line: a row in `<table>_waiters` (idempotent by the
+    /// attempt id) and the matching place in this process's line. Run
+    /// detached: a caller cancelled mid-way leaves no row behind.
+    async fn join_line(&self, req: &AcquireRequest<'_>) -> Result<Queued, LockError> {
+        let inner = self.inner.clone();
+        let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
+        let work = {
+            let (inner, name, attempt) = (inner.clone(), name.clone(), attempt.clone());
+            async move { inner.join(&name, &owner, &attempt).await }
+        };
+        let orphan = {
+            let (inner, attempt) = (inner.clone(), attempt.clone());
+            move |_| async move {
+                let _ = inner.leave(&attempt).await;
+            }
+        };
+        let id = detach(inner.kind, work, orphan).await??;
+        let line = inner.waiters.line_up(name.as_bytes(), id);
+        let place = Arc::new(Place {
+            rejoin: Default::default(),
+            notify: line.notify_arc(),
+        });
+        inner.places.insert(&attempt, place.clone());
+        Ok(Queued {
+            inner,
+            attempt,
+            line,
+            place,
+            done: false,
+        })
+    }
+
+    /// Checks that the waiter table (`<table>_waiters`, the fair line) is
+    /// there: `migrate` created it with the other tables unless
+    /// `create_table=false`, or a user without CREATE rights connects to
+    /// tables an older lockkit made; the error then names the statement to
+    /// run.
+    async fn check_waiters_table(&self) -> Result<(), LockError> {
+        let inner = &self.inner;
+        let waiters = inner.sql.waiters_table();
+        let args = [Arg::Text(Some(&waiters))];
+        let found = inner
+            .retry("connect", None, || {
+                inner.db.fetch(&inner.sql.exists, &args, &[Col::Int])
+            })
+            .await?;
+        if found.first().and_then(|r| r.first()).is_some_and(|v| v.int() > 0) {
+            return Ok(());
+        }
+        let why = if inner.config.create_table {
+            "was not found after CREATE TABLE IF NOT EXISTS (is it visible to this user and schema?)"
+        } else {
+            "does not exist (made by an older lockkit, and create_table=false)"
+        };
+        let create = inner.sql.create_waiters().map_or("", |c| c);
+        Err(schema_error(
+            &inner.config.table,
+            format!("has no waiter table {waiters:?} (fair queues need it): it {why}; create it with: {create}"),
+        ))
+    }
+
     /// One attempt, on its own task so a cancelled caller leaves no hold.
+    /// `queued`: the attempt has a row in the fair line (taken out by the
+    /// claim that gives it the name). Says whether the attempt is the one
+    /// to try again when the name comes free (see [`Claim::Busy`]).
     fn detached_attempt(
         &self,
         req: &AcquireRequest<'_>,
-    ) -> impl Future<Output = Result<TryAcquire, LockError>> + use<> {
+        queued: bool,
+    ) -> impl Future<Output = Result<(TryAcquire, bool), LockError>> + use<> {
         let inner = self.inner.clone();
-        let (name, owner, ttl) = (req.name.to_owned(), req.owner.to_owned(), req.ttl);
+        let (name, owner, ttl, fair) = (req.name.to_owned(), req.owner.to_owned(), req.ttl, req.fair);
         let attempt = req.attempt.to_owned();
         async move {
             let kind = inner.kind;
             check_attempt_id(&attempt)?;
             let work_inner = inner.clone();
             let (work_name, work_owner, work_attempt) = (name.clone(), owner.clone(), attempt.clone());
-            let work = async move { work_inner.attempt(&work_name, &work_owner, ttl, &work_attempt).await };
-            let orphan = move |result: Result<TryAcquire, LockError>| async move {
-                if let Ok(TryAcquire::Acquired(lease)) = result {
+            let work = async move {
+                work_inner
+                    .attempt(&work_name, &work_owner, ttl, &work_attempt, fair, queued)
+                    .await
+            };
+            let orphan = move |result: Result<(TryAcquire, bool), LockError>| async move {
+                if let Ok((TryAcquire::Acquired(lease), _)) = result {
                     let hold = Hold {
                         name,
                         owner,
@@ -561,7 +825,16 @@ impl Inner {
         Ok(self.retry_if(operation, name, true, op).await?.0)
     }
 
-    async fn claim(&self, name: &str, owner: &str, ttl: Duration, attempt: &str) -> Result<Claim, LockError> {
+    /// One claim (see [`Statements::claim`] and [`Statements::claim_fair`]).
+    async fn claim(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        attempt: &str,
+        fair: bool,
+        queued: bool,
+    ) -> Result<Claim, LockError> {
         let sql = &self.sql;
         let memo = self.config.memo.as_deref();
         let args = [
@@ -573,25 +846,33 @@ impl Inner {
         ];
         let op = "acquire";
         let n = Some(name);
+        let statement = if fair { &sql.claim_fair } else { &sql.claim };
         Ok(match sql.claim_shape {
             #[cfg(feature = "mysql")]
             ClaimShape::Batch => {
                 let buckets = sql.buckets;
                 let cols = [Col::Int, Col::Int, Col::Int];
-                let (done, rows) = self
+                let (done, mut rows) = self
                     .retry_idempotent(op, n, || {
-                        let batch = sql.mysql_claim_batch(
-                            name.as_bytes(),
-                            owner.as_bytes(),
-                            us(ttl),
-                            memo,
-                            attempt,
-                            bucket(name, buckets),
-                        );
+                        let (name, owner, bucket) = (name.as_bytes(), owner.as_bytes(), bucket(name, buckets));
+                        let batch = if fair {
+                            sql.mysql_claim_batch_fair(name, owner, us(ttl), memo, attempt, bucket, queued)
+                        } else {
+                            sql.mysql_claim_batch(name, owner, us(ttl), memo, attempt, bucket)
+                        };
                         self.db.mysql_batch(batch, &cols)
                     })
                     .await?;
-                match (rows.first().map(Vec::as_slice), done.get(1)) {
+                // The fair batch reports first whether the attempt heads
+                // the line, and claims in its fourth statement (after
+                // BEGIN, the reads and their report).
+                let (head, claim) = if fair {
+                    let head = !rows.is_empty() && rows.remove(0)[0].int() != 0;
+                    (head, done.get(3))
+                } else {
+                    (true, done.get(1))
+                };
+                match (rows.first().map(Vec::as_slice), claim) {
                     // Ours: fresh, taken over or re-entered, stamped in the batch.
                     (Some([c, t, r]), _) => Claim::Held {
                         count: count(c.int()),
@@ -599,33 +880,51 @@ impl Inner {
                         remaining: from_us(r.int()),
                     },
                     // The claim left the holder's row unchanged: its remaining lease.
-                    (_, Some(claim)) if claim.rows == 1 && claim.last_id > 0 => {
-                        Claim::Busy(Some(Duration::from_micros(claim.last_id)))
-                    }
-                    _ => Claim::Busy(None),
+                    (_, Some(claim)) if claim.rows == 1 && claim.last_id > 0 => Claim::Busy {
+                        retry_in: Some(Duration::from_micros(claim.last_id)),
+                        head,
+                    },
+                    _ => Claim::Busy { retry_in: None, head },
                 }
             }
             #[cfg(not(feature = "mysql"))]
-            ClaimShape::Batch => Claim::Busy(None),
+            ClaimShape::Batch => {
+                let _ = (queued, statement);
+                Claim::Busy {
+                    retry_in: None,
+                    head: true,
+                }
+            }
             ClaimShape::Rows => {
-                let cols = [Col::Int, Col::Int, Col::Int, Col::Int];
+                // The fair claim adds a fifth column: whether the attempt
+                // heads the line.
+                let cols = [Col::Int, Col::Int, Col::Int, Col::Int, Col::Int];
+                let cols = if fair { &cols[..] } else { &cols[..4] };
                 let row = self
-                    .retry_idempotent(op, n, || self.db.fetch_one(&sql.claim, &args, &cols))
+                    .retry_idempotent(op, n, || self.db.fetch_one(statement, &args, cols))
                     .await?;
                 match row.as_deref() {
-                    Some([acquired, c, t, r]) if acquired.int() == 1 => Claim::Held {
+                    Some([acquired, c, t, r, ..]) if acquired.int() == 1 => Claim::Held {
                         count: count(c.int()),
                         token: t.int() as u64,
                         remaining: from_us(r.int()),
                     },
-                    Some([_, _, _, r]) => Claim::Busy(Some(from_us(r.int()))),
-                    _ => Claim::Busy(None),
+                    Some([_, _, _, r, rest @ ..]) => Claim::Busy {
+                        retry_in: Some(from_us(r.int())),
+                        head: rest.first().is_none_or(|h| h.int() != 0),
+                    },
+                    // Free, but another waiter is first in line (fair), or
+                    // the holder's row went meanwhile.
+                    _ => Claim::Busy {
+                        retry_in: None,
+                        head: !fair,
+                    },
                 }
             }
             ClaimShape::RowsOrHolder => {
                 let cols = [Col::Int, Col::Int, Col::Int];
                 let row = self
-                    .retry_idempotent(op, n, || self.db.fetch_one(&sql.claim, &args, &cols))
+                    .retry_idempotent(op, n, || self.db.fetch_one(statement, &args, &cols))
                     .await?;
                 match row.as_deref() {
                     Some([c, t, r]) => Claim::Held {
@@ -633,38 +932,103 @@ impl Inner {
                         token: t.int() as u64,
                         remaining: from_us(r.int()),
                     },
+                    _ if fair => {
+                        let args = [Arg::Bytes(name.as_bytes()), Arg::Text(Some(attempt))];
+                        let row = self
+                            .retry(op, n, || {
+                                self.db.fetch_one(&sql.holder_fair, &args, &[Col::Int, Col::Int])
+                            })
+                            .await?;
+                        match row.as_deref() {
+                            Some([r, head]) => Claim::Busy {
+                                retry_in: (r.int() >= 0).then(|| from_us(r.int())),
+                                head: head.int() != 0,
+                            },
+                            _ => Claim::Busy {
+                                retry_in: None,
+                                head: false,
+                            },
+                        }
+                    }
                     _ => {
                         let args = [Arg::Bytes(name.as_bytes())];
                         let row = self
                             .retry(op, n, || self.db.fetch_one(&sql.holder, &args, &[Col::Int]))
                             .await?;
-                        Claim::Busy(row.map(|r| from_us(r[0].int())))
+                        Claim::Busy {
+                            retry_in: row.map(|r| from_us(r[0].int())),
+                            head: true,
+                        }
                     }
                 }
             }
         })
     }
 
-    /// One acquisition attempt: one claim.
-    async fn attempt(&self, name: &str, owner: &str, ttl: Duration, attempt: &str) -> Result<TryAcquire, LockError> {
+    /// One acquisition attempt: one claim. Also says whether the attempt is
+    /// the one to try again when the name comes free (see [`Claim::Busy`]).
+    async fn attempt(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        attempt: &str,
+        fair: bool,
+        queued: bool,
+    ) -> Result<(TryAcquire, bool), LockError> {
         let ttl = Duration::from_millis(ttl_millis(ttl));
         let sent_at = Instant::now();
-        Ok(match self.claim(name, owner, ttl, attempt).await? {
+        Ok(match self.claim(name, owner, ttl, attempt, fair, queued).await? {
             Claim::Held {
                 count,
                 token,
                 remaining,
-            } if token > 0 => TryAcquire::Acquired(Lease {
-                token,
-                hold_count: count,
-                valid_until: Some(lease::valid_until(sent_at, remaining)),
-                lost: None,
-            }),
+            } if token > 0 => (
+                TryAcquire::Acquired(Lease {
+                    token,
+                    hold_count: count,
+                    valid_until: Some(lease::valid_until(sent_at, remaining)),
+                    lost: None,
+                }),
+                true,
+            ),
             // Every claim stamps its hold in the same transaction; a row
             // without a token is not a hold this version of lockkit made.
-            Claim::Held { .. } => TryAcquire::Busy { retry_in: None },
-            Claim::Busy(retry_in) => TryAcquire::Busy { retry_in },
+            Claim::Held { .. } => (TryAcquire::Busy { retry_in: None }, true),
+            Claim::Busy { retry_in, head } => (TryAcquire::Busy { retry_in }, head),
         })
+    }
+
+    /// Puts `attempt` in the line for `name` (or renews its place): its
+    /// row's id, the place in line.
+    async fn join(&self, name: &str, owner: &str, attempt: &str) -> Result<i64, LockError> {
+        let lease = us(self.config.queue_lease);
+        let args = [
+            Arg::Bytes(name.as_bytes()),
+            Arg::Bytes(owner.as_bytes()),
+            Arg::Text(Some(attempt)),
+            Arg::Int(lease),
+        ];
+        let n = Some(name);
+        if self.config.dialect == Dialect::Mysql {
+            let done = self
+                .retry_idempotent("acquire", n, || self.db.exec(&self.sql.join, &args))
+                .await?;
+            Ok(i64::try_from(done.last_id).unwrap_or(i64::MAX))
+        } else {
+            let row = self
+                .retry_idempotent("acquire", n, || self.db.fetch_one(&self.sql.join, &args, &[Col::Int]))
+                .await?;
+            Ok(row.map_or(i64::MAX, |r| r[0].int()))
+        }
+    }
+
+    /// Takes `attempt` out of its line (idempotent).
+    async fn leave(&self, attempt: &str) -> Result<(), LockError> {
+        let args = [Arg::Text(Some(attempt))];
+        self.retry_idempotent("acquire", None, || self.db.exec(&self.sql.leave, &args))
+            .await
+            .map(drop)
     }
 
     fn hold_args<'a>(hold: &'a Hold) -> [Arg<'a>; 3] {
@@ -894,15 +1258,24 @@ impl LockBackend for SqlBackend {
             .with_extend_batch_max(EXTEND_CHUNK)
             .with_admin()
             .with_idempotent_attempts()
+            .with_fair()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-        self.detached_attempt(req).await
+        // Fair, the claim refuses a free name while others wait in line.
+        self.detached_attempt(req, false).await.map(|(r, _)| r)
     }
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
+        if req.fair {
+            return self.acquire_fair(req, wait).await;
+        }
         let subscription = self.inner.waiters.subscribe(req.name.as_bytes());
         let backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_backoff);
+        let attempt = || {
+            let attempt = self.detached_attempt(req, false);
+            async move { attempt.await.map(|(r, _)| r) }
+        };
         // Postgres: an uncontended acquisition costs one attempt; a busy one
         // joins the name's wait list before its next attempt, so that the
         // release it waits for notifies (see `waitlist.rs`).
@@ -910,7 +1283,7 @@ impl LockBackend for SqlBackend {
         let (wait, _joined) = match self.inner.wait_list.get() {
             Some(list) => {
                 let started = tokio::time::Instant::now();
-                if let Ok(TryAcquire::Acquired(lease)) = self.detached_attempt(req).await {
+                if let Ok(TryAcquire::Acquired(lease)) = attempt().await {
                     return Ok(Some(lease));
                 }
                 let (joined, confirmed) = list.join(req.name.as_bytes());
@@ -927,10 +1300,7 @@ impl LockBackend for SqlBackend {
             }
             None => (wait, None),
         };
-        lockkit_core::backoff::acquire_with_backoff(wait, backoff, Some(subscription.notify()), || {
-            self.detached_attempt(req)
-        })
-        .await
+        lockkit_core::backoff::acquire_with_backoff(wait, backoff, Some(subscription.notify()), attempt).await
     }
 
     async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
@@ -996,6 +1366,17 @@ impl LockBackend for SqlBackend {
         self.inner.inspect(name).await
     }
 
+    async fn waiting(&self, name: &str) -> Result<usize, LockError> {
+        let inner = &self.inner;
+        let args = [Arg::Bytes(name.as_bytes())];
+        let row = inner
+            .retry("waiting", Some(name), || {
+                inner.db.fetch_one(&inner.sql.waiting, &args, &[Col::Int])
+            })
+            .await?;
+        Ok(row.map_or(0, |r| usize::try_from(r[0].int()).unwrap_or(0)))
+    }
+
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
         let inner = &self.inner;
         let end = prefix_end(prefix);
@@ -1044,6 +1425,43 @@ impl LockBackend for SqlBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The line by itself: a join repeated (a retry after a lost reply)
+    /// keeps one place; only the head takes a free name, and its claim
+    /// takes its place out; leaving twice is leaving once.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn the_line_counts_each_attempt_once() {
+        let backend = SqlBackend::connect(SqlConfig::new(Dialect::Sqlite, ":memory:"))
+            .await
+            .unwrap();
+        let inner = &backend.inner;
+        let (first, second) = ("0123456789abcdef", "fedcba9876543210");
+        let a = inner.join("n", "o1", first).await.unwrap();
+        assert_eq!(inner.join("n", "o1", first).await.unwrap(), a, "the same place");
+        assert_eq!(backend.waiting("n").await.unwrap(), 1);
+        let b = inner.join("n", "o2", second).await.unwrap();
+        assert!(b > a, "later joins stand behind");
+        assert_eq!(backend.waiting("n").await.unwrap(), 2);
+        let req = |owner, attempt| AcquireRequest {
+            name: "n",
+            owner,
+            ttl: Duration::from_secs(30),
+            attempt,
+            fair: true,
+        };
+        let busy = backend.detached_attempt(&req("o2", second), true).await.unwrap();
+        assert!(
+            matches!(busy, (TryAcquire::Busy { .. }, false)),
+            "the second in line may not take the free name"
+        );
+        let (taken, _) = backend.detached_attempt(&req("o1", first), true).await.unwrap();
+        assert!(matches!(taken, TryAcquire::Acquired(_)), "the head takes it");
+        assert_eq!(backend.waiting("n").await.unwrap(), 1, "the served place is gone");
+        inner.leave(second).await.unwrap();
+        inner.leave(second).await.unwrap();
+        assert_eq!(backend.waiting("n").await.unwrap(), 0);
+    }
 
     #[test]
     fn buckets_and_prefixes() {

@@ -39,8 +39,12 @@ pub const DEFAULT_SWEEP_BATCH: u64 = 100;
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 /// Default bound on waiting for a pooled connection (or a new one).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default lease of a place in a name's line of waiters (renewed every
+/// third of it while the waiter waits): a waiter that dies leaves the line
+/// within this long.
+pub const DEFAULT_QUEUE_LEASE: Duration = Duration::from_secs(5);
 /// The longest table name accepted: room for the `_tokens` / `_token_seq`
-/// companions within every dialect's identifier limit.
+/// / `_waiters` companions within every dialect's identifier limit.
 pub const MAX_TABLE_LEN: usize = 48;
 
 /// The settings of a SQL backend.
@@ -58,6 +62,7 @@ pub const MAX_TABLE_LEN: usize = 48;
 /// | `max_backoff` | `250ms` (Postgres `1s`) | longest sleep of a waiter between two attempts |
 /// | `create_table` | `true` | create missing tables; `false` only checks them |
 /// | `memo` | none | text stored with every hold this client takes (who/why) |
+/// | `queue_lease` | `5s` | lease of a waiter's place in line (`fair`, the default); a dead waiter leaves the line within it |
 ///
 /// `Debug` hides the password of the database URL.
 #[derive(Clone)]
@@ -85,6 +90,12 @@ pub struct SqlConfig {
     pub create_table: bool,
     /// Stored in the `memo` column of each hold this client takes.
     pub memo: Option<String>,
+    /// The lease of a waiter's row in `<table>_waiters`, by the database's
+    /// clock; renewed every third of it (one statement for all of a
+    /// backend's waiters) while the waiter waits. A waiter that dies
+    /// without leaving (its process killed) holds its place at most this
+    /// long, then the waiters behind it are served.
+    pub queue_lease: Duration,
 }
 
 impl fmt::Debug for SqlConfig {
@@ -100,6 +111,7 @@ impl fmt::Debug for SqlConfig {
             .field("max_backoff", &self.max_backoff)
             .field("create_table", &self.create_table)
             .field("memo", &self.memo)
+            .field("queue_lease", &self.queue_lease)
             .finish()
     }
 }
@@ -135,6 +147,7 @@ impl SqlConfig {
             },
             create_table: true,
             memo: None,
+            queue_lease: DEFAULT_QUEUE_LEASE,
         }
     }
 
@@ -201,6 +214,15 @@ impl SqlConfig {
                 return Err(LockError::config("query parameter memo", "at most 1024 bytes"));
             }
             config.memo = Some(memo);
+        }
+        if let Some(lease) = url.take_duration("queue_lease")? {
+            if lease < Duration::from_millis(300) || lease > Duration::from_secs(3600) {
+                return Err(LockError::config(
+                    "query parameter queue_lease",
+                    "must be between 300ms and 1h",
+                ));
+            }
+            config.queue_lease = lease;
         }
         Ok(config)
     }
@@ -374,6 +396,15 @@ mod tests {
         assert_eq!(
             part(config("mysql://h/db?tabel=x").unwrap_err()),
             "query parameter tabel"
+        );
+        assert_eq!(config("mysql://h/db").unwrap().queue_lease, DEFAULT_QUEUE_LEASE);
+        assert_eq!(
+            config("mysql://h/db?queue_lease=2s").unwrap().queue_lease,
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            part(config("mysql://h/db?queue_lease=10ms").unwrap_err()),
+            "query parameter queue_lease"
         );
     }
 

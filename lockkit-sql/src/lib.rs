@@ -51,16 +51,40 @@
 //!
 //! # Waiting
 //!
-//! `lock` retries with jittered exponential backoff, never longer than the
-//! holder's remaining lease or the caller's deadline. On Postgres, a release
-//! that somebody waits for `NOTIFY`s the table's channel and one `LISTEN`
-//! connection per backend wakes the waiters at once. Waiters say that they
-//! wait with a shared advisory lock on the name, held by one wait-list
-//! connection per backend; a release that can take that key exclusively
-//! skips the `NOTIFY`, which would otherwise serialize the commits of all
-//! releases. Each attempt runs detached, so a cancelled `lock` leaves no
-//! hold behind.
+//! **Fair by default** (contract point 12): waiters are served in the order
+//! they began waiting. A busy `lock` takes a place in the name's line, a row
+//! in the companion table `<table>_waiters` (name, owner, attempt id, an
+//! increasing `id` for the order, and a lease by the database's clock). The
+//! claim then takes a free or expired name only for the oldest live waiter
+//! (or when nobody waits), and deletes that waiter's row in the same
+//! statement or transaction; re-entry by the holder is always immediate. A
+//! fair `try_lock` never queues and gets nothing while somebody waits, so a
+//! client that just released cannot overtake the line. With `fair=false`
+//! (URL or `LockOptions::fair`) an acquisition takes any free name, as
+//! before, and joins no line.
 //!
+//! The line cannot jam: each place is a lease (`?queue_lease=`, default
+//! 5 s) that one task per backend renews for all of its waiters in one
+//! statement, every third of the lease; a waiter that gives up (its wait
+//! ran out, an error, its future dropped) deletes its row at once (in the
+//! background when dropped), and a waiter whose process died is skipped
+//! when its lease ends. The sweeper deletes expired places.
+//!
+//! Only the head of the line tries again on its own, with jittered
+//! exponential backoff never longer than the holder's remaining lease or
+//! the caller's deadline. A release wakes the first waiter of the name in
+//! this process (all backends of a process on one table share their
+//! waiters), so hand-offs within a process are immediate. On Postgres, a
+//! release that somebody waits for `NOTIFY`s the table's channel and one
+//! `LISTEN` connection per backend wakes the first waiter of each process
+//! (waiters say that they wait with a shared advisory lock on the name,
+//! held by one wait-list connection per backend; a release that can take
+//! that key exclusively skips the `NOTIFY`, which would otherwise serialize
+//! the commits of all releases). Every other waiter sleeps until the waiter
+//! ahead of it in its process is served or leaves, or its place is renewed
+//! (it then looks whether the line moved). Each attempt runs detached, so a
+//! cancelled `lock` leaves no hold behind.
+
 //! # Failures
 //!
 //! A statement that failed in a way that certainly did not take effect
@@ -95,9 +119,11 @@
 //! - TLS to the database is not compiled in (no sqlx TLS feature): use a
 //!   loopback or otherwise trusted network.
 //! - MySQL and SQLite cannot push a release to waiters in other processes:
-//!   they retry on their backoff (`max_backoff`), so under heavy contention
-//!   hand-offs are not fair (a releaser that locks again at once often wins).
-//!   Waiters in the same process are woken by the release itself.
+//!   the head of the line retries on its backoff (`max_backoff`), and the
+//!   first waiter of each process looks every `max_backoff` whether it has
+//!   become the head, so a hand-off between processes can take up to about
+//!   twice `max_backoff` (250 ms by default). Waiters in the same process
+//!   are woken by the release itself. The order stays fair either way.
 //! - SQLite runs one writer at a time, and with `synchronous=FULL` each write
 //!   waits for the disk: under heavy write contention a watchdog extension
 //!   can wait its turn long enough to lose a very short lease (the lost
@@ -154,6 +180,7 @@ mod config;
 mod db;
 mod error;
 mod listener;
+mod queue;
 mod sql;
 mod sweeper;
 #[cfg(feature = "postgres")]
@@ -161,6 +188,6 @@ mod waitlist;
 
 pub use backend::{SqlBackend, connect};
 pub use config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, DEFAULT_TABLE,
-    Dialect, MAX_TABLE_LEN, SqlConfig, validate_table,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_LEASE, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
+    DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, SqlConfig, validate_table,
 };

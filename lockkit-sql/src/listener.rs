@@ -1,20 +1,59 @@
-//! Waking waiters: a registry of the names this backend's callers wait for,
+//! Waking waiters: a registry of the names this process's callers wait for,
 //! signalled by local releases and — on Postgres — by one `LISTEN`
 //! connection per backend that hears every client's releases.
+//!
+//! Fair waiters stand in the registry in their order in the database's line
+//! (`<table>_waiters`), and a release wakes only the first of them: the one
+//! that may take the name, if the head of the line is in this process at
+//! all. Backends of one process on the same database and table share one
+//! registry ([`Waiters::shared`]), so a release by any of them wakes the
+//! next in line among all of them, not one waiter per backend.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use tokio::sync::Notify;
 
-/// The names somebody in this process waits for, one [`Notify`] per name.
+/// The names somebody in this process waits for.
 #[derive(Debug, Default)]
 pub(crate) struct Waiters {
-    names: Mutex<HashMap<Vec<u8>, Weak<Notify>>>,
+    names: Mutex<HashMap<Vec<u8>, Slot>>,
+    /// Ties between equal line positions (never, but keys must be unique).
+    seq: AtomicU64,
 }
 
-/// One waiter's interest in a name; dropping it (also when the waiting
-/// future is cancelled) forgets the name once nobody waits for it.
+#[derive(Debug, Default)]
+struct Slot {
+    /// Unfair waiters, all woken by a release.
+    all: Weak<Notify>,
+    /// Fair waiters by their place in the database's line.
+    line: BTreeMap<(i64, u64), Arc<Notify>>,
+}
+
+impl Slot {
+    fn is_empty(&self) -> bool {
+        self.all.strong_count() == 0 && self.line.is_empty()
+    }
+
+    fn wake(&self) {
+        if let Some(n) = self.all.upgrade() {
+            n.notify_waiters();
+        }
+        self.wake_first();
+    }
+
+    /// Wakes the first fair waiter (a permit it finds when it next waits, if
+    /// it is not waiting now).
+    fn wake_first(&self) {
+        if let Some(n) = self.line.values().next() {
+            n.notify_one();
+        }
+    }
+}
+
+/// One unfair waiter's interest in a name; dropping it (also when the
+/// waiting future is cancelled) forgets the name once nobody waits for it.
 #[derive(Debug)]
 pub(crate) struct Subscription {
     waiters: Arc<Waiters>,
@@ -31,30 +70,108 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut names = self.waiters.names();
-        // The map holds a weak reference: ours is the last strong one.
-        if Arc::strong_count(&self.notify) == 1 {
-            names.remove(&self.name);
+        // The slot holds a weak reference: ours is the last strong one.
+        if Arc::strong_count(&self.notify) == 1
+            && let Some(slot) = names.get_mut(&self.name)
+        {
+            slot.all = Weak::new();
+            if slot.is_empty() {
+                names.remove(&self.name);
+            }
         }
     }
 }
 
+/// A fair waiter's place in this process's line for a name; dropping it
+/// (served, gave up, cancelled) leaves, and if it was first, wakes the next.
+#[derive(Debug)]
+pub(crate) struct InLine {
+    waiters: Arc<Waiters>,
+    name: Vec<u8>,
+    key: (i64, u64),
+    notify: Arc<Notify>,
+}
+
+impl InLine {
+    /// Whether this is the first fair waiter for its name in this process.
+    pub fn is_first(&self) -> bool {
+        self.waiters
+            .names()
+            .get(&self.name)
+            .is_some_and(|slot| slot.line.keys().next() == Some(&self.key))
+    }
+
+    /// The same wake-up, to share (the renewal task wakes it too).
+    pub fn notify_arc(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+
+    /// The waiter's row got a new place in the database's line (it joined
+    /// again after its row was lost).
+    pub fn move_to(&mut self, id: i64) {
+        let mut names = self.waiters.names();
+        let slot = names.entry(self.name.clone()).or_default();
+        slot.line.remove(&self.key);
+        self.key = (id, self.waiters.seq.fetch_add(1, Ordering::Relaxed));
+        slot.line.insert(self.key, self.notify.clone());
+    }
+}
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        let mut names = self.waiters.names();
+        let Some(slot) = names.get_mut(&self.name) else { return };
+        let was_first = slot.line.keys().next() == Some(&self.key);
+        slot.line.remove(&self.key);
+        if slot.is_empty() {
+            names.remove(&self.name);
+        } else if was_first {
+            slot.wake_first();
+        }
+    }
+}
+
+/// Registries shared by the backends of this process, by database and table.
+static SHARED: OnceLock<Mutex<HashMap<String, Weak<Waiters>>>> = OnceLock::new();
+
 impl Waiters {
-    fn names(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Weak<Notify>>> {
+    fn names(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Slot>> {
         self.names.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers interest in `name`.
+    /// The registry of every backend of this process on the database and
+    /// table `key` names (`None`: a private one, e.g. for an in-memory
+    /// SQLite database, which no other backend sees).
+    pub fn shared(key: Option<String>) -> Arc<Waiters> {
+        let Some(key) = key else {
+            return Arc::default();
+        };
+        let mut shared = SHARED
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        shared.retain(|_, w| w.strong_count() > 0);
+        if let Some(w) = shared.get(&key).and_then(Weak::upgrade) {
+            return w;
+        }
+        let w = Arc::<Waiters>::default();
+        shared.insert(key, Arc::downgrade(&w));
+        w
+    }
+
+    /// Registers an unfair waiter's interest in `name`.
     pub fn subscribe(self: &Arc<Self>, name: &[u8]) -> Subscription {
         let mut names = self.names();
         if names.len() >= 1024 {
-            // Entries a racing `wake` kept alive past their last drop.
-            names.retain(|_, n| n.strong_count() > 0);
+            // Slots a racing `wake` kept alive past their last drop.
+            names.retain(|_, slot| !slot.is_empty());
         }
-        let notify = match names.get(name).and_then(Weak::upgrade) {
+        let slot = names.entry(name.to_vec()).or_default();
+        let notify = match slot.all.upgrade() {
             Some(n) => n,
             None => {
                 let n = Arc::new(Notify::new());
-                names.insert(name.to_vec(), Arc::downgrade(&n));
+                slot.all = Arc::downgrade(&n);
                 n
             }
         };
@@ -65,20 +182,37 @@ impl Waiters {
         }
     }
 
-    /// `name` was released: wake its waiters.
-    pub fn wake(&self, name: &[u8]) {
-        let notify = self.names().get(name).and_then(Weak::upgrade);
-        if let Some(n) = notify {
-            n.notify_waiters();
+    /// Puts a fair waiter whose row is `id` in the database's line into
+    /// this process's line for `name`.
+    pub fn line_up(self: &Arc<Self>, name: &[u8], id: i64) -> InLine {
+        let notify = Arc::new(Notify::new());
+        let key = (id, self.seq.fetch_add(1, Ordering::Relaxed));
+        self.names()
+            .entry(name.to_vec())
+            .or_default()
+            .line
+            .insert(key, notify.clone());
+        InLine {
+            waiters: self.clone(),
+            name: name.to_vec(),
+            key,
+            notify,
         }
     }
 
-    /// Releases may have been missed (the listener reconnected): wake all.
+    /// `name` was released: wake its unfair waiters and the first fair one.
+    pub fn wake(&self, name: &[u8]) {
+        if let Some(slot) = self.names().get(name) {
+            slot.wake();
+        }
+    }
+
+    /// Releases may have been missed (the listener reconnected): wake all
+    /// unfair waiters and the first fair one of every name.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub fn wake_all(&self) {
-        let all: Vec<Arc<Notify>> = self.names().values().filter_map(Weak::upgrade).collect();
-        for n in all {
-            n.notify_waiters();
+        for slot in self.names().values() {
+            slot.wake();
         }
     }
 
@@ -207,5 +341,39 @@ mod tests {
         assert_eq!(waiters.len(), 1, "b still waits");
         drop(b);
         assert_eq!(waiters.len(), 0, "no entry left behind");
+    }
+
+    #[tokio::test]
+    async fn a_release_wakes_the_first_in_line_only() {
+        let waiters = Arc::new(Waiters::default());
+        let second = waiters.line_up(b"n", 7);
+        let first = waiters.line_up(b"n", 3);
+        waiters.wake(b"n");
+        let soon = std::time::Duration::from_millis(50);
+        tokio::time::timeout(soon, first.notify_arc().notified())
+            .await
+            .expect("the first in line is woken");
+        assert!(
+            tokio::time::timeout(soon, second.notify_arc().notified())
+                .await
+                .is_err(),
+            "the second is not"
+        );
+        drop(first);
+        tokio::time::timeout(soon, second.notify_arc().notified())
+            .await
+            .expect("the first leaving wakes the next");
+        drop(second);
+        assert_eq!(waiters.len(), 0, "no entry left behind");
+    }
+
+    #[test]
+    fn backends_on_one_table_share_a_registry() {
+        let a = Waiters::shared(Some("sqlite\0/tmp/x.db\0t".into()));
+        let b = Waiters::shared(Some("sqlite\0/tmp/x.db\0t".into()));
+        let c = Waiters::shared(Some("sqlite\0/tmp/x.db\0u".into()));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert!(!Arc::ptr_eq(&Waiters::shared(None), &Waiters::shared(None)));
     }
 }

@@ -102,6 +102,29 @@ pub(crate) struct Statements {
     pub wait_join: Option<Arc<str>>,
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub wait_leave: Option<Arc<str>>,
+    /// The fair claim (Postgres, SQLite; MySQL: see
+    /// [`mysql_claim_batch`](Self::mysql_claim_batch)): the same arguments
+    /// and shape as [`claim`](Self::claim) — Postgres adds a fifth column,
+    /// `head` — but a free or expired name is taken only when nobody waits
+    /// in `<table>_waiters` ahead of this attempt (its own waiter row, if
+    /// any, is the oldest live one, or there is no live one). Re-entry by
+    /// the holder is taken at once. A claim that takes the name deletes the
+    /// attempt's waiter row in the same statement (SQLite: by trigger).
+    pub claim_fair: Arc<str>,
+    /// SQLite, after a fair claim found the name busy: `(name, attempt)` →
+    /// `(remaining_us or -1 when free, head)`.
+    pub holder_fair: Arc<str>,
+    /// `(name, owner, attempt, lease_us)`: joins the name's line (or, for an
+    /// attempt already in it, renews its lease) → its `id` as a row, or
+    /// (MySQL) the OK packet's insert id.
+    pub join: Arc<str>,
+    /// `(attempt)`: leaves the line; counts rows. Postgres also notifies
+    /// the name's channel when the row left was the head of its line.
+    pub leave: Arc<str>,
+    /// `(name)` → `(count)` of live waiter rows.
+    pub waiting: Arc<str>,
+    /// `(batch)`: delete at most `batch` expired waiter rows; counts rows.
+    pub sweep_waiters: Arc<str>,
     dialect: Dialect,
     table: String,
 }
@@ -198,6 +221,106 @@ impl Statements {
         )
     }
 
+    /// The waiter table's name.
+    pub fn waiters_table(&self) -> String {
+        format!("{}_waiters", self.table)
+    }
+
+    /// The statement creating the waiter table (the one `migrate` runs, and
+    /// names when it may not).
+    pub fn create_waiters(&self) -> Option<&Arc<str>> {
+        let w = self.waiters_table();
+        self.create
+            .iter()
+            .find(|(object, _)| *object == w)
+            .map(|(_, stmt)| stmt)
+    }
+
+    /// `(lease_us, attempt × n)`: renews the lease of `n` waiter rows in one
+    /// statement; counts the rows found (MySQL: matched rows).
+    pub fn renew_many(&self, n: usize) -> String {
+        let t = &self.table;
+        match self.dialect {
+            Dialect::Mysql => format!(
+                "UPDATE `{t}_waiters` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                 WHERE attempt IN ({})",
+                vec!["?"; n].join(", ")
+            ),
+            Dialect::Postgres => format!(
+                "UPDATE \"{t}_waiters\" SET expires_at = now() + $1::int8 * interval '1 microsecond' \
+                 WHERE attempt IN ({})",
+                (0..n).map(|i| format!("${}", i + 2)).collect::<Vec<_>>().join(", ")
+            ),
+            Dialect::Sqlite => format!(
+                "UPDATE \"{t}_waiters\" SET expires_at = {SQLITE_NOW} + ?1 WHERE attempt IN ({})",
+                (0..n).map(|i| format!("?{}", i + 2)).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+
+    /// MySQL's fair acquisition, like [`mysql_claim_batch`](Self::mysql_claim_batch)
+    /// with two more statements in the same round trip: first it reads
+    /// whether this attempt is the head of the name's line (or nobody
+    /// waits) and whether the owner holds the name, and reports the first as
+    /// a row `(head, 0, 0)`; the claim inserts or takes over only when the
+    /// attempt is first in line, re-enters only a live hold; and when
+    /// `queued`, the attempt's waiter row goes in the same transaction once
+    /// the name is its.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    #[allow(clippy::too_many_arguments)]
+    pub fn mysql_claim_batch_fair(
+        &self,
+        name: &[u8],
+        owner: &[u8],
+        ttl_us: i64,
+        memo: Option<&str>,
+        attempt: &str,
+        bucket: i64,
+        queued: bool,
+    ) -> String {
+        let t = &self.table;
+        let (n, o, a) = (hex(name), hex(owner), hex(attempt.as_bytes()));
+        let memo = memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes()));
+        let now = "UTC_TIMESTAMP(6)";
+        let take = format!("(expires_at <= {now} AND @lockkit_head)");
+        let mine = format!("(owner = VALUES(owner) AND expires_at > {now})");
+        let served = if queued {
+            format!(
+                "DELETE FROM `{t}_waiters` WHERE attempt = {a} AND EXISTS (SELECT 1 FROM `{t}` \
+                   WHERE name = {n} AND owner = {o} AND token > 0 AND expires_at > {now} AND LOCATE({a}, attempts) > 0); "
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "BEGIN; \
+             SET @lockkit_head = COALESCE((SELECT attempt FROM `{t}_waiters` WHERE name = {n} AND expires_at > {now} \
+                 ORDER BY id LIMIT 1), {a}) = {a}, \
+               @lockkit_mine = EXISTS (SELECT 1 FROM `{t}` WHERE name = {n} AND owner = {o} AND expires_at > {now}); \
+             SELECT CAST(@lockkit_head AS SIGNED), 0, 0; \
+             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+               SELECT {n}, {o}, 1, 0, {now} + INTERVAL {ttl_us} MICROSECOND, {now}, {memo}, {a} FROM DUAL \
+               WHERE @lockkit_head OR @lockkit_mine \
+             ON DUPLICATE KEY UPDATE \
+               attempts = IF({take}, VALUES(attempts), \
+                  IF({mine} AND LOCATE(VALUES(attempts), attempts) = 0, CONCAT(attempts, ' ', VALUES(attempts)), attempts)), \
+               hold_count = IF({take} OR {mine}, LAST_INSERT_ID({MY_SHARES}), \
+                  hold_count + 0 * LAST_INSERT_ID({MY_REMAINING})), \
+               token = IF({take}, 0, token), \
+               acquired_at = IF({take}, VALUES(acquired_at), acquired_at), \
+               memo = IF({take}, VALUES(memo), memo), \
+               owner = IF({take}, VALUES(owner), owner), \
+               expires_at = IF({take} OR {mine}, GREATEST(expires_at, VALUES(expires_at)), expires_at); \
+             INSERT INTO `{t}_tokens` (bucket, last_token) \
+               SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
+               ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
+             UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0; \
+             {served}\
+             SELECT hold_count, token, {MY_REMAINING} FROM `{t}` WHERE name = {n} AND owner = {o} AND expires_at > {now}; \
+             COMMIT"
+        )
+    }
+
     /// `extend_many` for `n` holds with one ttl: `(ttl_us, (name, owner,
     /// token) × n)` → rows `(name, owner, token, remaining_us)` of the holds
     /// that were extended. MySQL needs a second statement to read them back:
@@ -282,6 +405,19 @@ fn mysql(t: &str) -> Statements {
                  COMMENT='lockkit: fencing token counters, one per bucket of names'"
                 )),
             ),
+            (
+                format!("{t}_waiters"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS `{t}_waiters` (\
+                 id BIGINT NOT NULL AUTO_INCREMENT COMMENT 'place in line: lower waits longer', \
+                 name VARBINARY(255) NOT NULL, \
+                 owner VARBINARY(255) NOT NULL, \
+                 attempt VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+                 expires_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock; renewed while it waits', \
+                 PRIMARY KEY (id), UNIQUE KEY attempt (attempt), KEY name_id (name, id)) ENGINE=InnoDB \
+                 COMMENT='lockkit: acquisitions waiting for a name, served oldest first'"
+                )),
+            ),
         ],
         exists: s(
             "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
@@ -350,6 +486,21 @@ fn mysql(t: &str) -> Statements {
         updates_return_rows: false,
         wait_join: None,
         wait_leave: None,
+        // The fair claim is a batch of its own (`mysql_claim_batch_fair`).
+        claim_fair: s(String::new()),
+        holder_fair: s(String::new()),
+        join: s(format!(
+            "INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at) \
+             VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
+             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at)"
+        )),
+        leave: s(format!("DELETE FROM `{t}_waiters` WHERE attempt = ?")),
+        waiting: s(format!(
+            "SELECT COUNT(*) FROM `{t}_waiters` WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        sweep_waiters: s(format!(
+            "DELETE FROM `{t}_waiters` WHERE expires_at <= UTC_TIMESTAMP(6) LIMIT ?"
+        )),
         dialect: Dialect::Mysql,
         table: t.to_owned(),
     }
@@ -373,6 +524,24 @@ fn postgres(t: &str) -> Statements {
             wait_key("d.name")
         ))
     };
+    // Whether the attempt `$5` may take a free name: it is the oldest live
+    // waiter for `$1`, or nobody waits.
+    let head = format!(
+        "(COALESCE((SELECT attempt FROM \"{t}_waiters\" WHERE name = $1 AND expires_at > now() \
+           ORDER BY id LIMIT 1), $5) = $5)"
+    );
+    let claim_set = "owner = EXCLUDED.owner, \
+                 attempts = CASE WHEN l.expires_at <= now() THEN $5 \
+                   WHEN strpos(l.attempts, $5) > 0 THEN l.attempts ELSE l.attempts || ' ' || $5 END, \
+                 hold_count = CASE WHEN l.expires_at <= now() THEN 1 \
+                   WHEN strpos(l.attempts, $5) > 0 THEN {l_shares} ELSE {l_shares} + 1 END, \
+                 token = CASE WHEN l.expires_at <= now() THEN EXCLUDED.token ELSE l.token END, \
+                 acquired_at = CASE WHEN l.expires_at <= now() THEN now() ELSE l.acquired_at END, \
+                 memo = CASE WHEN l.expires_at <= now() THEN EXCLUDED.memo ELSE l.memo END, \
+                 expires_at = GREATEST(l.expires_at, EXCLUDED.expires_at)"
+        .replace("{l_shares}", &l_shares);
+    let guard =
+        format!("guard AS (SELECT pg_advisory_xact_lock(hashtext('lockkit:{t}'), hashtext(encode($1, 'hex'))))");
     Statements {
         create: vec![
             (
@@ -392,6 +561,18 @@ fn postgres(t: &str) -> Statements {
             (
                 format!("{t}_token_seq"),
                 s(format!("CREATE SEQUENCE IF NOT EXISTS \"{t}_token_seq\"")),
+            ),
+            (
+                format!("{t}_waiters"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}_waiters\" (\
+                 id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, \
+                 name BYTEA NOT NULL, \
+                 owner BYTEA NOT NULL, \
+                 attempt TEXT NOT NULL UNIQUE, \
+                 expires_at TIMESTAMPTZ NOT NULL, \
+                 UNIQUE (name, id))"
+                )),
             ),
         ],
         exists: s("SELECT COUNT(*)::int8 FROM pg_catalog.pg_class c \
@@ -469,6 +650,46 @@ fn postgres(t: &str) -> Statements {
         updates_return_rows: true,
         wait_join: Some(s(format!("SELECT pg_advisory_lock_shared({})", wait_key("$1")))),
         wait_leave: Some(s(format!("SELECT pg_advisory_unlock_shared({})", wait_key("$1")))),
+        // As `claim`, from a SELECT that yields the row only for the head
+        // of the line (or nobody waiting) or the live holder; the conflict
+        // update takes over an expired row only for the head.
+        claim_fair: s(format!(
+            "WITH {guard}, q AS (SELECT {head} AS head), \
+             claim AS (\
+               INSERT INTO \"{t}\" AS l (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+               SELECT $1, $2, 1, (SELECT nextval('\"{t}_token_seq\"') FROM guard), \
+                 now() + $3::int8 * interval '1 microsecond', now(), $4::text, $5::text \
+               FROM q WHERE q.head OR EXISTS \
+                 (SELECT 1 FROM \"{t}\" WHERE name = $1 AND owner = $2 AND expires_at > now()) \
+               ON CONFLICT (name) DO UPDATE SET {claim_set} \
+               WHERE (l.expires_at <= now() AND (SELECT head FROM q)) \
+                 OR (l.owner = EXCLUDED.owner AND l.expires_at > now()) \
+               RETURNING hold_count, token, expires_at), \
+             served AS (DELETE FROM \"{t}_waiters\" WHERE attempt = $5 AND EXISTS (SELECT 1 FROM claim)) \
+             SELECT 1::int8, hold_count, token, {remaining}, 1::int8 FROM claim \
+             UNION ALL \
+             SELECT 0::int8, hold_count, token, {remaining}, (SELECT head::int::int8 FROM q) FROM \"{t}\" \
+               WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM claim)"
+        )),
+        holder_fair: s(String::new()),
+        join: s(format!(
+            "INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at) \
+             VALUES ($1, $2, $3::text, now() + $4::int8 * interval '1 microsecond') \
+             ON CONFLICT (attempt) DO UPDATE SET expires_at = EXCLUDED.expires_at RETURNING id"
+        )),
+        // A head that leaves tells the next in line (the name may be free).
+        leave: s(format!(
+            "WITH d AS (DELETE FROM \"{t}_waiters\" WHERE attempt = $1::text RETURNING name, id) \
+             SELECT pg_notify('{chan}', encode(d.name, 'hex')) FROM d WHERE NOT EXISTS \
+               (SELECT 1 FROM \"{t}_waiters\" w WHERE w.name = d.name AND w.id < d.id AND w.expires_at > now())"
+        )),
+        waiting: s(format!(
+            "SELECT COUNT(*)::int8 FROM \"{t}_waiters\" WHERE name = $1 AND expires_at > now()"
+        )),
+        sweep_waiters: s(format!(
+            "DELETE FROM \"{t}_waiters\" WHERE id IN (SELECT id FROM \"{t}_waiters\" WHERE expires_at <= now() \
+             LIMIT $1 FOR UPDATE SKIP LOCKED) AND expires_at <= now()"
+        )),
         dialect: Dialect::Postgres,
         table: t.to_owned(),
     }
@@ -482,6 +703,15 @@ fn sqlite(t: &str) -> Statements {
     // The whole statement holds SQLite's write lock, so a token read from the
     // counter here cannot be overtaken by another acquire + release.
     let next = format!("(SELECT last_token + 1 FROM \"{t}_tokens\" WHERE bucket = 0)");
+    // Whether the attempt (`?5`, or `?2` in `holder_fair`) may take the free
+    // name `?1`: it is the oldest live waiter for it, or nobody waits.
+    let head = |a: &str| {
+        format!(
+            "(COALESCE((SELECT attempt FROM \"{t}_waiters\" WHERE name = ?1 AND expires_at > {now} \
+               ORDER BY id LIMIT 1), {a}) = {a})"
+        )
+    };
+    let (head5, head2) = (head("?5"), head("?2"));
     Statements {
         create: vec![
             (
@@ -504,6 +734,18 @@ fn sqlite(t: &str) -> Statements {
                     "CREATE TABLE IF NOT EXISTS \"{t}_tokens\" (bucket INTEGER PRIMARY KEY, last_token INTEGER NOT NULL)"
                 )),
             ),
+            (
+                format!("{t}_waiters"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}_waiters\" (\
+                 id INTEGER PRIMARY KEY, \
+                 name BLOB NOT NULL, \
+                 owner BLOB NOT NULL, \
+                 attempt TEXT NOT NULL UNIQUE, \
+                 expires_at INTEGER NOT NULL, \
+                 UNIQUE (name, id))"
+                )),
+            ),
         ],
         exists: s("SELECT COUNT(*) FROM sqlite_master WHERE name = ?1".to_owned()),
         prepare: vec![
@@ -522,6 +764,19 @@ fn sqlite(t: &str) -> Statements {
                 "CREATE TRIGGER IF NOT EXISTS \"{t}_token_update\" AFTER UPDATE OF token ON \"{t}\" \
                  WHEN NEW.token > OLD.token BEGIN \
                  UPDATE \"{t}_tokens\" SET last_token = MAX(last_token, NEW.token) WHERE bucket = 0; END"
+            )),
+            // A claim that gives an attempt its share (a new hold, a take
+            // over, a re-entry: the share is the last id in `attempts`)
+            // takes the attempt's waiter row out of the line, in the same
+            // statement.
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_waiter_served_insert\" AFTER INSERT ON \"{t}\" BEGIN \
+                 DELETE FROM \"{t}_waiters\" WHERE attempt = NEW.attempts; END"
+            )),
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_waiter_served_update\" AFTER UPDATE OF attempts ON \"{t}\" \
+                 WHEN length(NEW.attempts) > length(OLD.attempts) OR NEW.token <> OLD.token BEGIN \
+                 DELETE FROM \"{t}_waiters\" WHERE attempt = substr(NEW.attempts, -16); END"
             )),
         ],
         columns: s("SELECT name, lower(type) FROM pragma_table_info(?1)".to_owned()),
@@ -585,6 +840,40 @@ fn sqlite(t: &str) -> Statements {
         updates_return_rows: true,
         wait_join: None,
         wait_leave: None,
+        claim_fair: s(format!(
+            "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+             SELECT ?1, ?2, 1, {next}, {now} + ?3, {now}, ?4, ?5 \
+             WHERE {head5} OR EXISTS (SELECT 1 FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND expires_at > {now}) \
+             ON CONFLICT (name) DO UPDATE SET \
+               owner = excluded.owner, \
+               attempts = CASE WHEN \"{t}\".expires_at <= {now} THEN ?5 \
+                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN \"{t}\".attempts \
+                 ELSE \"{t}\".attempts || ' ' || ?5 END, \
+               hold_count = CASE WHEN \"{t}\".expires_at <= {now} THEN 1 \
+                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN {t_shares} ELSE {t_shares} + 1 END, \
+               token = CASE WHEN \"{t}\".expires_at <= {now} THEN {next} ELSE \"{t}\".token END, \
+               acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
+               memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
+               expires_at = MAX(\"{t}\".expires_at, excluded.expires_at) \
+             WHERE (\"{t}\".expires_at <= {now} AND {head5}) \
+               OR (\"{t}\".owner = excluded.owner AND \"{t}\".expires_at > {now}) \
+             RETURNING hold_count, token, expires_at - {now}"
+        )),
+        holder_fair: s(format!(
+            "SELECT COALESCE((SELECT expires_at - {now} FROM \"{t}\" WHERE name = ?1), -1), {head2}"
+        )),
+        join: s(format!(
+            "INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at) VALUES (?1, ?2, ?3, {now} + ?4) \
+             ON CONFLICT (attempt) DO UPDATE SET expires_at = excluded.expires_at RETURNING id"
+        )),
+        leave: s(format!("DELETE FROM \"{t}_waiters\" WHERE attempt = ?1")),
+        waiting: s(format!(
+            "SELECT COUNT(*) FROM \"{t}_waiters\" WHERE name = ?1 AND expires_at > {now}"
+        )),
+        sweep_waiters: s(format!(
+            "DELETE FROM \"{t}_waiters\" WHERE id IN \
+             (SELECT id FROM \"{t}_waiters\" WHERE expires_at <= {now} LIMIT ?1) AND expires_at <= {now}"
+        )),
         dialect: Dialect::Sqlite,
         table: t.to_owned(),
     }

@@ -21,7 +21,9 @@ use crate::db::{Arg, Db};
 /// Sweeps in a row without a pause at most, when every batch comes back full.
 const MAX_BATCHES_PER_SWEEP: u32 = 100;
 
-pub(crate) fn spawn(db: Db, sweep: Arc<str>, interval: Duration, batch: u64, stop: CancellationToken) {
+/// Starts the sweeper: each round runs every statement of `sweeps` (expired
+/// holds, expired waiter rows) in batches.
+pub(crate) fn spawn(db: Db, sweeps: Vec<Arc<str>>, interval: Duration, batch: u64, stop: CancellationToken) {
     tokio::spawn(async move {
         loop {
             // Between 3/4 of the interval and the whole interval.
@@ -31,23 +33,25 @@ pub(crate) fn spawn(db: Db, sweep: Arc<str>, interval: Duration, batch: u64, sto
                 _ = tokio::time::sleep(pause) => {}
             }
             let mut deleted = 0u64;
-            for _ in 0..MAX_BATCHES_PER_SWEEP {
-                let args = [Arg::Int(batch as i64)];
-                let result = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    r = db.exec(&sweep, &args) => r,
-                };
-                match result {
-                    Ok(done) => {
-                        deleted += done.rows;
-                        if done.rows < batch {
+            for sweep in &sweeps {
+                for _ in 0..MAX_BATCHES_PER_SWEEP {
+                    let args = [Arg::Int(batch as i64)];
+                    let result = tokio::select! {
+                        _ = stop.cancelled() => break,
+                        r = db.exec(sweep, &args) => r,
+                    };
+                    match result {
+                        Ok(done) => {
+                            deleted += done.rows;
+                            if done.rows < batch {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            // Another sweeper, a deadlock, a restart: try next time.
+                            tracing::debug!(error = %e, "lockkit sweep failed; retrying at the next interval");
                             break;
                         }
-                    }
-                    Err(e) => {
-                        // Another sweeper, a deadlock, a restart: try next time.
-                        tracing::debug!(error = %e, "lockkit sweep failed; retrying at the next interval");
-                        break;
                     }
                 }
             }

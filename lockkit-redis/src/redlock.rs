@@ -338,17 +338,7 @@ impl Inner {
             let sent_at = Instant::now();
             let replies = self
                 .all(|_, mut c| async move {
-                    scripts::acquire(
-                        &mut c,
-                        keys,
-                        name,
-                        owner,
-                        ttl_ms,
-                        attempt,
-                        proposal,
-                        queueing,
-                    )
-                    .await
+                    scripts::acquire(&mut c, keys, name, owner, ttl_ms, attempt, proposal, queueing).await
                 })
                 .await;
             let mut held = Vec::new();

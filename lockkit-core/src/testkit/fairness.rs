@@ -198,7 +198,11 @@ pub async fn dead_waiter_skipped(kit: &Kit) {
     until_waiting(kit, &a, &name, 1).await;
     let waiter = spawn_lock(&c, &name, kit.long(&c));
     until_waiting(kit, &a, &name, 2).await;
-    doomed.shutdown_background();
+    // Its worker thread stops (the waiter's tasks dropped) before the
+    // release, so that no wake-up can reach a half-dead waiter.
+    tokio::task::spawn_blocking(move || doomed.shutdown_timeout(Duration::from_secs(5)))
+        .await
+        .expect("shutting the doomed runtime down");
     must_unlock(ga).await;
     let gc = timeout(kit.bound, waiter)
         .await

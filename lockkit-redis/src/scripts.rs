@@ -956,7 +956,24 @@ mod tests {
             Value::Int(0),
             Value::Int(5),
         ]);
-        assert_eq!(parse_acquire(&busy).unwrap(), AcquireReply::Busy { pttl: 5 });
+        assert_eq!(
+            parse_acquire(&busy).unwrap(),
+            AcquireReply::Busy { pttl: 5, turn_of: None }
+        );
+        let turn = Value::Array(vec![
+            Value::Int(0),
+            Value::BulkString(vec![]),
+            Value::Int(0),
+            Value::Int(-2),
+            Value::BulkString(b"00c0ffee00c0ffee".to_vec()),
+        ]);
+        assert_eq!(
+            parse_acquire(&turn).unwrap(),
+            AcquireReply::Busy {
+                pttl: -2,
+                turn_of: Some("00c0ffee00c0ffee".to_owned())
+            }
+        );
         assert!(parse_acquire(&Value::Nil).is_err());
         assert_eq!(parse_release(&Value::Int(-1)).unwrap(), None);
         assert_eq!(parse_release(&Value::Int(0)).unwrap(), Some(0));

@@ -578,12 +578,17 @@ impl Inner {
             // its holder's next versioned write notices that the hold has
             // another node now (see `HeldNode::alone`).
             let checked = &view.nodes[0];
+            // And this session's marker stands (see `session::SESSIONS`).
             let mut multi = client.new_multi_writer();
+            let fenced = session.marker.is_some();
+            if let Some(marker) = &session.marker {
+                multi.add_check_version(marker, -1)?;
+            }
             multi.add_set_data(&checked.path, &checked.known.data.encode(), Some(checked.known.version))?;
             multi.add_create(&path, &data.encode(), &session.share_options())?;
             match multi.commit().await {
                 Ok(results) => {
-                    let czxid = match results.get(1) {
+                    let czxid = match results.last() {
                         Some(MultiWriteResult::Create { stat, .. }) if !stat.is_invalid() => stat.czxid,
                         // Some servers answer a create in a multi without its stat.
                         _ => match read(client, &path).await? {
@@ -599,6 +604,11 @@ impl Inner {
                     };
                     let lease = self.lease(session, name, owner, &path, node, count, &epoch);
                     return Ok(Joined::Lease(lease, path));
+                }
+                // The marker is gone: this backend has moved on to a new
+                // session.
+                Err(MultiWriteError::OperationFailed { index: 0, .. }) if fenced => {
+                    return Err(ZkError::SessionExpired);
                 }
                 // The checked node went or changed (look at the hold again),
                 // or this session's share node exists already (a concurrent

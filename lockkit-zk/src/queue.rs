@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lockkit_core::LockInfo;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, Error as ZkError, Stat};
+use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, Stat};
 
 use crate::error::{BACKEND, is_connection_loss, is_session_end};
 use crate::nodes::{
@@ -148,18 +148,47 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
     let client = &session.client;
     loop {
         let epoch = session.epoch();
-        // Sent now, answered in order: the listing includes our node.
-        let create = client.create(&prefix, &encoded, &session.contender_options());
+        // Sent now, answered in order: the listing includes our node. The
+        // create checks this session's marker (see `session::SESSIONS`).
+        let mut multi = client.new_multi_writer();
+        if let Some(marker) = &session.marker {
+            multi.add_check_version(marker, -1)?;
+        }
+        multi.add_create(&prefix, &encoded, &session.contender_options())?;
+        let create = multi.commit();
         let listing = client.list_children(parent);
-        let (name, node) = match create.await {
-            Ok((stat, seq)) => (
-                format!("{stem}{seq}"),
-                Known {
-                    data: data.clone(),
-                    version: stat.version,
-                    czxid: stat.czxid,
-                },
-            ),
+        let created = match create.await {
+            Ok(results) => match results.into_iter().last() {
+                Some(MultiWriteResult::Create { path, stat }) => Ok((path, stat)),
+                other => Err(ZkError::UnexpectedError(format!("a create answered {other:?}"))),
+            },
+            // The marker is gone: this backend has moved on to a new session.
+            Err(MultiWriteError::OperationFailed { index: 0, .. }) if session.marker.is_some() => {
+                Err(ZkError::SessionExpired)
+            }
+            Err(e) => Err(ZkError::from(e)),
+        };
+        let (name, node) = match created {
+            Ok((path, stat)) => {
+                let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+                let node = match stat.is_invalid() {
+                    false => Known {
+                        data: data.clone(),
+                        version: stat.version,
+                        czxid: stat.czxid,
+                    },
+                    // Some servers answer a create in a multi without its stat.
+                    true => match read(client, &format!("{parent}/{name}")).await? {
+                        Some((_, stat)) => Known {
+                            data: data.clone(),
+                            version: stat.version,
+                            czxid: stat.czxid,
+                        },
+                        None => continue,
+                    },
+                };
+                (name, node)
+            }
             Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options()).await {
                 Ok(_) | Err(ZkError::NodeExists) => continue,
                 Err(e) if is_connection_loss(&e) => continue,
@@ -168,19 +197,25 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
             Err(e) if is_connection_loss(&e) => {
                 sync(client, parent).await?;
                 let children = list(client, parent).await?;
-                let Some(name) = children.into_iter().find(|c| c.starts_with(&stem)) else {
-                    continue;
-                };
-                match read(client, &format!("{parent}/{name}")).await? {
-                    Some((Some(data), stat)) => (
-                        name,
-                        Known {
+                // This session's node of the attempt: one an earlier session
+                // of this backend made (before it was fenced) is not ours.
+                let mut found = None;
+                for name in children.into_iter().filter(|c| c.starts_with(&stem)) {
+                    if let Some((Some(data), stat)) = read(client, &format!("{parent}/{name}")).await?
+                        && stat.ephemeral_owner == session.id
+                    {
+                        let known = Known {
                             data,
                             version: stat.version,
                             czxid: stat.czxid,
-                        },
-                    ),
-                    _ => continue,
+                        };
+                        found = Some((name, known));
+                        break;
+                    }
+                }
+                match found {
+                    Some(found) => found,
+                    None => continue,
                 }
             }
             Err(e) => return Err(e),

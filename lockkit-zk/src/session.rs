@@ -24,7 +24,9 @@ use tokio::time::Instant;
 
 use lockkit_core::LockError;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acl, Acls, Client, CreateMode, CreateOptions, EventType, Permission, SessionState};
+use zookeeper_client::{
+    Acl, Acls, Client, CreateMode, CreateOptions, Error as ZkError, EventType, Permission, SessionState,
+};
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, ConnectTimeout, zk};
@@ -95,10 +97,35 @@ impl Sessions {
             return Ok(s);
         }
         let session = Session::connect(&self.config, &self.counters).await?;
-        *lock(&self.current) = Some(session.clone());
+        let old = lock(&self.current).replace(session.clone());
+        if let Some((old, marker)) = old
+            .filter(|o| o.id != session.id)
+            .and_then(|o| o.marker.clone().map(|m| (o, m)))
+        {
+            // The server may keep the old session a while after this client
+            // gave it up, and run requests of it that are still on their way:
+            // without its marker, their creates fail.
+            match session.client.delete(&marker, None).await {
+                Ok(()) | Err(ZkError::NoNode) => {}
+                Err(error) => {
+                    tracing::warn!(backend = BACKEND, session = %old.id_hex(), %error, "could not fence the ended session; late creates of it stand until the server ends it")
+                }
+            }
+        }
         Ok(session)
     }
 }
+
+/// The parent of the session markers: one ephemeral node per session,
+/// `SESSIONS/<id>`, made when the session starts. Every contender node is
+/// created in a `multi` that checks the marker of its session, and a
+/// backend that starts a new session deletes the marker of the one it gave
+/// up. A create that the old session sent and the server runs late (the
+/// server keeps a session for its timeout after it last heard of it; a slow
+/// path can deliver a request seconds after the client moved on) then fails
+/// instead of making a node that nobody waits for — which would otherwise
+/// stand as a share of its owner's next hold until the old session ends.
+pub(crate) const SESSIONS: &str = "/lockkit-sessions";
 
 /// One ZooKeeper session.
 pub(crate) struct Session {
@@ -106,6 +133,9 @@ pub(crate) struct Session {
     /// Authenticated with digest credentials: nodes get [`SECURED`] ACLs.
     secured: bool,
     pub id: i64,
+    /// This session's marker node (see [`SESSIONS`]); `None` when its
+    /// credentials may not make one.
+    pub marker: Option<String>,
     /// The current connection epoch; cancelled while suspended.
     epoch: Mutex<CancellationToken>,
     /// Cancelled when the session has ended (expired, closed, auth failed).
@@ -174,9 +204,24 @@ impl Session {
                 .chroot(config.chroot.clone())
                 .map_err(|_| LockError::config("url path", format!("{:?} is not a valid chroot", config.chroot)))?
         };
+        let id = client.session_id().0;
+        let marker = format!("{SESSIONS}/{id:016x}");
+        // The marker every contender create checks (see `SESSIONS`); its
+        // parent first, in the same round trip.
+        let parent = client.create(SESSIONS, &[], &CreateMode::Persistent.with_acls(acls(secured)));
+        let made = client.create(&marker, &[], &CreateMode::Ephemeral.with_acls(acls(secured)));
+        let marked = match (parent.await, made.await) {
+            (Ok(_) | Err(ZkError::NodeExists), Ok(_) | Err(ZkError::NodeExists)) => true,
+            // A session whose credentials may not write under the chroot
+            // (it cannot lock either) goes without: its creates fail anyway.
+            (Err(ZkError::NoAuth), _) | (_, Err(ZkError::NoAuth)) => false,
+            (_, Err(e)) | (Err(e), _) => return Err(zk("create the session marker", None, e)),
+        };
+        let marker = marked.then_some(marker);
         let session = Arc::new(Session {
             secured,
-            id: client.session_id().0,
+            id,
+            marker,
             client,
             epoch: Mutex::new(CancellationToken::new()),
             dead: CancellationToken::new(),

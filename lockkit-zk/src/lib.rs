@@ -24,7 +24,14 @@
 //! session expires (`session_timeout`, default 10 s), and a holder's lost
 //! signal fires as soon as its connection is suspended, before the server
 //! could expire the session and let another owner in. After an expiry the
-//! backend opens a new session for later acquisitions by itself.
+//! backend opens a new session for later acquisitions by itself, and fences
+//! the old one: each session has an ephemeral marker node
+//! (`/lockkit-sessions/<id>` under the chroot), every contender create
+//! checks its session's marker in the same `multi`, and the new session
+//! deletes the old marker — so a create of the old session that the server
+//! runs late (the server keeps a session until its timeout) fails instead of
+//! queueing a node nobody waits for. The queue is FIFO: waiters are served
+//! in the order they queued whatever the request's `fair` says.
 //!
 //! **Access control**: with credentials in the URL,
 //! `zk://user:password@h1:2181,h2:2181/chroot`, the session authenticates

@@ -482,28 +482,9 @@ impl RedisBackend {
         })
     }
 
-    /// How an attempt takes part in the waiter queue: a waiting one (with
-    /// its `turn`) joins it; every acquisition announces itself to it; a
-    /// fair one takes a free name only when the queue is empty or its head
-    /// is this client.
     fn queueing(&self, turn: Option<Turn>, fair: bool) -> Queueing {
-        let publish = Some(self.inner.publish);
-        match turn {
-            Some(turn) => Queueing {
-                waiter: self.inner.waiters.waiter_id().map(str::to_owned),
-                join: true,
-                stay: turn.others_wait,
-                stale: turn.stale,
-                publish,
-                fair,
-                place: None,
-            },
-            None => Queueing {
-                publish,
-                fair,
-                ..Queueing::default()
-            },
-        }
+        let waiter = self.inner.waiters.waiter_id();
+        Queueing::new(waiter, turn, fair, self.inner.publish, None)
     }
 
     fn error(&self, operation: &'static str, name: &str, f: Fault) -> LockError {

@@ -637,27 +637,12 @@ impl RedlockBackend {
         LockError::backend(KIND, operation, Some(name), retryable, e)
     }
 
-    /// How an attempt takes part in the nodes' waiter queues (as on a single
-    /// server, see `RedisBackend::queueing`); a waiting one joins every
-    /// node's queue at the same place, `since` (µs), so that they agree.
+    /// As on a single server (see [`Queueing::new`]); a waiting client
+    /// joins every node's queue at the same place, `since` (µs), so that
+    /// the nodes' queues agree.
     fn queueing(&self, turn: Option<(Turn, u64)>, fair: bool) -> Queueing {
-        let publish = Some(Publish::Classic);
-        match turn {
-            Some((turn, since)) => Queueing {
-                waiter: self.inner.waiters.waiter_id().map(str::to_owned),
-                join: true,
-                stay: turn.others_wait,
-                stale: turn.stale,
-                fair,
-                publish,
-                place: Some(since),
-            },
-            None => Queueing {
-                fair,
-                publish,
-                ..Queueing::default()
-            },
-        }
+        let (turn, place) = turn.map_or((None, None), |(t, since)| (Some(t), Some(since)));
+        Queueing::new(self.inner.waiters.waiter_id(), turn, fair, Publish::Classic, place)
     }
 
     /// One attempt, detached; a hold whose caller is gone is released.

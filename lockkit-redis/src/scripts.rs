@@ -56,6 +56,7 @@ use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{Fault, UnexpectedReply};
+use crate::waiters::Turn;
 
 /// Number of hash-tag buckets, and so of fencing counters per prefix.
 const TAG_BUCKETS: u32 = 4096;
@@ -188,6 +189,8 @@ local function place()
   return string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
 end
 if not h[1] then
+  -- Whether clients queue for this name (nil: not looked at yet).
+  local queued = nil
   if string.find(ARGV[6], 'f', 1, true) then
     -- Fair: a free name is the queue head's. A waiting caller takes its
     -- place first (it may have left this queue by taking the lock here in an
@@ -211,6 +214,7 @@ if not h[1] then
     if q[1] and q[1] ~= ARGV[5] then
       return {0, '', 0, -2, q[1]}
     end
+    queued = q[1] ~= nil
   end
   local now = redis.call('TIME')
   local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
@@ -229,7 +233,11 @@ if not h[1] then
   end
   local ts = string.format('%.0f', t)
   -- Clients queued for the last hold still wait: mark this one for them.
-  local queued = ARGV[8] ~= '' and redis.call('EXISTS', KEYS[3]) == 1
+  if ARGV[8] == '' then
+    queued = false
+  elseif queued == nil then
+    queued = redis.call('EXISTS', KEYS[3]) == 1
+  end
   if queued then
     redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1', 'w', '1')
   else
@@ -598,6 +606,32 @@ pub(crate) struct Queueing {
     /// The place in the queue when joining, in µs (`None`: the server's
     /// time).
     pub place: Option<u64>,
+}
+
+impl Queueing {
+    /// How an attempt takes part in the waiter queue: a waiting one (with
+    /// its `turn`, as client `waiter`) joins it, at `place` if given; every
+    /// acquisition announces itself with `publish`; a fair one takes a free
+    /// name only when the queue is empty or its head is this client.
+    pub fn new(waiter: Option<&str>, turn: Option<Turn>, fair: bool, publish: Publish, place: Option<u64>) -> Self {
+        let publish = Some(publish);
+        match turn {
+            Some(turn) => Queueing {
+                waiter: waiter.map(str::to_owned),
+                join: true,
+                stay: turn.others_wait,
+                stale: turn.stale,
+                fair,
+                publish,
+                place,
+            },
+            None => Queueing {
+                fair,
+                publish,
+                ..Queueing::default()
+            },
+        }
+    }
 }
 
 /// Waiting for replicas after a change: `WAIT n timeout_ms`, sent in the

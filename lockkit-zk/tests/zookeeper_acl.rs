@@ -8,9 +8,10 @@
 //! (In this crate rather than the workspace's `tests/`, because it drives
 //! raw `zookeeper_client` sessions, a dependency of this crate.)
 
+mod support;
+
 use std::time::Duration;
 
-use lockkit_core::testkit::server_url;
 use lockkit_core::{LockClient, LockError, LockOptions};
 use lockkit_zk::{ZkBackend, encode_name};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
@@ -38,15 +39,9 @@ async fn holder_node(session: &Client, chroot: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digest_acls_protect_lock_nodes() {
-    let Some(base) = server_url("LOCKKIT_ZK_URL") else {
+    let Some((hosts, chroot)) = support::hosts_and_chroot("acl") else {
         return;
     };
-    let hosts = base
-        .strip_prefix("zk://")
-        .and_then(|r| r.split(['/', '?']).next())
-        .expect("a zk:// URL")
-        .to_owned();
-    let chroot = format!("/lockkit-acl-{}", &lockkit_core::name::random_owner()[..12]);
     let secured = format!("zk://app:app%20pw@{hosts}{chroot}?session_timeout=4s");
 
     let holder = client(&secured).await;

@@ -11,22 +11,17 @@
 //! (In this crate rather than the workspace's `tests/`, because it drives
 //! a raw `zookeeper_client` session, a dependency of this crate.)
 
-use lockkit_core::testkit::server_url;
+mod support;
+
 use lockkit_core::{LockClient, LockOptions};
 use lockkit_zk::ZkBackend;
 use zookeeper_client::Client;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_session_makes_no_node_and_the_lock_moves_on() {
-    let Some(base) = server_url("LOCKKIT_ZK_URL") else {
+    let Some((hosts, chroot)) = support::hosts_and_chroot("fence") else {
         return;
     };
-    let hosts = base
-        .strip_prefix("zk://")
-        .and_then(|r| r.split(['/', '?']).next())
-        .expect("a zk:// URL")
-        .to_owned();
-    let chroot = format!("/lockkit-fence-{}", &lockkit_core::name::random_owner()[..12]);
     let backend = ZkBackend::from_url(&format!("zk://{hosts}{chroot}?session_timeout=4s"))
         .await
         .expect("connect");

@@ -287,6 +287,58 @@ async fn sqlite_old_table_gains_attempts() {
     pool.close().await;
 }
 
+/// A lock table made before the fair line marked rows (`attempts`, no
+/// `queued`): refused with the statement to run under `create_table=false`;
+/// otherwise the column is added and waiters mark the name from then on.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_old_table_gains_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE old_locks (name BLOB PRIMARY KEY NOT NULL, owner BLOB NOT NULL, \
+         hold_count INTEGER NOT NULL, token INTEGER NOT NULL, expires_at INTEGER NOT NULL, \
+         acquired_at INTEGER NOT NULL, memo TEXT, attempts TEXT NOT NULL DEFAULT '') WITHOUT ROWID",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let url = format!("sqlite://{}", path.display());
+    let e = lockkit::connect(&format!("{url}?table=old_locks&create_table=false"))
+        .await
+        .expect_err("a table without the queued column");
+    let message = e.to_string();
+    assert!(
+        message.contains("`queued`") && message.contains("ADD COLUMN queued"),
+        "names the column and how to add it: {message}"
+    );
+    let locks = lockkit::connect(&format!("{url}?table=old_locks"))
+        .await
+        .expect("the column is added");
+    let held = locks.lock("x").await.unwrap();
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.lock_with("x", &locks.options().owner("other")).await })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while locks.waiting("x").await.unwrap() != 1 {
+        assert!(std::time::Instant::now() < deadline, "the waiter never joined");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let queued: i64 = sqlx::query_scalar("SELECT queued FROM old_locks WHERE name = CAST('x' AS BLOB)")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(queued, 1, "the joining waiter marked the name");
+    held.unlock().await.unwrap();
+    waiter.await.unwrap().unwrap().unlock().await.unwrap();
+    pool.close().await;
+}
+
 #[cfg(feature = "mysql")]
 #[tokio::test]
 async fn mysql_old_table_gains_attempts() {

@@ -30,12 +30,21 @@
 //! # The fair line
 //!
 //! A fair acquisition that finds the name busy joins the name's line in
-//! `<table>_waiters` (idempotent by its attempt id) and from then on claims
-//! with [`Statements::claim_fair`]: it takes a free or expired name only as
-//! the oldest live waiter, and the claim that gives it the name deletes its
-//! row (Postgres: a CTE of the same statement; MySQL: a statement of the
-//! same transaction; SQLite: a trigger). A fair `try_lock` claims the same
-//! way without a row, so it takes a free name only when nobody waits.
+//! `<table>_waiters` (idempotent by its attempt id), marking the name's row
+//! `queued` in the same transaction (a free row if there is none), and from
+//! then on claims with [`Statements::claim_fair`]: it takes a free or
+//! expired name only as the oldest live waiter, and the claim that gives it
+//! the name deletes its row (Postgres: a CTE of the same statement; MySQL: a
+//! statement of the same transaction; SQLite: a trigger). A release of a
+//! marked row leaves the row (free, expired, no owner) instead of deleting
+//! it, and the sweeper spares it while a live waiter is in line: so a name
+//! with no row, or an unmarked one, has nobody waiting, and an uncontended
+//! claim takes it without reading the line (MySQL's batch does not even
+//! name the waiter table then). A take clears the mark when nobody else
+//! waits; a fair claim that finds the name held marks it again (Postgres,
+//! MySQL), so a mark that a statement with an older snapshot lost costs at
+//! most one overtaking. A fair `try_lock` claims the same way without a
+//! row, so it takes a free name only when nobody waits.
 //!
 //! [`Statements::claim_fair`]: crate::sql::Statements
 //!
@@ -425,8 +434,10 @@ impl SqlBackend {
                 ),
             ));
         }
-        if !columns.iter().any(|(name, _)| name == "attempts") {
-            self.add_attempts_column().await?;
+        for (column, ddl) in &inner.sql.added_columns {
+            if !columns.iter().any(|(name, _)| name == column) {
+                self.add_column(column, ddl).await?;
+            }
         }
         self.check_waiters_table().await?;
         if !inner.sql.name_types.is_empty()
@@ -447,26 +458,23 @@ impl SqlBackend {
         Ok(())
     }
 
-    /// Adds the `attempts` column to a lock table made by a lockkit that
-    /// did not record attempts (the only change `migrate` makes to an
+    /// Adds a column that a lock table made by an older lockkit lacks
+    /// (`attempts`, `queued`: the only change `migrate` makes to an
     /// existing table; its rows keep their holds, which end with their
     /// lease). A client that finds it added meanwhile by another is content.
-    async fn add_attempts_column(&self) -> Result<(), LockError> {
+    async fn add_column(&self, column: &str, ddl: &Arc<str>) -> Result<(), LockError> {
         let inner = &self.inner;
         let table = &inner.config.table;
         let refused = |why: String| {
             schema_error(
                 table,
-                format!(
-                    "has no `attempts` column (made by an older lockkit) and {why}; add it with: {}",
-                    inner.sql.add_attempts
-                ),
+                format!("has no `{column}` column (made by an older lockkit) and {why}; add it with: {ddl}"),
             )
         };
         if !inner.config.create_table {
             return Err(refused("create_table=false".to_owned()));
         }
-        match inner.db.exec(&inner.sql.add_attempts, &[]).await {
+        match inner.db.exec(ddl, &[]).await {
             Ok(_) => Ok(()),
             Err(e) => {
                 let args = [Arg::Text(Some(table))];
@@ -477,7 +485,7 @@ impl SqlBackend {
                     .await?;
                 if columns
                     .into_iter()
-                    .any(|mut r| text(r.swap_remove(0)).eq_ignore_ascii_case("attempts"))
+                    .any(|mut r| text(r.swap_remove(0)).eq_ignore_ascii_case(column))
                 {
                     return Ok(());
                 }
@@ -500,6 +508,14 @@ impl SqlBackend {
     async fn acquire_fair(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let inner = &self.inner;
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        let door = inner.waiters.door(req.name.as_bytes());
+        let passing = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, door.pass()).await {
+                Ok(passing) => passing,
+                Err(_) => return Ok(None),
+            },
+            None => door.pass().await,
+        };
         match self.detached_attempt(req, false).await {
             Ok((TryAcquire::Acquired(lease), _)) => return Ok(Some(lease)),
             // Busy, or a retryable failure: tried again in line.
@@ -531,6 +547,7 @@ impl SqlBackend {
         #[cfg(not(feature = "postgres"))]
         let push = false;
         let mut queued = self.join_line(req).await?;
+        drop(passing);
         let mut backoff = Backoff::new(Duration::from_millis(2), inner.config.max_backoff);
         let mut last_error: Option<LockError>;
         loop {
@@ -860,40 +877,49 @@ impl Inner {
             #[cfg(feature = "mysql")]
             ClaimShape::Batch => {
                 let buckets = sql.buckets;
-                let cols = [Col::Int, Col::Int, Col::Int];
-                let (done, mut rows) = self
-                    .retry_idempotent(op, n, || {
+                let cols: &[Col] = &[Col::Int, Col::Int, Col::Int];
+                // The fair batch reads the line only for an attempt in it,
+                // or when the name is free but marked (see
+                // `mysql_claim_batch_fair`).
+                let run = |line: bool| {
+                    self.retry_idempotent(op, n, move || {
                         let (name, owner, bucket) = (name.as_bytes(), owner.as_bytes(), bucket(name, buckets));
                         let batch = if fair {
-                            sql.mysql_claim_batch_fair(name, owner, us(ttl), memo, attempt, bucket, queued)
+                            sql.mysql_claim_batch_fair(name, owner, us(ttl), memo, attempt, bucket, line, queued)
                         } else {
                             sql.mysql_claim_batch(name, owner, us(ttl), memo, attempt, bucket)
                         };
-                        self.db.mysql_batch(batch, &cols)
+                        self.db.mysql_batch(batch, cols)
                     })
-                    .await?;
-                // The fair batch reports first whether the attempt heads
-                // the line, and claims in its fourth statement (after
-                // BEGIN, the reads and their report).
-                let (head, claim) = if fair {
-                    let head = !rows.is_empty() && rows.remove(0)[0].int() != 0;
-                    (head, done.get(3))
-                } else {
-                    (true, done.get(1))
                 };
-                match (rows.first().map(Vec::as_slice), claim) {
+                let (mut done, mut rows) = run(queued).await?;
+                // The claim is the statement after BEGIN.
+                if fair && !queued && rows.is_empty() && done.get(1).is_some_and(|c| c.rows > 0 && c.last_id == 1) {
+                    (done, rows) = run(true).await?;
+                }
+                match (rows.first().map(Vec::as_slice), done.get(1)) {
                     // Ours: fresh, taken over or re-entered, stamped in the batch.
                     (Some([c, t, r]), _) => Claim::Held {
                         count: count(c.int()),
                         token: t.int() as u64,
                         remaining: from_us(r.int()),
                     },
+                    // The fair claim left the name to another (maybe marking
+                    // its row): twice the remaining lease, plus whether the
+                    // attempt heads the line.
+                    (_, Some(claim)) if fair && claim.rows > 0 && claim.last_id > 0 => Claim::Busy {
+                        retry_in: Some(Duration::from_micros(claim.last_id / 2)),
+                        head: claim.last_id % 2 == 1,
+                    },
                     // The claim left the holder's row unchanged: its remaining lease.
                     (_, Some(claim)) if claim.rows == 1 && claim.last_id > 0 => Claim::Busy {
                         retry_in: Some(Duration::from_micros(claim.last_id)),
-                        head,
+                        head: true,
                     },
-                    _ => Claim::Busy { retry_in: None, head },
+                    _ => Claim::Busy {
+                        retry_in: None,
+                        head: !fair,
+                    },
                 }
             }
             #[cfg(not(feature = "mysql"))]
@@ -1019,17 +1045,24 @@ impl Inner {
             Arg::Int(lease),
         ];
         let n = Some(name);
+        #[cfg(feature = "mysql")]
         if self.config.dialect == Dialect::Mysql {
-            let done = self
-                .retry_idempotent("acquire", n, || self.db.exec(&self.sql.join, &args))
+            let (done, _) = self
+                .retry_idempotent("acquire", n, || {
+                    let batch = self
+                        .sql
+                        .mysql_join_batch(name.as_bytes(), owner.as_bytes(), attempt, lease);
+                    self.db.mysql_batch(batch, &[])
+                })
                 .await?;
-            Ok(i64::try_from(done.last_id).unwrap_or(i64::MAX))
-        } else {
-            let row = self
-                .retry_idempotent("acquire", n, || self.db.fetch_one(&self.sql.join, &args, &[Col::Int]))
-                .await?;
-            Ok(row.map_or(i64::MAX, |r| r[0].int()))
+            // BEGIN, the mark, the waiter row.
+            let id = done.get(2).map_or(u64::MAX, |d| d.last_id);
+            return Ok(i64::try_from(id).unwrap_or(i64::MAX));
         }
+        let row = self
+            .retry_idempotent("acquire", n, || self.db.fetch_one(&self.sql.join, &args, &[Col::Int]))
+            .await?;
+        Ok(row.map_or(i64::MAX, |r| r[0].int()))
     }
 
     /// Takes `attempt` out of its line (idempotent).
@@ -1049,10 +1082,30 @@ impl Inner {
     }
 
     /// Deletes a hold (`sql` takes the hold's name, owner and token, and
-    /// `attempt` after them if given); tried again after a lost connection,
-    /// as deleting is idempotent. Returns whether a row was deleted, and
-    /// whether an earlier try may have deleted it unseen.
+    /// `attempt` after them if given) — or, when it deleted nothing and
+    /// `queued` is given, frees a hold's row that the line waits on (see
+    /// [`Statements::release_last`]); tried again after a lost connection,
+    /// as both are idempotent. Returns whether the hold went, and whether
+    /// an earlier try may have removed it unseen.
     async fn delete(
+        &self,
+        operation: &'static str,
+        (sql, queued): (&Arc<str>, Option<&Arc<str>>),
+        hold: &Hold,
+        attempt: Option<&str>,
+    ) -> Result<(bool, bool), LockError> {
+        let (gone, unsure) = self.delete_once(operation, sql, hold, attempt).await?;
+        match queued {
+            Some(queued) if !gone => {
+                let (freed, lost) = self.delete_once(operation, queued, hold, attempt).await?;
+                Ok((freed, unsure || lost))
+            }
+            _ => Ok((gone, unsure)),
+        }
+    }
+
+    /// One statement of [`delete`](Self::delete).
+    async fn delete_once(
         &self,
         operation: &'static str,
         sql: &Arc<str>,
@@ -1097,7 +1150,12 @@ impl Inner {
         // statements (a twin owner's release of another share).
         for _ in 0..RELEASE_ROUNDS {
             let (deleted, lost) = self
-                .delete("release", &self.sql.release_last, hold, Some(attempt))
+                .delete(
+                    "release",
+                    (&self.sql.release_last, self.sql.release_last_queued.as_ref()),
+                    hold,
+                    Some(attempt),
+                )
                 .await?;
             unsure |= lost;
             if deleted {
@@ -1421,7 +1479,12 @@ impl LockBackend for SqlBackend {
             // Idempotent: retried after a lost connection; a try that may
             // have deleted it unseen counts as deleted (it is gone either way).
             let (deleted, unsure) = inner
-                .delete("force release", &inner.sql.delete_hold, &hold, None)
+                .delete(
+                    "force release",
+                    (&inner.sql.delete_hold, inner.sql.delete_hold_queued.as_ref()),
+                    &hold,
+                    None,
+                )
                 .await?;
             if deleted || unsure {
                 return Ok(Some(info));

@@ -57,7 +57,12 @@
 //! increasing `id` for the order, and a lease by the database's clock). The
 //! claim then takes a free or expired name only for the oldest live waiter
 //! (or when nobody waits), and deletes that waiter's row in the same
-//! statement or transaction; re-entry by the holder is always immediate. A
+//! statement or transaction; re-entry by the holder is always immediate.
+//! Joining also marks the name's row (`queued`, a free row if there is
+//! none), and the release of a marked row leaves it free instead of
+//! deleting it: a claim that finds no row or no mark knows that nobody
+//! waits, so a fair acquisition costs nothing more than an unfair one until
+//! somebody does. A
 //! fair `try_lock` never queues and gets nothing while somebody waits, so a
 //! client that just released cannot overtake the line. With `fair=false`
 //! (URL or `LockOptions::fair`) an acquisition takes any free name, as
@@ -101,18 +106,20 @@
 //! `lock` nor `unlock`; when the retries run out, `lock` reports a
 //! retryable error, or while waiting tries again with the same attempt id.
 //!
-//! A table made by a lockkit without the `attempts` column gets it on the
-//! first connect that may create tables (`ALTER TABLE … ADD COLUMN`, the
-//! only change lockkit makes to an existing table); with
+//! A table made by a lockkit without the `attempts` or the `queued` column
+//! gets it on the first connect that may create tables (`ALTER TABLE … ADD
+//! COLUMN`, the only change lockkit makes to an existing table); with
 //! `create_table=false` the connect fails and names the statement to run.
 //! Upgrade every process that uses one table together: rows written by the
-//! older version carry no attempt ids, and their holds end with their lease.
+//! older version carry no attempt ids, and their holds end with their lease;
+//! an older waiter does not mark the name, so a newer client may overtake it.
 //!
 //! # Sweeper
 //!
 //! A background task deletes expired rows in batches (`?sweep_interval=`,
 //! default 15 s; `?sweep_batch=`, default 100). Expired rows are free anyway
-//! (acquirers take them over); the sweeper keeps the table small.
+//! (acquirers take them over); the sweeper keeps the table small. It spares
+//! the free row of a name whose line has a live waiter.
 //!
 //! # Limits
 //!

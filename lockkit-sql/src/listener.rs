@@ -29,11 +29,14 @@ struct Slot {
     all: Weak<Notify>,
     /// Fair waiters by their place in the database's line.
     line: BTreeMap<(i64, u64), Arc<Notify>>,
+    /// The door fair acquisitions of this process pass one at a time, in
+    /// the order they arrive (see [`Waiters::door`]).
+    door: Weak<tokio::sync::Mutex<()>>,
 }
 
 impl Slot {
     fn is_empty(&self) -> bool {
-        self.all.strong_count() == 0 && self.line.is_empty()
+        self.all.strong_count() == 0 && self.line.is_empty() && self.door.strong_count() == 0
     }
 
     fn wake(&self) {
@@ -75,6 +78,37 @@ impl Drop for Subscription {
             && let Some(slot) = names.get_mut(&self.name)
         {
             slot.all = Weak::new();
+            if slot.is_empty() {
+                names.remove(&self.name);
+            }
+        }
+    }
+}
+
+/// The door of a name's line in this process (see [`Waiters::door`]);
+/// dropping it forgets the name once nobody else uses it.
+#[derive(Debug)]
+pub(crate) struct Door {
+    waiters: Arc<Waiters>,
+    name: Vec<u8>,
+    door: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Door {
+    /// Waits for this acquisition's turn at the door (FIFO).
+    pub async fn pass(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.door.lock().await
+    }
+}
+
+impl Drop for Door {
+    fn drop(&mut self) {
+        let mut names = self.waiters.names();
+        // The slot holds a weak reference: ours is the last strong one.
+        if Arc::strong_count(&self.door) == 1
+            && let Some(slot) = names.get_mut(&self.name)
+        {
+            slot.door = Weak::new();
             if slot.is_empty() {
                 names.remove(&self.name);
             }
@@ -179,6 +213,31 @@ impl Waiters {
             waiters: self.clone(),
             name: name.to_vec(),
             notify,
+        }
+    }
+
+    /// The door of `name`'s line in this process: a fair acquisition passes
+    /// it for its first attempt and, when the name is busy, its joining the
+    /// line, one at a time in the order they came. Without it, acquisitions
+    /// of one process (which on SQLite all queue for the one writer, in no
+    /// particular order) reach the database in any order, and a client
+    /// that just released could claim a free name before a waiter that
+    /// found it held has joined the line.
+    pub fn door(self: &Arc<Self>, name: &[u8]) -> Door {
+        let mut names = self.names();
+        let slot = names.entry(name.to_vec()).or_default();
+        let door = match slot.door.upgrade() {
+            Some(d) => d,
+            None => {
+                let d = Arc::new(tokio::sync::Mutex::new(()));
+                slot.door = Arc::downgrade(&d);
+                d
+            }
+        };
+        Door {
+            waiters: self.clone(),
+            name: name.to_vec(),
+            door,
         }
     }
 

@@ -66,8 +66,16 @@ pub(crate) struct Statements {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub buckets: u64,
     /// `(name, owner, token, attempt)`: delete the hold whose one share is
-    /// `attempt`'s; counts rows.
+    /// `attempt`'s; counts rows. A row marked `queued` (a fair waiter joined
+    /// the name's line while it was held) is not deleted but left free —
+    /// expired, no owner — so that a claim that finds no row for a name
+    /// knows that nobody waits for it and need not read the line (MySQL,
+    /// SQLite: by [`release_last_queued`](Self::release_last_queued)).
     pub release_last: Arc<str>,
+    /// `(name, owner, token, attempt)`, run when `release_last` deleted
+    /// nothing, where one statement cannot both delete and update (MySQL,
+    /// SQLite): frees the hold's row, marked `queued`; counts rows.
+    pub release_last_queued: Option<Arc<str>>,
     /// `(attempt, name, owner, token)`: take `attempt`'s share out of a hold
     /// of more than one → `(hold_count)` left as a row, or (MySQL) the OK
     /// packet's insert id. A share already gone changes nothing and reports
@@ -76,9 +84,11 @@ pub(crate) struct Statements {
     /// `(attempt, name, owner, token)` → `(hold_count, has_share)` of the
     /// live hold, `has_share` > 0 while `attempt`'s share is in it.
     pub share: Arc<str>,
-    /// DDL adding the `attempts` column to a lock table made by a lockkit
-    /// that did not record attempts (run by `migrate` when it is missing).
-    pub add_attempts: Arc<str>,
+    /// `(column, DDL adding it)` for each column a lock table made by an
+    /// older lockkit may lack, in order: `attempts` (the shares of a hold),
+    /// `queued` (somebody waits in line for the name). `migrate` adds what
+    /// is missing.
+    pub added_columns: Vec<(&'static str, Arc<str>)>,
     /// `(ttl_us, name, owner, token)`: extend → `(remaining_us)` as a row,
     /// or (MySQL) the OK packet's insert id.
     pub extend: Arc<str>,
@@ -86,9 +96,13 @@ pub(crate) struct Statements {
     pub inspect: Arc<str>,
     /// `(from, to, limit)` → `(name, owner, hold_count, token, remaining_us)`.
     pub list: Arc<str>,
-    /// `(name, owner, token)`: delete whatever the count; counts rows.
+    /// `(name, owner, token)`: delete whatever the count (a row marked
+    /// `queued`: free it, as `release_last`); counts rows.
     pub delete_hold: Arc<str>,
-    /// `(batch)`: delete at most `batch` expired rows; counts rows.
+    /// As [`release_last_queued`](Self::release_last_queued) for `delete_hold`.
+    pub delete_hold_queued: Option<Arc<str>>,
+    /// `(batch)`: delete at most `batch` expired rows — not one marked
+    /// `queued` while a live waiter is in its line; counts rows.
     pub sweep: Arc<str>,
     /// Whether the release/delete statements count by returned rows
     /// (Postgres, which also `NOTIFY`s in them) instead of affected rows.
@@ -103,20 +117,29 @@ pub(crate) struct Statements {
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub wait_leave: Option<Arc<str>>,
     /// The fair claim (Postgres, SQLite; MySQL: see
-    /// [`mysql_claim_batch`](Self::mysql_claim_batch)): the same arguments
-    /// and shape as [`claim`](Self::claim) — Postgres adds a fifth column,
-    /// `head` — but a free or expired name is taken only when nobody waits
-    /// in `<table>_waiters` ahead of this attempt (its own waiter row, if
-    /// any, is the oldest live one, or there is no live one). Re-entry by
-    /// the holder is taken at once. A claim that takes the name deletes the
-    /// attempt's waiter row in the same statement (SQLite: by trigger).
+    /// [`mysql_claim_batch_fair`](Self::mysql_claim_batch_fair)): the same
+    /// arguments and shape as [`claim`](Self::claim) — Postgres adds a
+    /// fifth column, `head` — but an expired row marked `queued` is taken
+    /// only when nobody waits in `<table>_waiters` ahead of this attempt
+    /// (its own waiter row, if any, is the oldest live one, or there is no
+    /// live one). No row, or an expired one not marked: nobody waits (a
+    /// waiter marks the row as it joins), so the claim takes it without
+    /// reading the line — an uncontended claim costs what an unfair one
+    /// does. Re-entry by the holder is taken at once. A claim that takes a
+    /// marked row clears the mark when nobody else waits; one that finds
+    /// the name held marks it (Postgres; MySQL), so a mark lost to a
+    /// concurrent statement's older snapshot comes back. A claim that takes
+    /// the name deletes the attempt's waiter row in the same statement
+    /// (SQLite: by trigger).
     pub claim_fair: Arc<str>,
     /// SQLite, after a fair claim found the name busy: `(name, attempt)` →
     /// `(remaining_us or -1 when free, head)`.
     pub holder_fair: Arc<str>,
     /// `(name, owner, attempt, lease_us)`: joins the name's line (or, for an
-    /// attempt already in it, renews its lease) → its `id` as a row, or
-    /// (MySQL) the OK packet's insert id.
+    /// attempt already in it, renews its lease) → its `id` as a row, and
+    /// marks the name's row `queued` in the same transaction, making a free
+    /// one if there is none (SQLite: by trigger; MySQL: see
+    /// [`mysql_join_batch`](Self::mysql_join_batch)).
     pub join: Arc<str>,
     /// `(attempt)`: leaves the line; counts rows. Postgres also notifies
     /// the name's channel when the row left was the head of its line.
@@ -155,6 +178,13 @@ const SQLITE_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS
 
 /// MySQL: microseconds from now to `expires_at`, at least 1.
 const MY_REMAINING: &str = "GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))";
+
+/// MySQL: a hold's row made free (expired, no owner) for the line.
+const MY_FREE: &str = "owner = X'', hold_count = 0, attempts = '', memo = NULL, expires_at = UTC_TIMESTAMP(6)";
+
+/// MySQL's `queued` column.
+const MY_QUEUED_COLUMN: &str = "queued TINYINT NOT NULL DEFAULT 0 \
+    COMMENT '1: a fair waiter joined the line while it was held; a release leaves the row free'";
 
 /// The number of attempt ids in `attempts` (each 16 characters, one space
 /// between two): the hold count. MySQL reads the column's new value when
@@ -259,13 +289,25 @@ impl Statements {
     }
 
     /// MySQL's fair acquisition, like [`mysql_claim_batch`](Self::mysql_claim_batch)
-    /// with two more statements in the same round trip: first it reads
-    /// whether this attempt is the head of the name's line (or nobody
-    /// waits) and whether the owner holds the name, and reports the first as
-    /// a row `(head, 0, 0)`; the claim inserts or takes over only when the
-    /// attempt is first in line, re-enters only a live hold; and when
-    /// `queued`, the attempt's waiter row goes in the same transaction once
-    /// the name is its.
+    /// with the rules of [`claim_fair`](Self::claim_fair), in two forms.
+    ///
+    /// Without `line` (an attempt not in line yet: the uncontended case) the
+    /// batch names no other table than the unfair one does — a statement
+    /// that merely mentions the waiter table costs MariaDB ~10 % of an
+    /// uncontended cycle, used or not. It takes a free row or an expired one
+    /// not marked `queued`, re-enters a live hold, and marks a live row
+    /// another holds; an expired marked row it leaves alone and reports
+    /// with the insert id 1: ask the line (run the batch again with `line`).
+    ///
+    /// With `line` it also takes an expired marked row when the attempt
+    /// heads the name's line, clearing the mark when nobody else waits;
+    /// when `queued`, the attempt's waiter row goes in the same transaction
+    /// once the name is its.
+    ///
+    /// Either way the read-back is the unfair batch's, and a claim that
+    /// leaves the name to another puts `remaining_us × 2 + head` in its OK
+    /// packet's insert id (`head`: whether the attempt heads the line, read
+    /// only with `line`; 0 without).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     #[allow(clippy::too_many_arguments)]
     pub fn mysql_claim_batch_fair(
@@ -276,14 +318,40 @@ impl Statements {
         memo: Option<&str>,
         attempt: &str,
         bucket: i64,
+        line: bool,
         queued: bool,
     ) -> String {
         let t = &self.table;
         let (n, o, a) = (hex(name), hex(owner), hex(attempt.as_bytes()));
         let memo = memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes()));
         let now = "UTC_TIMESTAMP(6)";
-        let take = format!("(expires_at <= {now} AND @lockkit_head)");
         let mine = format!("(owner = VALUES(owner) AND expires_at > {now})");
+        // `take`: decided in the first assignment, read by the rest;
+        // `busy`: the insert id of a claim that leaves the name to another;
+        // `unmark`: the mark a take leaves.
+        let (decide, take, busy, unmark) = if line {
+            let head = format!(
+                "(COALESCE((SELECT attempt FROM `{t}_waiters` WHERE name = {n} AND expires_at > {now} \
+                   ORDER BY id LIMIT 1), {a}) = {a})"
+            );
+            (
+                format!("(@lockkit_take := (expires_at <= {now} AND (queued = 0 OR {head})))"),
+                "@lockkit_take".to_owned(),
+                format!("{MY_REMAINING} * 2 + {head}"),
+                format!(
+                    "queued AND EXISTS (SELECT 1 FROM `{t}_waiters` WHERE name = {n} AND attempt <> {a} \
+                       AND expires_at > {now})"
+                ),
+            )
+        } else {
+            let take = format!("(expires_at <= {now} AND queued = 0)");
+            (
+                take.clone(),
+                take,
+                format!("IF(expires_at <= {now}, 1, {MY_REMAINING} * 2)"),
+                "queued".to_owned(),
+            )
+        };
         let served = if queued {
             format!(
                 "DELETE FROM `{t}_waiters` WHERE attempt = {a} AND EXISTS (SELECT 1 FROM `{t}` \
@@ -294,21 +362,16 @@ impl Statements {
         };
         format!(
             "BEGIN; \
-             SET @lockkit_head = COALESCE((SELECT attempt FROM `{t}_waiters` WHERE name = {n} AND expires_at > {now} \
-                 ORDER BY id LIMIT 1), {a}) = {a}, \
-               @lockkit_mine = EXISTS (SELECT 1 FROM `{t}` WHERE name = {n} AND owner = {o} AND expires_at > {now}); \
-             SELECT CAST(@lockkit_head AS SIGNED), 0, 0; \
              INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
-               SELECT {n}, {o}, 1, 0, {now} + INTERVAL {ttl_us} MICROSECOND, {now}, {memo}, {a} FROM DUAL \
-               WHERE @lockkit_head OR @lockkit_mine \
+               VALUES ({n}, {o}, 1, 0, {now} + INTERVAL {ttl_us} MICROSECOND, {now}, {memo}, {a}) \
              ON DUPLICATE KEY UPDATE \
-               attempts = IF({take}, VALUES(attempts), \
+               attempts = IF({decide}, VALUES(attempts), \
                   IF({mine} AND LOCATE(VALUES(attempts), attempts) = 0, CONCAT(attempts, ' ', VALUES(attempts)), attempts)), \
-               hold_count = IF({take} OR {mine}, LAST_INSERT_ID({MY_SHARES}), \
-                  hold_count + 0 * LAST_INSERT_ID({MY_REMAINING})), \
+               hold_count = IF({take} OR {mine}, LAST_INSERT_ID({MY_SHARES}), hold_count + 0 * LAST_INSERT_ID({busy})), \
                token = IF({take}, 0, token), \
                acquired_at = IF({take}, VALUES(acquired_at), acquired_at), \
                memo = IF({take}, VALUES(memo), memo), \
+               queued = IF({take}, {unmark}, IF({mine} OR expires_at <= {now}, queued, 1)), \
                owner = IF({take}, VALUES(owner), owner), \
                expires_at = IF({take} OR {mine}, GREATEST(expires_at, VALUES(expires_at)), expires_at); \
              INSERT INTO `{t}_tokens` (bucket, last_token) \
@@ -317,6 +380,27 @@ impl Statements {
              UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0; \
              {served}\
              SELECT hold_count, token, {MY_REMAINING} FROM `{t}` WHERE name = {n} AND owner = {o} AND expires_at > {now}; \
+             COMMIT"
+        )
+    }
+
+    /// MySQL's join (see [`join`](Self::join)) as one round trip: marks the
+    /// name's row `queued` (a free one if there is none), then puts the
+    /// attempt in line or renews its place; the id is the third OK packet's
+    /// insert id. Values spliced in as in
+    /// [`mysql_claim_batch`](Self::mysql_claim_batch).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub fn mysql_join_batch(&self, name: &[u8], owner: &[u8], attempt: &str, lease_us: i64) -> String {
+        let t = &self.table;
+        let (n, o, a) = (hex(name), hex(owner), hex(attempt.as_bytes()));
+        let now = "UTC_TIMESTAMP(6)";
+        format!(
+            "BEGIN; \
+             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts, queued) \
+               VALUES ({n}, X'', 0, 0, {now}, {now}, NULL, '', 1) ON DUPLICATE KEY UPDATE queued = 1; \
+             INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at) \
+               VALUES ({n}, {o}, {a}, {now} + INTERVAL {lease_us} MICROSECOND) \
+             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at); \
              COMMIT"
         )
     }
@@ -393,6 +477,7 @@ fn mysql(t: &str) -> Statements {
                  memo VARCHAR(1024) NULL, \
                  attempts MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ('') \
                    COMMENT 'attempt ids of the shares of the hold, space-separated', \
+                 {MY_QUEUED_COLUMN}, \
                  PRIMARY KEY (name)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin \
                  COMMENT='lockkit: one row per held lock'"
                 )),
@@ -451,8 +536,12 @@ fn mysql(t: &str) -> Statements {
         buckets: 64,
         release_last: s(format!(
             "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND attempts = ? \
-             AND expires_at > UTC_TIMESTAMP(6)"
+             AND expires_at > UTC_TIMESTAMP(6) AND queued = 0"
         )),
+        release_last_queued: Some(s(format!(
+            "UPDATE `{t}` SET {MY_FREE} WHERE name = ? AND owner = ? AND token = ? AND attempts = ? \
+             AND expires_at > UTC_TIMESTAMP(6)"
+        ))),
         // SET runs left to right: the count is read off the new `attempts`.
         release_one: s(format!(
             "UPDATE `{t}` SET attempts = TRIM(REPLACE(CONCAT(' ', attempts, ' '), CONCAT(' ', ?, ' '), ' ')), \
@@ -463,10 +552,16 @@ fn mysql(t: &str) -> Statements {
             "SELECT hold_count, LOCATE(?, attempts) FROM `{t}` \
              WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
         )),
-        add_attempts: s(format!(
-            "ALTER TABLE `{t}` ADD COLUMN attempts MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin \
-             NOT NULL DEFAULT ('') COMMENT 'attempt ids of the shares of the hold, space-separated'"
-        )),
+        added_columns: vec![
+            (
+                "attempts",
+                s(format!(
+                    "ALTER TABLE `{t}` ADD COLUMN attempts MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin \
+                     NOT NULL DEFAULT ('') COMMENT 'attempt ids of the shares of the hold, space-separated'"
+                )),
+            ),
+            ("queued", s(format!("ALTER TABLE `{t}` ADD COLUMN {MY_QUEUED_COLUMN}"))),
+        ],
         extend: s(format!(
             "UPDATE `{t}` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
              hold_count = hold_count + 0 * LAST_INSERT_ID({MY_REMAINING}) \
@@ -480,20 +575,25 @@ fn mysql(t: &str) -> Statements {
             "SELECT name, owner, hold_count, token, {MY_REMAINING} FROM `{t}` \
              WHERE name >= ? AND name < ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY name LIMIT ?"
         )),
-        delete_hold: s(format!("DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ?")),
-        sweep: s(format!("DELETE FROM `{t}` WHERE {expired} LIMIT ?")),
+        delete_hold: s(format!(
+            "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND queued = 0"
+        )),
+        delete_hold_queued: Some(s(format!(
+            "UPDATE `{t}` SET {MY_FREE} WHERE name = ? AND owner = ? AND token = ?"
+        ))),
+        sweep: s(format!(
+            "DELETE FROM `{t}` WHERE {expired} AND (queued = 0 OR NOT EXISTS (SELECT 1 FROM `{t}_waiters` w \
+               WHERE w.name = `{t}`.name AND w.expires_at > UTC_TIMESTAMP(6))) LIMIT ?"
+        )),
         deletes_return_rows: false,
         updates_return_rows: false,
         wait_join: None,
         wait_leave: None,
-        // The fair claim is a batch of its own (`mysql_claim_batch_fair`).
+        // The fair claim and the join are batches of their own
+        // (`mysql_claim_batch_fair`, `mysql_join_batch`).
         claim_fair: s(String::new()),
         holder_fair: s(String::new()),
-        join: s(format!(
-            "INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at) \
-             VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
-             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at)"
-        )),
+        join: s(String::new()),
         leave: s(format!("DELETE FROM `{t}_waiters` WHERE attempt = ?")),
         waiting: s(format!(
             "SELECT COUNT(*) FROM `{t}_waiters` WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
@@ -516,14 +616,22 @@ fn postgres(t: &str) -> Statements {
     let wait_key = |x: &str| format!("hashtext('lockkit-wait:{t}'), hashtext(encode({x}, 'hex'))");
     // Deletes announce the freed name (hex) to waiters, delivered at commit —
     // only when somebody holds its wait-list key (a NOTIFY serializes commits).
-    let notify = |cond: &str| {
+    // `change` is what is done to the row: `DELETE FROM t`, or `UPDATE t
+    // SET …` to leave it free for the line.
+    let notify = |change: &str, cond: &str| {
         s(format!(
-            "WITH d AS (DELETE FROM \"{t}\" WHERE name = $1 AND owner = $2 AND token = $3{cond} RETURNING name) \
+            "WITH d AS ({change} WHERE name = $1 AND owner = $2 AND token = $3{cond} RETURNING name) \
              SELECT CASE WHEN pg_try_advisory_xact_lock({}) THEN 1::int8 \
                ELSE (SELECT 1::int8 FROM pg_notify('{chan}', encode(d.name, 'hex'))) END FROM d",
             wait_key("d.name")
         ))
     };
+    let delete = format!("DELETE FROM \"{t}\"");
+    let free =
+        format!("UPDATE \"{t}\" SET owner = ''::bytea, hold_count = 0, attempts = '', memo = NULL, expires_at = now()");
+    // Whether waiters other than the attempt `$5` are in `$1`'s line.
+    let others =
+        format!("EXISTS (SELECT 1 FROM \"{t}_waiters\" WHERE name = $1 AND attempt <> $5 AND expires_at > now())");
     // Whether the attempt `$5` may take a free name: it is the oldest live
     // waiter for `$1`, or nobody waits.
     let head = format!(
@@ -555,7 +663,8 @@ fn postgres(t: &str) -> Statements {
                  expires_at TIMESTAMPTZ NOT NULL, \
                  acquired_at TIMESTAMPTZ NOT NULL, \
                  memo TEXT, \
-                 attempts TEXT NOT NULL DEFAULT '')"
+                 attempts TEXT NOT NULL DEFAULT '', \
+                 queued BOOLEAN NOT NULL DEFAULT false)"
                 )),
             ),
             (
@@ -615,7 +724,8 @@ fn postgres(t: &str) -> Statements {
         claim_shape: ClaimShape::Rows,
         holder: s(format!("SELECT {remaining} FROM \"{t}\" WHERE name = $1")),
         buckets: 1,
-        release_last: notify(" AND attempts = $4 AND expires_at > now()"),
+        release_last: notify(&delete, " AND attempts = $4 AND expires_at > now() AND NOT queued"),
+        release_last_queued: Some(notify(&free, " AND attempts = $4 AND expires_at > now()")),
         release_one: s(format!(
             "UPDATE \"{t}\" SET attempts = {left}, hold_count = {} \
              WHERE name = $2 AND owner = $3 AND token = $4 AND hold_count > 1 AND expires_at > now() \
@@ -626,9 +736,20 @@ fn postgres(t: &str) -> Statements {
             "SELECT hold_count, strpos(attempts, $1)::int8 FROM \"{t}\" \
              WHERE name = $2 AND owner = $3 AND token = $4 AND expires_at > now()"
         )),
-        add_attempts: s(format!(
-            "ALTER TABLE \"{t}\" ADD COLUMN IF NOT EXISTS attempts TEXT NOT NULL DEFAULT ''"
-        )),
+        added_columns: vec![
+            (
+                "attempts",
+                s(format!(
+                    "ALTER TABLE \"{t}\" ADD COLUMN IF NOT EXISTS attempts TEXT NOT NULL DEFAULT ''"
+                )),
+            ),
+            (
+                "queued",
+                s(format!(
+                    "ALTER TABLE \"{t}\" ADD COLUMN IF NOT EXISTS queued BOOLEAN NOT NULL DEFAULT false"
+                )),
+            ),
+        ],
         extend: s(format!(
             "UPDATE \"{t}\" SET expires_at = GREATEST(expires_at, now() + $1::int8 * interval '1 microsecond') \
              WHERE name = $2 AND owner = $3 AND token = $4 AND expires_at > now() RETURNING {remaining}"
@@ -640,40 +761,47 @@ fn postgres(t: &str) -> Statements {
             "SELECT name, owner, hold_count, token, {remaining} FROM \"{t}\" \
              WHERE name >= $1 AND name < $2 AND expires_at > now() ORDER BY name LIMIT $3"
         )),
-        delete_hold: notify(""),
+        delete_hold: notify(&delete, " AND NOT queued"),
+        delete_hold_queued: Some(notify(&free, "")),
         // SKIP LOCKED: concurrent sweepers split the work instead of queueing.
         sweep: s(format!(
-            "DELETE FROM \"{t}\" WHERE name IN (SELECT name FROM \"{t}\" WHERE expires_at <= now() \
+            "DELETE FROM \"{t}\" WHERE name IN (SELECT name FROM \"{t}\" x WHERE expires_at <= now() \
+               AND (NOT queued OR NOT EXISTS (SELECT 1 FROM \"{t}_waiters\" w \
+                 WHERE w.name = x.name AND w.expires_at > now())) \
              LIMIT $1 FOR UPDATE SKIP LOCKED) AND expires_at <= now()"
         )),
         deletes_return_rows: true,
         updates_return_rows: true,
         wait_join: Some(s(format!("SELECT pg_advisory_lock_shared({})", wait_key("$1")))),
         wait_leave: Some(s(format!("SELECT pg_advisory_unlock_shared({})", wait_key("$1")))),
-        // As `claim`, from a SELECT that yields the row only for the head
-        // of the line (or nobody waiting) or the live holder; the conflict
-        // update takes over an expired row only for the head.
+        // As `claim`; the conflict update takes over an expired row marked
+        // `queued` only for the head of the line, and a row found held is
+        // marked (`mark`: the row the claim left).
         claim_fair: s(format!(
-            "WITH {guard}, q AS (SELECT {head} AS head), \
+            "WITH {guard}, \
              claim AS (\
                INSERT INTO \"{t}\" AS l (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
-               SELECT $1, $2, 1, (SELECT nextval('\"{t}_token_seq\"') FROM guard), \
-                 now() + $3::int8 * interval '1 microsecond', now(), $4::text, $5::text \
-               FROM q WHERE q.head OR EXISTS \
-                 (SELECT 1 FROM \"{t}\" WHERE name = $1 AND owner = $2 AND expires_at > now()) \
-               ON CONFLICT (name) DO UPDATE SET {claim_set} \
-               WHERE (l.expires_at <= now() AND (SELECT head FROM q)) \
+               VALUES ($1, $2, 1, (SELECT nextval('\"{t}_token_seq\"') FROM guard), \
+                 now() + $3::int8 * interval '1 microsecond', now(), $4::text, $5::text) \
+               ON CONFLICT (name) DO UPDATE SET {claim_set}, \
+                 queued = CASE WHEN l.expires_at <= now() THEN l.queued AND {others} ELSE l.queued END \
+               WHERE (l.expires_at <= now() AND (NOT l.queued OR {head})) \
                  OR (l.owner = EXCLUDED.owner AND l.expires_at > now()) \
                RETURNING hold_count, token, expires_at), \
+             mark AS (UPDATE \"{t}\" SET queued = true WHERE name = $1 AND NOT queued AND expires_at > now() \
+               AND NOT EXISTS (SELECT 1 FROM claim)), \
              served AS (DELETE FROM \"{t}_waiters\" WHERE attempt = $5 AND EXISTS (SELECT 1 FROM claim)) \
              SELECT 1::int8, hold_count, token, {remaining}, 1::int8 FROM claim \
              UNION ALL \
-             SELECT 0::int8, hold_count, token, {remaining}, (SELECT head::int::int8 FROM q) FROM \"{t}\" \
+             SELECT 0::int8, hold_count, token, {remaining}, {head}::int::int8 FROM \"{t}\" \
                WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM claim)"
         )),
         holder_fair: s(String::new()),
         join: s(format!(
-            "INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at) \
+            "WITH mark AS (INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, \
+                 attempts, queued) VALUES ($1, ''::bytea, 0, 0, now(), now(), NULL, '', true) \
+               ON CONFLICT (name) DO UPDATE SET queued = true) \
+             INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at) \
              VALUES ($1, $2, $3::text, now() + $4::int8 * interval '1 microsecond') \
              ON CONFLICT (attempt) DO UPDATE SET expires_at = EXCLUDED.expires_at RETURNING id"
         )),
@@ -712,6 +840,8 @@ fn sqlite(t: &str) -> Statements {
         )
     };
     let (head5, head2) = (head("?5"), head("?2"));
+    // A hold's row made free (expired, no owner) for the line.
+    let free = format!("owner = x'', hold_count = 0, attempts = '', memo = NULL, expires_at = {now}");
     Statements {
         create: vec![
             (
@@ -725,7 +855,8 @@ fn sqlite(t: &str) -> Statements {
                  expires_at INTEGER NOT NULL, \
                  acquired_at INTEGER NOT NULL, \
                  memo TEXT, \
-                 attempts TEXT NOT NULL DEFAULT '') WITHOUT ROWID"
+                 attempts TEXT NOT NULL DEFAULT '', \
+                 queued INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
                 )),
             ),
             (
@@ -778,6 +909,14 @@ fn sqlite(t: &str) -> Statements {
                  WHEN length(NEW.attempts) > length(OLD.attempts) OR NEW.token <> OLD.token BEGIN \
                  DELETE FROM \"{t}_waiters\" WHERE attempt = substr(NEW.attempts, -16); END"
             )),
+            // A waiter joining the line marks the name's row `queued` (a
+            // free one if there is none), in the same statement.
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_waiter_joined\" AFTER INSERT ON \"{t}_waiters\" BEGIN \
+                 INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts, queued) \
+                 VALUES (NEW.name, x'', 0, 0, {now}, {now}, NULL, '', 1) \
+                 ON CONFLICT (name) DO UPDATE SET queued = 1; END"
+            )),
         ],
         columns: s("SELECT name, lower(type) FROM pragma_table_info(?1)".to_owned()),
         name_types: &[],
@@ -803,8 +942,12 @@ fn sqlite(t: &str) -> Statements {
         buckets: 1,
         release_last: s(format!(
             "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3 AND attempts = ?4 \
-             AND expires_at > {now}"
+             AND expires_at > {now} AND queued = 0"
         )),
+        release_last_queued: Some(s(format!(
+            "UPDATE \"{t}\" SET {free} WHERE name = ?1 AND owner = ?2 AND token = ?3 AND attempts = ?4 \
+             AND expires_at > {now}"
+        ))),
         release_one: s(format!(
             "UPDATE \"{t}\" SET attempts = {left}, hold_count = {} \
              WHERE name = ?2 AND owner = ?3 AND token = ?4 AND hold_count > 1 AND expires_at > {now} \
@@ -815,9 +958,20 @@ fn sqlite(t: &str) -> Statements {
             "SELECT hold_count, instr(attempts, ?1) FROM \"{t}\" \
              WHERE name = ?2 AND owner = ?3 AND token = ?4 AND expires_at > {now}"
         )),
-        add_attempts: s(format!(
-            "ALTER TABLE \"{t}\" ADD COLUMN attempts TEXT NOT NULL DEFAULT ''"
-        )),
+        added_columns: vec![
+            (
+                "attempts",
+                s(format!(
+                    "ALTER TABLE \"{t}\" ADD COLUMN attempts TEXT NOT NULL DEFAULT ''"
+                )),
+            ),
+            (
+                "queued",
+                s(format!(
+                    "ALTER TABLE \"{t}\" ADD COLUMN queued INTEGER NOT NULL DEFAULT 0"
+                )),
+            ),
+        ],
         extend: s(format!(
             "UPDATE \"{t}\" SET expires_at = MAX(expires_at, {now} + ?1) \
              WHERE name = ?2 AND owner = ?3 AND token = ?4 AND expires_at > {now} RETURNING expires_at - {now}"
@@ -830,21 +984,31 @@ fn sqlite(t: &str) -> Statements {
              WHERE name >= ?1 AND name < ?2 AND expires_at > {now} ORDER BY name LIMIT ?3"
         )),
         delete_hold: s(format!(
-            "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3"
+            "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3 AND queued = 0"
         )),
+        delete_hold_queued: Some(s(format!(
+            "UPDATE \"{t}\" SET {free} WHERE name = ?1 AND owner = ?2 AND token = ?3"
+        ))),
         sweep: s(format!(
-            "DELETE FROM \"{t}\" WHERE name IN (SELECT name FROM \"{t}\" WHERE expires_at <= {now} LIMIT ?1) \
+            "DELETE FROM \"{t}\" WHERE name IN (SELECT name FROM \"{t}\" x WHERE expires_at <= {now} \
+               AND (queued = 0 OR NOT EXISTS (SELECT 1 FROM \"{t}_waiters\" w \
+                 WHERE w.name = x.name AND w.expires_at > {now})) LIMIT ?1) \
              AND expires_at <= {now}"
         )),
         deletes_return_rows: false,
         updates_return_rows: true,
         wait_join: None,
         wait_leave: None,
+        // SQLite runs one writer at a time: a mark is never lost to a
+        // concurrent statement, so a claim that finds the name held need
+        // not mark it (the join did).
         claim_fair: s(format!(
             "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
-             SELECT ?1, ?2, 1, {next}, {now} + ?3, {now}, ?4, ?5 \
-             WHERE {head5} OR EXISTS (SELECT 1 FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND expires_at > {now}) \
+             VALUES (?1, ?2, 1, {next}, {now} + ?3, {now}, ?4, ?5) \
              ON CONFLICT (name) DO UPDATE SET \
+               queued = CASE WHEN \"{t}\".expires_at <= {now} THEN \"{t}\".queued AND EXISTS \
+                 (SELECT 1 FROM \"{t}_waiters\" WHERE name = ?1 AND attempt <> ?5 AND expires_at > {now}) \
+                 ELSE \"{t}\".queued END, \
                owner = excluded.owner, \
                attempts = CASE WHEN \"{t}\".expires_at <= {now} THEN ?5 \
                  WHEN instr(\"{t}\".attempts, ?5) > 0 THEN \"{t}\".attempts \
@@ -855,7 +1019,7 @@ fn sqlite(t: &str) -> Statements {
                acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
                memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
                expires_at = MAX(\"{t}\".expires_at, excluded.expires_at) \
-             WHERE (\"{t}\".expires_at <= {now} AND {head5}) \
+             WHERE (\"{t}\".expires_at <= {now} AND (\"{t}\".queued = 0 OR {head5})) \
                OR (\"{t}\".owner = excluded.owner AND \"{t}\".expires_at > {now}) \
              RETURNING hold_count, token, expires_at - {now}"
         )),

@@ -872,7 +872,11 @@ impl Inner {
         ];
         let op = "acquire";
         let n = Some(name);
-        let statement = if fair { &sql.claim_fair } else { &sql.claim };
+        let statement = match &sql.claim_fair_contended {
+            Some(contended) if fair && (queued || self.waiters.has_line(name.as_bytes())) => contended,
+            _ if fair => &sql.claim_fair,
+            _ => &sql.claim,
+        };
         Ok(match sql.claim_shape {
             #[cfg(feature = "mysql")]
             ClaimShape::Batch => {

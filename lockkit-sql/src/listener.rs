@@ -259,6 +259,11 @@ impl Waiters {
         }
     }
 
+    /// Whether a fair waiter of this process stands in `name`'s line.
+    pub fn has_line(&self, name: &[u8]) -> bool {
+        self.names().get(name).is_some_and(|slot| !slot.line.is_empty())
+    }
+
     /// `name` was released: wake its unfair waiters and the first fair one.
     pub fn wake(&self, name: &[u8]) {
         if let Some(slot) = self.names().get(name) {

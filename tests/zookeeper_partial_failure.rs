@@ -27,27 +27,14 @@ use std::time::Duration;
 use lockkit::{LockClient, LockGuard, LockOptions};
 use lockkit_core::testkit::{Fault, FaultProxy};
 use lockkit_zk::ZkBackend;
-use support::{Server, server, unique};
+use support::{BOUND, Server, holder_of, process, server, unique, until_queued};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, timeout};
 
-/// Far above any healthy latency, far below a stuck lock.
-const BOUND: Duration = Duration::from_secs(15);
 /// How long another owner is given to (wrongly) take a name that is still
 /// held. The failure this guards against took 17-39 ms after the first
 /// session closed.
 const STILL_HELD: Duration = Duration::from_secs(2);
-
-/// A client with its own session, as a separate process would have.
-async fn process(server: &Server, owner: Option<&str>) -> (ZkBackend, LockClient) {
-    let backend = ZkBackend::from_url(&server.url).await.expect("connect");
-    let mut options = LockOptions::new().wait(BOUND);
-    if let Some(owner) = owner {
-        options = options.owner(owner);
-    }
-    let client = LockClient::new(backend.clone(), options).expect("client");
-    (backend, client)
-}
 
 /// Whether the server still has session `id`.
 async fn session_alive(addr: SocketAddr, id: i64) -> bool {
@@ -66,19 +53,6 @@ async fn until_session_gone(addr: SocketAddr, id: i64) {
         assert!(Instant::now() < deadline, "session {id:#x} still open after {BOUND:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Waits (up to [`BOUND`]) until `n` contenders are queued for `name`.
-async fn until_queued(backend: &ZkBackend, name: &str, n: usize) {
-    let deadline = Instant::now() + BOUND;
-    while backend.contenders(name).await.expect("contenders") != n {
-        assert!(Instant::now() < deadline, "{n} contenders not queued after {BOUND:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn holder_of(info: Option<lockkit::LockInfo>) -> Option<(String, u32, u64)> {
-    info.map(|i| (i.owner, i.hold_count, i.token))
 }
 
 /// Scenario 5: P2's share of the hold outlives P1's session.

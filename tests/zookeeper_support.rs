@@ -1,13 +1,22 @@
 //! The shared ZooKeeper of `scripts/services` for the ZooKeeper fault
-//! tests: its URL, address and chroot. Included by the `zookeeper_*` test
+//! tests: its URL, address and chroot, and clients of it standing for
+//! separate processes. Included by the `zookeeper_*` test
 //! files with `#[path = "zookeeper_support.rs"] mod support;` (as a test
 //! target of its own it has no tests).
+#![cfg(feature = "zookeeper")]
 #![allow(dead_code)]
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 use lockkit::url::ConnectUrl;
+use lockkit::{LockClient, LockInfo, LockOptions};
 use lockkit_core::testkit::server_url;
+use lockkit_zk::ZkBackend;
+use tokio::time::Instant;
+
+/// Far above any healthy latency, far below a stuck lock.
+pub const BOUND: Duration = Duration::from_secs(15);
 
 /// The server under test.
 pub struct Server {
@@ -37,4 +46,30 @@ pub fn server() -> Option<Server> {
 /// A lock name no other test or run uses.
 pub fn unique(case: &str) -> String {
     format!("lockkit-test/{case}/{}", lockkit_core::name::random_owner())
+}
+
+/// A client with its own session, as a separate process would have
+/// (`owner`: shared with other such clients), waiting up to [`BOUND`].
+pub async fn process(server: &Server, owner: Option<&str>) -> (ZkBackend, LockClient) {
+    let backend = ZkBackend::from_url(&server.url).await.expect("connect");
+    let mut options = LockOptions::new().wait(BOUND);
+    if let Some(owner) = owner {
+        options = options.owner(owner);
+    }
+    let client = LockClient::new(backend.clone(), options).expect("client");
+    (backend, client)
+}
+
+/// Waits (up to [`BOUND`]) until `n` contenders are queued for `name`.
+pub async fn until_queued(backend: &ZkBackend, name: &str, n: usize) {
+    let deadline = Instant::now() + BOUND;
+    while backend.contenders(name).await.expect("contenders") != n {
+        assert!(Instant::now() < deadline, "{n} contenders not queued after {BOUND:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Owner, hold count and token of an inspected hold.
+pub fn holder_of(info: Option<LockInfo>) -> Option<(String, u32, u64)> {
+    info.map(|i| (i.owner, i.hold_count, i.token))
 }

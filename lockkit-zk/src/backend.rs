@@ -50,7 +50,14 @@
 //! share a join or re-entry may have added to this session's node of the
 //! hold. At once while connected, otherwise in the background, tried again
 //! (a bounded number of times) while the session lives; only this
-//! attempt's share and nodes are touched.
+//! attempt's share and nodes are touched. An acquisition that started over
+//! in a new session (the client gave the old one up) also takes back the
+//! contender node the old session queued for it, which the server keeps
+//! until it closes that session: when it is granted through another node
+//! of the hold, fails, or is given up. Left in the queue, that node would
+//! come first later and stand as a hold of the owner with the share of a
+//! call that has returned, and the owner's next acquisition would join it
+//! and count that share.
 //!
 //! This backend remembers its own node of each hold (path, data, version,
 //! and whether other nodes carried the hold as of its last write), so an

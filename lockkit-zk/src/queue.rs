@@ -428,10 +428,18 @@ const LEFTOVER_PAUSE: Duration = Duration::from_millis(100);
 const LEFTOVER_PAUSE_MAX: Duration = Duration::from_secs(2);
 
 /// What an acquisition that did not take the lock may have left under
-/// `parent`: its contender node, and its share in a node of this session's
+/// `parent`: its contender nodes, and its share in a node of this session's
 /// hold (a join or re-entry whose outcome is unknown). Taking it back takes
 /// `attempt`'s share out of those nodes, deleting a node left without
-/// shares: never another attempt's share, never another session's node.
+/// shares: never another attempt's share.
+///
+/// The contender nodes are the one of this session and any that an earlier
+/// session of the backend queued for the same attempt before it started
+/// over in this one: the server keeps a session (and its nodes) a while
+/// after the client gave it up. Such a node outliving the call would come
+/// first later and stand as a hold of the owner carrying the share of a
+/// call that has returned, counted by the owner's next acquisition, which
+/// joins it.
 pub(crate) struct Leftover {
     session: Arc<Session>,
     parent: String,
@@ -439,9 +447,10 @@ pub(crate) struct Leftover {
     attempt: String,
     /// The contender node as created, when its create was answered.
     node: Option<(String, Known)>,
-    /// Look for this attempt's contender node by listing (its create's
-    /// outcome is unknown, or the known node's write failed): its name
-    /// carries the attempt id.
+    /// Look for this attempt's contender nodes by listing (its create's
+    /// outcome is unknown, the known node's write failed, or the listing
+    /// behind the create showed a node of an earlier session): their names
+    /// carry the attempt id.
     find_node: bool,
     /// Look for this attempt's share in this session's nodes of the hold (a
     /// join or re-entry whose outcome is unknown).
@@ -449,15 +458,19 @@ pub(crate) struct Leftover {
 }
 
 impl Leftover {
-    /// The contender node of `q`, as created.
+    /// The contender node of `q`, as created, and any other node of the
+    /// attempt that `q`'s first listing shows (an earlier session's: it
+    /// is older, so it is listed if it still stands).
     pub(crate) fn queued(session: &Arc<Session>, q: &Queued, owner: &str, attempt: &str) -> Self {
+        let stem = child_stem(q.me.owner_tag, attempt);
+        let earlier = q.queue.iter().any(|c| c.name != q.me.name && c.name.starts_with(&stem));
         Leftover {
             session: session.clone(),
             parent: q.parent.clone(),
             owner: owner.to_owned(),
             attempt: attempt.to_owned(),
             node: Some((q.path.clone(), q.node.clone())),
-            find_node: false,
+            find_node: earlier,
             find_share: false,
         }
     }
@@ -523,14 +536,12 @@ impl Leftover {
             if self.find_node {
                 for child in children.iter().filter(|c| c.starts_with(&stem)) {
                     let path = format!("{}/{child}", self.parent);
-                    // This session's node only: another session's node is
-                    // never this call's, whatever its name says.
+                    // Whichever session's: the attempt id names this call,
+                    // and a node of another session carrying it is one an
+                    // earlier session of this backend queued for it.
                     let Some((Some(data), stat)) = read(client, &path).await? else {
                         continue;
                     };
-                    if stat.ephemeral_owner != self.session.id {
-                        continue;
-                    }
                     let known = Known {
                         data,
                         version: stat.version,
@@ -697,7 +708,8 @@ impl HoldView {
     /// The hold count: the attempts its nodes carry, each once. One attempt
     /// can stand in two nodes: carried on in a new session (after the
     /// client gave its session up) while the old session's node still
-    /// stands, until the server closes that session or the release takes
+    /// stands, until the server closes that session, the acquisition takes
+    /// the old node's share back (see [`Leftover`]), or the release takes
     /// the attempt from both.
     pub(crate) fn count(&self) -> u32 {
         distinct_attempts(self.nodes.iter().map(|n| &n.known.data))

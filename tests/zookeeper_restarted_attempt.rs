@@ -1,0 +1,129 @@
+//! An acquisition that starts over in a new session takes back the node its
+//! old session queued (contract point 4: a lock call leaves no share behind).
+//!
+//! The ZooKeeper torture run with seed 73134003798754 (shared owners, proxy
+//! faults; 100,043 grants) saw a `lock` granted with hold count 2 where no other share
+//! of its owner stood, and its `unlock` leave 1. A latency fault made one
+//! process's client give its session up while a `lock` of it waited: the
+//! server kept the old session (and its contender node, which carries the
+//! attempt) a few seconds longer. The attempt queued again in a new session
+//! and was granted by joining the hold of another process of the same owner
+//! further ahead; it took back its new node only. The old node stayed in
+//! the queue, came first once that hold and the owners between were served,
+//! and stood as a hold of the owner with the finished attempt's share: the
+//! owner's next `lock` joined it and counted that share too.
+//!
+//! Here a backend connected through a [`FaultProxy`] stands for the old
+//! session (the blackhole cuts it off while the server keeps it, as the
+//! fault did), and a second backend with the same attempt for the new one.
+#![cfg(feature = "zookeeper")]
+
+#[path = "zookeeper_support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, ReleaseOutcome};
+use lockkit_core::testkit::{Fault, FaultProxy};
+use lockkit_zk::ZkBackend;
+use support::{BOUND, holder_of, process, server, unique, until_queued};
+use tokio::time::timeout;
+
+/// `owner`'s acquisition `attempt` of `name`, waiting up to [`BOUND`].
+async fn acquire(backend: ZkBackend, name: String, owner: String, attempt: String) -> Option<Lease> {
+    let req = AcquireRequest {
+        name: &name,
+        owner: &owner,
+        ttl: Duration::from_secs(30),
+        attempt: &attempt,
+        fair: true,
+    };
+    backend.acquire(&req, Some(BOUND)).await.expect("acquire")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
+    let Some(server) = server() else { return };
+    let name = unique("restarted_attempt");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let attempt = lockkit_core::name::new_attempt_id();
+    let (observer_backend, observer) = process(&server, None).await;
+    let (_other_backend, other) = process(&server, Some(&owner)).await;
+    let (new_session, _) = process(&server, Some(&owner)).await;
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let old_url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
+    let old_session = ZkBackend::from_url(&old_url).await.expect("connect through the proxy");
+
+    // Another owner holds the name; the owner's other process queues, then
+    // the attempt in its old session.
+    let held = observer.lock(&name).await.expect("another owner locks");
+    let other_waiting = {
+        let (other, name) = (other.clone(), name.clone());
+        tokio::spawn(async move { other.lock(&name).await })
+    };
+    until_queued(&observer_backend, &name, 2).await;
+    let old_waiting = tokio::spawn(acquire(
+        old_session.clone(),
+        name.clone(),
+        owner.clone(),
+        attempt.clone(),
+    ));
+    until_queued(&observer_backend, &name, 3).await;
+
+    // The old session is cut off (the server keeps it and its node for the
+    // session timeout), and the attempt carries on in a new session.
+    proxy.set(Fault::Blackhole);
+    old_waiting.abort();
+    let new_waiting = tokio::spawn(acquire(
+        new_session.clone(),
+        name.clone(),
+        owner.clone(),
+        attempt.clone(),
+    ));
+    until_queued(&observer_backend, &name, 4).await;
+
+    held.unlock().await.expect("the other owner unlocks");
+    let first = timeout(BOUND, other_waiting)
+        .await
+        .expect("the owner's other process gets the lock")
+        .expect("task")
+        .expect("lock");
+    let lease = timeout(BOUND, new_waiting)
+        .await
+        .expect("the attempt is granted")
+        .expect("task")
+        .expect("acquired within its wait");
+    assert_eq!(
+        (lease.token, lease.hold_count),
+        (first.fencing_token(), 2),
+        "the attempt joined the hold of the owner's other process"
+    );
+    assert_eq!(first.unlock().await.expect("unlock").remaining_holds, 1);
+    let hold = Hold {
+        name: name.clone(),
+        owner: owner.clone(),
+        token: lease.token,
+    };
+    let released = new_session.release(&hold, &attempt).await.expect("release");
+    assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
+
+    // Every call of the owner has returned and released its share.
+    let again = timeout(BOUND, other.lock(&name))
+        .await
+        .expect("the owner locks again")
+        .expect("lock");
+    assert_eq!(
+        again.hold_count(),
+        1,
+        "no other share of the owner stands, yet the new hold (token {}) counts one more: the old session's \
+         node of the finished attempt",
+        again.fencing_token()
+    );
+    assert_eq!(again.unlock().await.expect("unlock").remaining_holds, 0);
+    assert_eq!(holder_of(observer.inspect(&name).await.unwrap()), None);
+    assert_eq!(
+        observer_backend.contenders(&name).await.unwrap(),
+        0,
+        "no node left behind"
+    );
+}

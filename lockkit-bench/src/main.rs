@@ -58,26 +58,41 @@ struct Plan {
     w4_ttl: Duration,
 }
 
-async fn bench_backend(url: &str, args: &Args, plan: &Plan, bar: &ProgressBar) -> Result<Vec<Row>, BenchError> {
+/// One backend's rows, and the workloads that failed (reported after the
+/// others have run, so one failure does not discard a long run's results).
+async fn bench_backend(
+    url: &str,
+    args: &Args,
+    plan: &Plan,
+    bar: &ProgressBar,
+) -> Result<(Vec<Row>, Vec<String>), BenchError> {
     let mut rows = Vec::new();
+    let mut failed = Vec::new();
     let shown = lockkit::url::redact(url);
     let floor = floor::floor_for(url).await?;
     for w in &args.workload {
         bar.set_message(format!("{shown} {w}"));
-        match w.as_str() {
-            "w1" => rows.extend(workloads::w1(url, floor.as_deref(), plan.seconds).await?),
-            "w2" => rows.push(workloads::w2(url, args.clients, plan.seconds).await?),
-            "w3" => {
-                for &c in &plan.w3_clients {
-                    rows.extend(workloads::w3(url, c, plan.seconds).await?);
+        let outcome: Result<(), BenchError> = async {
+            match w.as_str() {
+                "w1" => rows.extend(workloads::w1(url, floor.as_deref(), plan.seconds).await?),
+                "w2" => rows.push(workloads::w2(url, args.clients, plan.seconds).await?),
+                "w3" => {
+                    for &c in &plan.w3_clients {
+                        rows.extend(workloads::w3(url, c, plan.seconds).await?);
+                    }
                 }
+                "w4" => rows.push(workloads::w4(url, floor.as_deref(), plan.w4_held, plan.w4_ttl, 3).await?),
+                other => return Err(format!("unknown workload {other:?} (w1, w2, w3, w4)").into()),
             }
-            "w4" => rows.push(workloads::w4(url, floor.as_deref(), plan.w4_held, plan.w4_ttl, 3).await?),
-            other => return Err(format!("unknown workload {other:?} (w1, w2, w3, w4)").into()),
+            Ok(())
+        }
+        .await;
+        if let Err(e) = outcome {
+            failed.push(format!("{shown} {w}: {e}"));
         }
         bar.inc(1);
     }
-    Ok(rows)
+    Ok((rows, failed))
 }
 
 async fn run(args: Args) -> Result<(), BenchError> {
@@ -106,11 +121,13 @@ async fn run(args: Args) -> Result<(), BenchError> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut rows = Vec::new();
+    let mut failed = Vec::new();
     for url in &backends {
-        let mut r = bench_backend(url, &args, &plan, &bar)
+        let (mut r, mut f) = bench_backend(url, &args, &plan, &bar)
             .await
             .map_err(|e| format!("{}: {e}", lockkit::url::redact(url)))?;
         rows.append(&mut r);
+        failed.append(&mut f);
     }
     bar.finish_and_clear();
     report::print_table(&rows, &mut std::io::stdout())?;
@@ -120,6 +137,9 @@ async fn run(args: Args) -> Result<(), BenchError> {
     }
     if let Some(dir) = &args.out {
         charts::write(&rows, dir)?;
+    }
+    if !failed.is_empty() {
+        return Err(failed.join("; ").into());
     }
     if let Some(bad) = rows.iter().find(|r| r.counter_exact == Some(false)) {
         return Err(format!(

@@ -173,7 +173,9 @@ impl LockClient {
 
     /// How many acquisitions wait for `name` behind its holder.
     /// [`LockError::Unsupported`] where the backend keeps no queue
-    /// ([`Capabilities::fair`]).
+    /// ([`Capabilities::fair`]). Redis and Redlock count waiting clients: a
+    /// client's several calls for one name stand in the server's queue once
+    /// and take their turns one after another.
     pub async fn waiting(&self, name: &str) -> Result<usize, LockError> {
         validate_name(name)?;
         self.shared.backend.waiting(name).await

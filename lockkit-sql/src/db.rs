@@ -168,7 +168,17 @@ impl Db {
             }
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
-                let opts = sqlx::postgres::PgConnectOptions::from_str(&config.database)?.application_name("lockkit");
+                // No sequential scans where an index serves: the table's
+                // statistics are stale by nature (rows live for seconds), and
+                // a histogram of past `expires_at`s makes `expires_at >
+                // now()` look empty, so a 256-hold extend planned a seq scan
+                // joined to the array, ~2.5M comparisons a statement, and
+                // thousands of auto-extended holds expired (w4). Every
+                // lockkit statement finds rows by the primary key except
+                // the sweeper's, which still scans (it has no index to use).
+                let opts = sqlx::postgres::PgConnectOptions::from_str(&config.database)?
+                    .application_name("lockkit")
+                    .options([("enable_seqscan", "off")]);
                 Ok(Db::Postgres(options::<sqlx::Postgres>(config).connect_lazy_with(opts)))
             }
             #[cfg(feature = "sqlite")]

@@ -72,16 +72,8 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let mut names = self.waiters.names();
-        // The slot holds a weak reference: ours is the last strong one.
-        if Arc::strong_count(&self.notify) == 1
-            && let Some(slot) = names.get_mut(&self.name)
-        {
-            slot.all = Weak::new();
-            if slot.is_empty() {
-                names.remove(&self.name);
-            }
-        }
+        let last = Arc::strong_count(&self.notify) == 1;
+        self.waiters.forget(&self.name, last, |slot| slot.all = Weak::new());
     }
 }
 
@@ -103,16 +95,8 @@ impl Door {
 
 impl Drop for Door {
     fn drop(&mut self) {
-        let mut names = self.waiters.names();
-        // The slot holds a weak reference: ours is the last strong one.
-        if Arc::strong_count(&self.door) == 1
-            && let Some(slot) = names.get_mut(&self.name)
-        {
-            slot.door = Weak::new();
-            if slot.is_empty() {
-                names.remove(&self.name);
-            }
-        }
+        let last = Arc::strong_count(&self.door) == 1;
+        self.waiters.forget(&self.name, last, |slot| slot.door = Weak::new());
     }
 }
 
@@ -191,6 +175,19 @@ impl Waiters {
         let w = Arc::<Waiters>::default();
         shared.insert(key, Arc::downgrade(&w));
         w
+    }
+
+    /// A handle's drop: when it was the `last` strong reference (the slot
+    /// holds a weak one), `clear` its part of `name`'s slot, and forget the
+    /// name once the slot is empty.
+    fn forget(&self, name: &[u8], last: bool, clear: impl FnOnce(&mut Slot)) {
+        let mut names = self.names();
+        if last && let Some(slot) = names.get_mut(name) {
+            clear(slot);
+            if slot.is_empty() {
+                names.remove(name);
+            }
+        }
     }
 
     /// Registers an unfair waiter's interest in `name`.

@@ -3,6 +3,12 @@
 //! writes; A resumes and writes with its old token; the fenced store refuses
 //! A's write, and A's lost signal fires once it runs again.
 //!
+//! And the stalled holder, on every server backend: A's process does not run
+//! (a one-thread runtime blocked on a read: no watchdog, no client library
+//! task) until B holds the lock; A's first look when it runs again, before
+//! anything else of it has run, must say lost — by its lease's deadline, or
+//! on ZooKeeper its session's.
+//!
 //! A is a real child process (this test binary again, role `holder_process`)
 //! frozen with SIGSTOP, so its watchdog cannot renew; for ZooKeeper the pause
 //! outlasts the session timeout instead. The store
@@ -67,6 +73,38 @@ async fn holder_process() {
     guard.abandon();
 }
 
+/// A stalled, when this binary runs as the child: the same holder on a
+/// runtime of one thread, which it blocks reading its next line — nothing
+/// of the process runs meanwhile (neither the watchdog nor the client
+/// library's tasks), as in a process that is stopped, swapped out or
+/// starved. Its first look after the stall, before any other task of it
+/// has run, must say `lost=true` once another owner has the lock.
+#[tokio::test]
+async fn stalled_holder_process() {
+    if std::env::var(ROLE).is_err() {
+        return;
+    }
+    let url = std::env::var(URL).expect("child url");
+    let name = std::env::var(NAME).expect("child lock name");
+    let locks = lockkit::connect(&url).await.expect("child connects");
+    let guard = locks
+        .lock_with(&name, &locks.options().ttl(TTL).wait(BOUND))
+        .await
+        .expect("child locks");
+    let token = guard.fencing_token();
+    println!("HELD {token}");
+    // The stall: this blocks the runtime's only thread.
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).expect("child stdin");
+    assert_eq!(go.trim(), "look", "child: unexpected {go:?}");
+    println!("LOOK {token} lost={}", guard.is_lost());
+    timeout(BOUND, guard.lost())
+        .await
+        .expect("child: the lost signal fires after the stall");
+    println!("LOST {:?}", guard.lost_reason());
+    guard.abandon();
+}
+
 async fn read_line() -> String {
     tokio::task::spawn_blocking(|| {
         let mut line = String::new();
@@ -85,9 +123,11 @@ struct Holder {
 }
 
 impl Holder {
-    fn spawn(url: &str, name: &str) -> Self {
+    /// The child running the test function `role` (`holder_process` or
+    /// `stalled_holder_process`).
+    fn spawn(role: &str, url: &str, name: &str) -> Self {
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["holder_process", "--exact", "--nocapture", "--test-threads=1"])
+            .args([role, "--exact", "--nocapture", "--test-threads=1"])
             .env(ROLE, "holder")
             .env(URL, url)
             .env(NAME, name)
@@ -104,7 +144,7 @@ impl Holder {
                 let Ok(line) = line else { return };
                 // The test harness prints its own lines too, and its
                 // `test holder_process ... ` has no newline before ours.
-                let found = ["HELD ", "WRITE ", "ANSWER ", "LOST "]
+                let found = ["HELD ", "WRITE ", "ANSWER ", "LOOK ", "LOST "]
                     .iter()
                     .filter_map(|p| line.find(p))
                     .min();
@@ -177,7 +217,7 @@ fn with_params(url: &str, params: &str) -> String {
 async fn kleppmann(label: &str, url: &str, other: LockClient) {
     let name = unique();
     let store = FencedStore::new();
-    let mut a = Holder::spawn(url, &name);
+    let mut a = Holder::spawn("holder_process", url, &name);
     let token_a: u64 = a.expect("HELD ").await.parse().expect("token");
     assert!(
         other.try_lock(&name).await.expect("try_lock").is_none(),
@@ -234,6 +274,36 @@ async fn kleppmann(label: &str, url: &str, other: LockClient) {
     );
 }
 
+/// A stalls (its process does not run) right after it locked; B gets the
+/// lock once A's lease (or session) is over; A's first look after the
+/// stall says it lost the lock — before its watchdog or its client
+/// library has run, by its deadline alone.
+async fn stalled(label: &str, url: &str, other: LockClient) {
+    let name = unique();
+    let mut a = Holder::spawn("stalled_holder_process", url, &name);
+    let token_a: u64 = a.expect("HELD ").await.parse().expect("token");
+    assert!(
+        other.try_lock(&name).await.expect("try_lock").is_none(),
+        "{label}: A holds it"
+    );
+    let b = other
+        .lock_with(&name, &other.options().ttl(Duration::from_secs(60)).wait(BOUND))
+        .await
+        .unwrap_or_else(|e| panic!("{label}: B gets the lock once A's lease is over: {e}"));
+    assert!(b.fencing_token() > token_a, "{label}: B's token is above A's");
+    a.send("look");
+    assert_eq!(
+        a.expect("LOOK ").await,
+        format!("{token_a} lost=true"),
+        "{label}: A's first look after its stall must say it lost the lock (B holds it)"
+    );
+    let reason = a.expect("LOST ").await;
+    let status = a.exit().await;
+    assert!(status.success(), "{label}: the holder failed: {status:?}");
+    b.unlock().await.expect("B unlocks");
+    eprintln!("{label}: the stalled holder knew at its first look ({reason})");
+}
+
 /// The scenario on the server in `var`, A connecting with `params` added.
 async fn on_server(var: &str, params: &str) {
     let Some(url) = lockkit_core::testkit::server_url(var) else {
@@ -241,6 +311,15 @@ async fn on_server(var: &str, params: &str) {
     };
     let other = lockkit::connect(&url).await.expect("connect");
     kleppmann(var, &with_params(&url, params), other).await;
+}
+
+/// The stalled holder on the server in `var`, A connecting with `params`.
+async fn stalled_on_server(var: &str, params: &str) {
+    let Some(url) = lockkit_core::testkit::server_url(var) else {
+        return;
+    };
+    let other = lockkit::connect(&url).await.expect("connect");
+    stalled(var, &with_params(&url, params), other).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,4 +396,49 @@ async fn postgres_paused_holder_is_fenced_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_paused_holder_is_fenced_off() {
     on_server("LOCKKIT_ZK_URL", "session_timeout=3s").await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_stalled_holder_knows_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!(
+        "sqlite://{}?sweep_interval=200ms",
+        dir.path().join("stalled.db").display()
+    );
+    let other = lockkit::connect(&url).await.expect("connect");
+    stalled("sqlite", &url, other).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stalled_holder_knows_at_once() {
+    stalled_on_server("LOCKKIT_REDIS_URL", "response_timeout=500ms").await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_stalled_holder_knows_at_once() {
+    stalled_on_server("LOCKKIT_REDLOCK_URL", "node_timeout=100ms").await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_stalled_holder_knows_at_once() {
+    stalled_on_server("LOCKKIT_MYSQL_URL", "sweep_interval=200ms").await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stalled_holder_knows_at_once() {
+    stalled_on_server("LOCKKIT_POSTGRES_URL", "sweep_interval=200ms").await;
+}
+
+/// The session expires while A's process does not run; when it runs again,
+/// its first look — before the client library has noticed anything — must
+/// say lost: the session's deadline has passed.
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_stalled_holder_knows_at_once() {
+    stalled_on_server("LOCKKIT_ZK_URL", "session_timeout=3s").await;
 }

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::LockError;
+use crate::lease::SessionDeadline;
 
 /// One acquisition attempt: who wants which name for how long.
 #[derive(Clone, Copy, Debug)]
@@ -67,6 +68,10 @@ pub struct Lease {
     /// A backend's own loss signal (e.g. a ZooKeeper session that expired);
     /// the guard's lost signal fires when it is cancelled.
     pub lost: Option<CancellationToken>,
+    /// A session lease's moving deadline (see [`SessionDeadline`]): the
+    /// guard is lost once it passes, even before `lost` is cancelled, and
+    /// reports it as its `valid_until`. `None` for TTL leases.
+    pub session_deadline: Option<SessionDeadline>,
 }
 
 /// The outcome of a single acquisition attempt.

@@ -22,7 +22,7 @@
 //!         Ok(if busy {
 //!             TryAcquire::Busy { retry_in: Some(Duration::from_millis(1)) }
 //!         } else {
-//!             TryAcquire::Acquired(Lease { token: 1, hold_count: 1, valid_until: None, lost: None })
+//!             TryAcquire::Acquired(Lease { token: 1, hold_count: 1, valid_until: None, lost: None, session_deadline: None })
 //!         })
 //!     }
 //! })
@@ -243,6 +243,7 @@ mod tests {
                             hold_count: 1,
                             valid_until: None,
                             lost: None,
+                            session_deadline: None,
                         }))
                     }
                 }

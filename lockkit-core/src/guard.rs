@@ -88,7 +88,10 @@ impl LockGuard {
     }
 
     /// Until when the lock is certainly held, by this process's monotonic
-    /// clock, as of the last extension; `None` for session leases.
+    /// clock, as of the last extension; for a session lease (ZooKeeper),
+    /// until when the session certainly lives, as of the last time the
+    /// server proved it alive (the backend's heartbeat moves it forward).
+    /// `None` only where a backend gives no deadline.
     pub fn valid_until(&self) -> Option<Instant> {
         self.held.valid_until()
     }

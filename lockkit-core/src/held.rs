@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Hold;
+use crate::lease::SessionDeadline;
 
 /// Why a guard's lost signal fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +57,8 @@ pub(crate) struct HeldLock {
     state: Mutex<HeldState>,
     lost: CancellationToken,
     reason: OnceLock<LostReason>,
+    /// A session lease's moving deadline (see [`SessionDeadline`]).
+    session: Option<SessionDeadline>,
 }
 
 impl HeldLock {
@@ -64,6 +67,7 @@ impl HeldLock {
         hold: Hold,
         state: HeldState,
         backend_lost: Option<&CancellationToken>,
+        session: Option<SessionDeadline>,
     ) -> Arc<Self> {
         let lost = backend_lost.map_or_else(CancellationToken::new, CancellationToken::child_token);
         Arc::new(HeldLock {
@@ -72,6 +76,7 @@ impl HeldLock {
             state: Mutex::new(state),
             lost,
             reason: OnceLock::new(),
+            session,
         })
     }
 
@@ -81,14 +86,25 @@ impl HeldLock {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The lease's deadline; for a session lease, the session's deadline
+    /// as of now (it moves while the server proves the session alive).
     pub fn valid_until(&self) -> Option<Instant> {
-        self.state().valid_until
+        let ttl = self.state().valid_until;
+        ttl.or_else(|| self.session.as_ref().map(SessionDeadline::get))
     }
 
     /// Lost if signalled, or if the validity deadline has passed even when
-    /// the watchdog has not run yet.
+    /// the watchdog (or the backend's session task) has not run yet: a
+    /// process that did not run past its lease knows at its first look.
     pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled() || self.valid_until().is_some_and(|v| Instant::now() >= v)
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        if self.session.as_ref().is_some_and(SessionDeadline::passed) {
+            self.fire_lost(LostReason::Session);
+            return true;
+        }
+        self.state().valid_until.is_some_and(|v| Instant::now() >= v)
     }
 
     pub fn reason(&self) -> Option<LostReason> {
@@ -161,17 +177,15 @@ impl LostSignal {
 /// whichever comes first (so it never depends on the watchdog's timing).
 pub(crate) async fn wait_lost(held: &HeldLock) {
     loop {
-        let deadline = held.valid_until();
-        match deadline {
+        // The deadline may have moved on (extended) since the last look.
+        if held.is_lost() {
+            return;
+        }
+        match held.valid_until() {
             Some(d) => {
                 tokio::select! {
                     _ = held.lost.cancelled() => return,
-                    _ = tokio::time::sleep_until(d.into()) => {
-                        // The deadline may have moved on (extended) meanwhile.
-                        if held.valid_until().is_none_or(|v| Instant::now() >= v) {
-                            return;
-                        }
-                    }
+                    _ = tokio::time::sleep_until(d.into()) => {}
                 }
             }
             None => return held.lost.cancelled().await,

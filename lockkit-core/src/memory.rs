@@ -189,6 +189,7 @@ impl MemoryBackend {
             hold_count,
             valid_until: Some(lease::valid_until(now, expires_at - now)),
             lost: None,
+            session_deadline: None,
         })
     }
 

@@ -116,7 +116,9 @@ impl Watchdog {
                     next_renew: renew_at,
                     in_flight: false,
                 };
-                let held = HeldLock::new(self.shared.backend.kind(), hold.clone(), state, lease.lost.as_ref());
+                let kind = self.shared.backend.kind();
+                let session = lease.session_deadline.clone();
+                let held = HeldLock::new(kind, hold.clone(), state, lease.lost.as_ref(), session);
                 holds.insert(hold, held.clone());
                 held
             }

@@ -543,6 +543,7 @@ impl RedisBackend {
                     hold_count: count,
                     valid_until: Some(lease::valid_until(sent_at, millis(pttl))),
                     lost: None,
+                    session_deadline: None,
                 }),
                 None,
             ),

@@ -478,6 +478,7 @@ impl Inner {
             hold_count: good.iter().map(|h| h.count).max().unwrap_or(1),
             valid_until: Some(valid_until),
             lost: None,
+            session_deadline: None,
         }))
     }
 

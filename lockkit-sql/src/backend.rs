@@ -1028,6 +1028,7 @@ impl Inner {
                     hold_count: count,
                     valid_until: Some(lease::valid_until(sent_at, remaining)),
                     lost: None,
+                    session_deadline: None,
                 }),
                 true,
             ),

@@ -6,11 +6,13 @@
 //!    union of `[t, min(deadline, end)]` over its grant and each renewal it
 //!    logged (`t` when the deadline was seen), where `end` is its release (or
 //!    lost) line, else the kill of its process, else the process's end. A
-//!    grant logged after its own deadline was never held. Session leases
-//!    (no deadline) are valid from grant to end, but a pause of the process
-//!    cuts them at pause + session/2 (the server heard from the client at
-//!    most a few pings before the pause, so the session certainly lived
-//!    that long; after it, the holder cannot know until it runs again).
+//!    grant logged after its own deadline was never held. ZooKeeper's
+//!    session leases log their session's deadline (a session timeout after
+//!    the last request the server answered) and are judged the same way: a
+//!    holder whose process did not run — paused by the chaos, or starved —
+//!    trusted its hold only until the deadline it last saw. Leases without
+//!    any deadline (logs of older runs) are valid from grant to end, but a
+//!    pause of the process cuts them at pause + session/2.
 //! 2. **fencing tokens strictly increase** in grant order over the holds
 //!    that were valid at all.
 //! 3. **a killed holder's name comes free within its bound**: the next grant

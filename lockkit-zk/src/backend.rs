@@ -462,6 +462,7 @@ impl Inner {
             hold_count: count,
             valid_until: None,
             lost: Some(session.lease_token(path, czxid, epoch)),
+            session_deadline: Some(session.deadline.clone()),
         }
     }
 

@@ -33,6 +33,20 @@
 //! queueing a node nobody waits for. The queue is FIFO: waiters are served
 //! in the order they queued whatever the request's `fair` says.
 //!
+//! **A holder that did not run**: the client library notices a silent
+//! connection (and fires the lost signal) only while the process runs. A
+//! process stopped, swapped out or starved for longer than its session
+//! timeout may resume with its session already expired on the server and
+//! another owner holding the lock — and its first look could come before
+//! the library's task has run. So every lease also carries its session's
+//! deadline: a session timeout (less 1 % + 2 ms for clock-rate drift) after
+//! the send time of the last request the server answered, kept fresh by a
+//! cheap read every quarter of the timeout (which stands in for the
+//! library's idle ping). `guard.is_lost()` compares it with the clock, so
+//! that first look says lost; `guard.valid_until()` reports it. The server
+//! expires sessions by its own monotonic clock: steps of its wall clock
+//! change nothing.
+//!
 //! **Access control**: with credentials in the URL,
 //! `zk://user:password@h1:2181,h2:2181/chroot`, the session authenticates
 //! with the `digest` scheme and every node lockkit creates gets the ACL
@@ -66,6 +80,7 @@
 mod backend;
 mod config;
 mod error;
+mod heartbeat;
 mod nodes;
 mod queue;
 mod session;

@@ -155,6 +155,7 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
             multi.add_check_version(marker, -1)?;
         }
         multi.add_create(&prefix, &encoded, &session.contender_options())?;
+        let sent = std::time::Instant::now();
         let create = multi.commit();
         let listing = client.list_children(parent);
         let created = match create.await {
@@ -170,6 +171,9 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
         };
         let (name, node) = match created {
             Ok((path, stat)) => {
+                // A lease proven by this answer may follow a suspension
+                // that left the heartbeat's deadline behind.
+                session.proven(sent);
                 let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
                 let node = match stat.is_invalid() {
                     false => Known {

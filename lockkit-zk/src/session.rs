@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use lockkit_core::LockError;
+use lockkit_core::lease::{self, SessionDeadline};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{
     Acl, Acls, Client, CreateMode, CreateOptions, Error as ZkError, EventType, Permission, SessionState,
@@ -140,6 +141,10 @@ pub(crate) struct Session {
     epoch: Mutex<CancellationToken>,
     /// Cancelled when the session has ended (expired, closed, auth failed).
     dead: CancellationToken,
+    /// Until when the session certainly lives (see [`SessionDeadline`]):
+    /// every lease of the session carries it, and [`crate::heartbeat`]
+    /// moves it forward.
+    pub deadline: SessionDeadline,
     /// Loss tokens of the held nodes being watched, by path.
     nodes: Mutex<HashMap<String, (u64, CancellationToken)>>,
     next_watch: AtomicU64,
@@ -170,6 +175,9 @@ impl Session {
         }
         let secured = config.digest.is_some();
         let hosts = config.connect_string();
+        // The server makes the session after this: it lives at least a
+        // session timeout from here.
+        let started = std::time::Instant::now();
         let client = tokio::time::timeout(config.connect_timeout, connector.connect(&hosts))
             .await
             .map_err(|_| {
@@ -218,6 +226,7 @@ impl Session {
             (_, Err(e)) | (Err(e), _) => return Err(zk("create the session marker", None, e)),
         };
         let marker = marked.then_some(marker);
+        let deadline = SessionDeadline::new(lease::valid_until(started, client.session_timeout()));
         let session = Arc::new(Session {
             secured,
             id,
@@ -225,6 +234,7 @@ impl Session {
             client,
             epoch: Mutex::new(CancellationToken::new()),
             dead: CancellationToken::new(),
+            deadline,
             nodes: Mutex::new(HashMap::new()),
             next_watch: AtomicU64::new(0),
             arming: Mutex::new(VecDeque::new()),
@@ -244,6 +254,7 @@ impl Session {
             session.on_state(session.client.state());
         }
         tokio::spawn(arm_watches(Arc::downgrade(&session)));
+        tokio::spawn(crate::heartbeat::beat(Arc::downgrade(&session)));
         tokio::spawn(async move {
             loop {
                 let state = watcher.changed().await;
@@ -295,6 +306,19 @@ impl Session {
 
     pub fn is_dead(&self) -> bool {
         self.dead.is_cancelled()
+    }
+
+    /// Cancelled when the session has ended.
+    pub fn dead_signal(&self) -> CancellationToken {
+        self.dead.clone()
+    }
+
+    /// A request sent at `sent` was answered: the server heard from this
+    /// session then or later, so it lives at least a session timeout from
+    /// `sent`.
+    pub fn proven(&self, sent: std::time::Instant) {
+        self.deadline
+            .extend_to(lease::valid_until(sent, self.client.session_timeout()));
     }
 
     /// Whether the connection is up: requests sent now are answered without

@@ -527,7 +527,9 @@ pub async fn crash_release(kit: &Kit) {
     let name = kit.name("crash_release");
     let (a, b) = (kit.client().await, kit.client().await);
     let ga = must_lock(&a, &name, &kit.short(&a).auto_extend(true)).await;
-    let valid_until = ga.valid_until();
+    // A TTL lease runs to its deadline; a session lease's deadline is only
+    // how long the holder may trust it (its session ends with the client).
+    let valid_until = ga.valid_until().filter(|_| ttl_leases(&a));
     let token = ga.fencing_token();
     ga.abandon();
     drop(a);

@@ -127,3 +127,83 @@ async fn an_attempt_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
         "no node left behind"
     );
 }
+
+/// The ZooKeeper torture run with seed 37544394040939 (37,544,394,040,939;
+/// 18,540 grants in) saw the same count incident by another path: a `lock`
+/// whose process lost its connection under a latency fault failed at its
+/// wait bound, and its client then gave the session up — the server kept
+/// it a few seconds longer (every reconnection attempt reached it), and
+/// with it the call's contender node, which the clean-up could no longer
+/// reach through its ended session. The node came first and stood as a
+/// hold of the owner; the owner's other process joined it (count 2) and its
+/// unlock left 1.
+///
+/// Here the old session's backend goes through a [`FaultProxy`] that loses
+/// every reply: requests (pings, reconnection attempts) still reach the
+/// server, which keeps the session, while the client hears nothing, fails
+/// the `lock` at its bound and gives the session up. Once the proxy passes
+/// again, the backend's next session must take the failed call's node back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_lock_whose_session_ended_leaves_no_node_for_a_co_owner() {
+    let Some(server) = server() else { return };
+    let name = unique("orphaned_attempt");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let (observer_backend, observer) = process(&server, None).await;
+    let (_other_backend, other) = process(&server, Some(&owner)).await;
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let old_url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
+    let old_backend = ZkBackend::from_url(&old_url).await.expect("connect through the proxy");
+    let old = lockkit::LockClient::new(old_backend.clone(), lockkit::LockOptions::new().owner(&owner)).expect("client");
+
+    let held = observer.lock(&name).await.expect("another owner locks");
+    let waiting = {
+        let (old, name) = (old.clone(), name.clone());
+        tokio::spawn(async move { old.lock_with(&name, &old.options().wait(Duration::from_secs(3))).await })
+    };
+    until_queued(&observer_backend, &name, 2).await;
+
+    // Replies are lost: the lock fails at its bound, then the client gives
+    // its session up (7/5 of the session timeout without an answer) while
+    // the server still hears from it.
+    proxy.set(Fault::LoseReplies);
+    let failed = timeout(BOUND, waiting).await.expect("the lock returns").expect("task");
+    assert!(
+        matches!(failed, Err(lockkit::LockError::WaitTimeout { .. })),
+        "the lock fails at its bound: {failed:?}"
+    );
+    let given_up = tokio::time::Instant::now() + BOUND;
+    while old_backend.session_id().is_some() {
+        assert!(
+            tokio::time::Instant::now() < given_up,
+            "the client gives its session up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The backend connects a new session (its next operation does); the
+    // old session's node of the failed call must go — long before the
+    // server would end that session.
+    proxy.set(Fault::Pass);
+    old_backend.contenders(&name).await.expect("a new session");
+    let cleaned = tokio::time::Instant::now() + Duration::from_secs(5);
+    while observer_backend.contenders(&name).await.expect("contenders") != 1 {
+        assert!(
+            tokio::time::Instant::now() < cleaned,
+            "the failed call's node still stands 5 s after its backend's new session started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    held.unlock().await.expect("the other owner unlocks");
+    let joined = timeout(BOUND, other.lock(&name))
+        .await
+        .expect("the owner's other process gets the lock")
+        .expect("lock");
+    assert_eq!(joined.hold_count(), 1, "no share of the failed call is counted");
+    assert_eq!(joined.unlock().await.expect("unlock").remaining_holds, 0);
+    assert_eq!(
+        observer_backend.contenders(&name).await.unwrap(),
+        0,
+        "no node left behind"
+    );
+}

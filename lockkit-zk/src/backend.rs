@@ -1184,8 +1184,11 @@ async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output
 }
 
 /// Leaves the queue after the wait ran out: at once while connected (so no
-/// node is left when `lock` returns), in the background while the
-/// connection is suspended (its requests would wait for the reconnection).
+/// node is left when `lock` returns; a connection that stopped answering
+/// gets a quarter second, then the rest goes on in the background), in the
+/// background while the connection is suspended (its requests would wait
+/// for the reconnection), and in the backend's next session if this one
+/// ended (see `Leftover::orphaned`).
 async fn give_up(cleanup: Cleanup) -> Waited {
     cleanup.run().await;
     Waited::TimedOut

@@ -422,6 +422,11 @@ pub(crate) async fn change(
     }
 }
 
+/// How long a failed or abandoned acquisition waits for its leftover to be
+/// taken back before it returns (the rest goes on in the background): a
+/// healthy connection needs a few round trips.
+const FIRST_TRY: Duration = Duration::from_millis(250);
+
 /// How often taking back what a failed or abandoned acquisition left is
 /// tried, before it is left to the session's end. Every try waits for the
 /// connection to be back, so each failure is one more lost connection.
@@ -459,6 +464,24 @@ pub(crate) struct Leftover {
     /// Look for this attempt's share in this session's nodes of the hold (a
     /// join or re-entry whose outcome is unknown).
     find_share: bool,
+    /// Handed over from a session that ended: its nodes may still stand on
+    /// the server (it keeps a session until its timeout after it last heard
+    /// of it), so a share is looked for in every node of the hold.
+    orphaned: bool,
+}
+
+/// What an acquisition whose session ended before it could take back its
+/// leftover asks the backend's next session to take back (see
+/// [`Leftover::orphaned`]). Holds no session: an ended one is not kept
+/// alive by it.
+#[derive(Debug, Clone)]
+pub(crate) struct Orphan {
+    parent: String,
+    owner: String,
+    attempt: String,
+    /// The leftover may include a share in a node of the hold (not only
+    /// the contender node).
+    find_share: bool,
 }
 
 impl Leftover {
@@ -476,7 +499,39 @@ impl Leftover {
             node: Some((q.path.clone(), q.node.clone())),
             find_node: earlier,
             find_share: false,
+            orphaned: false,
         }
+    }
+
+    /// The leftover of an acquisition whose session ended first, taken back
+    /// by a later session of the backend: the server may keep the ended
+    /// session (and its nodes) until its timeout, and the call has returned
+    /// — left standing, its contender node could come first and stand as a
+    /// hold of the owner that the owner's other processes join, counting a
+    /// share nobody holds. Its nodes are found by the attempt id (in the
+    /// contender node's name, in every node's shares), whichever session.
+    pub(crate) fn orphaned(session: &Arc<Session>, orphan: Orphan) -> Self {
+        Leftover {
+            session: session.clone(),
+            parent: orphan.parent,
+            owner: orphan.owner,
+            attempt: orphan.attempt,
+            node: None,
+            find_node: true,
+            find_share: orphan.find_share,
+            orphaned: true,
+        }
+    }
+
+    /// Hands this leftover to the backend's next session: its own ended.
+    fn orphan(self) {
+        tracing::debug!(backend = BACKEND, parent = %self.parent, attempt = %self.attempt, "the session ended first: the next session takes the acquisition's leftover back");
+        self.session.orphan(Orphan {
+            parent: self.parent,
+            owner: self.owner,
+            attempt: self.attempt,
+            find_share: self.find_share,
+        });
     }
 
     /// A contender node whose create failed without an answer that says it
@@ -490,6 +545,7 @@ impl Leftover {
             node: None,
             find_node: true,
             find_share: false,
+            orphaned: false,
         }
     }
 
@@ -509,9 +565,10 @@ impl Leftover {
     }
 
     /// One try. Ok: nothing of this attempt is left (as far as it looks).
+    /// Cancel safe: a try cut short leaves the leftover whole for the next.
     async fn take_back(&mut self) -> ZkResult<()> {
         let client = &self.session.client;
-        if let Some((path, known)) = self.node.take() {
+        if let Some((path, known)) = self.node.clone() {
             let token = Some(known.czxid);
             let removed = change(
                 client,
@@ -523,6 +580,7 @@ impl Leftover {
                 None,
             )
             .await;
+            self.node = None;
             if let Err(e) = removed {
                 self.find_node = true;
                 return Err(e);
@@ -565,7 +623,7 @@ impl Leftover {
                 let mine = view
                     .nodes
                     .iter()
-                    .filter(|n| n.session == self.session.id && n.known.data.has(&self.attempt));
+                    .filter(|n| (self.orphaned || n.session == self.session.id) && n.known.data.has(&self.attempt));
                 for n in mine {
                     let known = Some(n.known.clone());
                     let remove = Change::Remove(&self.attempt);
@@ -577,27 +635,28 @@ impl Leftover {
     }
 
     /// Takes the leftover back, trying again after an error while the
-    /// session lives, at most [`LEFTOVER_TRIES`] times. A session that ends
-    /// takes its nodes with it.
+    /// session lives, at most [`LEFTOVER_TRIES`] times; each try waits for
+    /// the connection to be up. If the session ends first, the backend's
+    /// next session takes it back (see [`Leftover::orphaned`]).
     pub(crate) async fn take_back_retrying(mut self) {
         let session = self.session.clone();
         let mut pause = LEFTOVER_PAUSE;
         for tried in 1..=LEFTOVER_TRIES {
-            if session.is_dead() {
-                return;
+            if !session.until_connected().await {
+                return self.orphan();
             }
             let result = tokio::select! {
                 r = self.take_back() => r,
-                _ = session.ended() => return,
+                _ = session.ended() => return self.orphan(),
             };
             match result {
                 Ok(()) => {
-                    if tried > 1 {
-                        tracing::debug!(backend = BACKEND, parent = %self.parent, attempt = %self.attempt, tried, "took a failed acquisition's node back");
+                    if tried > 1 || self.orphaned {
+                        tracing::debug!(backend = BACKEND, parent = %self.parent, attempt = %self.attempt, tried, orphaned = self.orphaned, "took a failed acquisition's node back");
                     }
                     return;
                 }
-                Err(e) if is_session_end(&e) => return,
+                Err(e) if is_session_end(&e) => return self.orphan(),
                 Err(error) if tried == LEFTOVER_TRIES => {
                     tracing::warn!(backend = BACKEND, parent = %self.parent, attempt = %self.attempt, %error, tried, "could not take a failed acquisition's node back; it goes with the session");
                 }
@@ -605,7 +664,7 @@ impl Leftover {
                     tracing::debug!(backend = BACKEND, parent = %self.parent, attempt = %self.attempt, %error, tried, "taking a failed acquisition's node back failed; trying again");
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => {}
-                        _ = session.ended() => return,
+                        _ = session.ended() => return self.orphan(),
                     }
                     pause = (pause * 2).min(LEFTOVER_PAUSE_MAX);
                 }
@@ -614,28 +673,30 @@ impl Leftover {
     }
 
     /// Takes the leftover back at once while connected (the rest in the
-    /// background if that try fails), in the background while the
-    /// connection is suspended (its requests would wait for the
-    /// reconnection).
+    /// background if that try fails or takes longer than
+    /// [`FIRST_TRY`]: a connection that stopped answering without the
+    /// client knowing yet must not hold the caller past its bound), in the
+    /// background while the connection is suspended (its requests would
+    /// wait for the reconnection).
     pub(crate) async fn take_back_now(mut self) {
         if self.session.is_dead() {
-            return;
+            return self.orphan();
         }
         if !self.session.connected() {
             self.spawn();
             return;
         }
-        match self.take_back().await {
-            Ok(()) => {}
-            Err(e) if is_session_end(&e) => {}
-            Err(_) => self.spawn(),
+        match tokio::time::timeout(FIRST_TRY, self.take_back()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if is_session_end(&e) => self.orphan(),
+            Ok(Err(_)) | Err(_) => self.spawn(),
         }
     }
 
     /// Takes the leftover back in the background.
     pub(crate) fn spawn(self) {
         if self.session.is_dead() {
-            return;
+            return self.orphan();
         }
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {

@@ -31,6 +31,7 @@ use zookeeper_client::{
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, ConnectTimeout, zk};
+use crate::queue::{Leftover, Orphan};
 
 /// Counters of one backend, for monitoring (and the herd-effect test).
 #[derive(Debug, Default)]
@@ -58,6 +59,9 @@ pub(crate) struct Sessions {
     current: Mutex<Option<Arc<Session>>>,
     /// Held while connecting, so concurrent callers share one new session.
     connecting: tokio::sync::Mutex<()>,
+    /// Leftovers of acquisitions whose session ended before they were taken
+    /// back, for the next live session (shared with every session).
+    orphans: Arc<Mutex<Vec<Orphan>>>,
 }
 
 impl fmt::Debug for Sessions {
@@ -75,6 +79,16 @@ impl Sessions {
             counters,
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
+            orphans: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Takes back, in `session`, the leftovers that ended sessions handed
+    /// over (see [`Leftover::orphaned`]).
+    fn adopt_orphans(&self, session: &Arc<Session>) {
+        let orphans = std::mem::take(&mut *lock(&self.orphans));
+        for orphan in orphans {
+            tokio::spawn(Leftover::orphaned(session, orphan).take_back_retrying());
         }
     }
 
@@ -91,13 +105,15 @@ impl Sessions {
     /// The live session, connecting a new one if there is none or it ended.
     pub async fn get(&self) -> Result<Arc<Session>, LockError> {
         if let Some(s) = self.peek() {
+            self.adopt_orphans(&s);
             return Ok(s);
         }
         let _connecting = self.connecting.lock().await;
         if let Some(s) = self.peek() {
+            self.adopt_orphans(&s);
             return Ok(s);
         }
-        let session = Session::connect(&self.config, &self.counters).await?;
+        let session = Session::connect(&self.config, &self.counters, &self.orphans).await?;
         let old = lock(&self.current).replace(session.clone());
         if let Some((old, marker)) = old
             .filter(|o| o.id != session.id)
@@ -113,6 +129,7 @@ impl Sessions {
                 }
             }
         }
+        self.adopt_orphans(&session);
         Ok(session)
     }
 }
@@ -141,6 +158,8 @@ pub(crate) struct Session {
     epoch: Mutex<CancellationToken>,
     /// Cancelled when the session has ended (expired, closed, auth failed).
     dead: CancellationToken,
+    /// The backend's leftovers for its next session (see [`Sessions`]).
+    orphans: Arc<Mutex<Vec<Orphan>>>,
     /// Until when the session certainly lives (see [`SessionDeadline`]):
     /// every lease of the session carries it, and [`crate::heartbeat`]
     /// moves it forward.
@@ -165,7 +184,11 @@ impl fmt::Debug for Session {
 }
 
 impl Session {
-    async fn connect(config: &ZkConfig, counters: &Arc<Counters>) -> Result<Arc<Session>, LockError> {
+    async fn connect(
+        config: &ZkConfig,
+        counters: &Arc<Counters>,
+        orphans: &Arc<Mutex<Vec<Orphan>>>,
+    ) -> Result<Arc<Session>, LockError> {
         let mut connector = Client::connector()
             .with_session_timeout(config.session_timeout)
             .with_fail_eagerly();
@@ -234,6 +257,7 @@ impl Session {
             client,
             epoch: Mutex::new(CancellationToken::new()),
             dead: CancellationToken::new(),
+            orphans: orphans.clone(),
             deadline,
             nodes: Mutex::new(HashMap::new()),
             next_watch: AtomicU64::new(0),
@@ -311,6 +335,29 @@ impl Session {
     /// Cancelled when the session has ended.
     pub fn dead_signal(&self) -> CancellationToken {
         self.dead.clone()
+    }
+
+    /// Hands a leftover this ended session could not take back to the
+    /// backend's next session.
+    pub fn orphan(&self, orphan: Orphan) {
+        lock(&self.orphans).push(orphan);
+    }
+
+    /// Waits until the connection is up (true) or the session has ended
+    /// (false). While suspended, requests fail at once.
+    pub async fn until_connected(&self) -> bool {
+        loop {
+            if self.is_dead() {
+                return false;
+            }
+            if self.connected() {
+                return true;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(RECONNECT_POLL) => {}
+                _ = self.dead.cancelled() => return false,
+            }
+        }
     }
 
     /// A request sent at `sent` was answered: the server heard from this
@@ -408,6 +455,10 @@ impl Drop for Session {
         self.arm_wake.notify_one();
     }
 }
+
+/// How often a leftover's clean-up looks whether a suspended connection is
+/// back.
+const RECONNECT_POLL: Duration = Duration::from_millis(20);
 
 /// How long a hold lives before its node's watch is armed. Most holds are
 /// shorter: they cost no watch request and no task. A node deleted under

@@ -227,3 +227,39 @@ async fn waits_stay_bounded_while_the_connection_is_suspended() {
     let g = waiter.try_lock(&name).await.unwrap().expect("free");
     g.unlock().await.unwrap();
 }
+
+/// A healthy holder keeps its lock for many session timeouts: its session's
+/// deadline (which `is_lost()` compares with the clock) keeps moving with
+/// the heartbeat, staying within a session timeout of now, and never
+/// passes while the server hears from the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_holders_session_deadline_keeps_moving() {
+    let Some(server) = server() else { return };
+    let url = format!("{}?session_timeout=2s", server.url);
+    let backend = ZkBackend::from_url(&url).await.expect("connect");
+    let client = LockClient::new(backend, LockOptions::new().wait(BOUND)).unwrap();
+    let other = lockkit::connect(&server.url).await.expect("connect");
+    let name = unique("session_deadline");
+    let held = client.lock(&name).await.expect("lock");
+    let first = held.valid_until().expect("a session lease has a deadline");
+    assert!(
+        first <= Instant::now() + Duration::from_secs(2),
+        "within a session timeout of now"
+    );
+    // Three session timeouts.
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut latest = first;
+    while Instant::now() < until {
+        assert!(!held.is_lost(), "a healthy holder's lock is not lost");
+        let deadline = held.valid_until().expect("deadline");
+        assert!(deadline > Instant::now(), "the deadline stays ahead of the clock");
+        latest = latest.max(deadline);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        latest > first + Duration::from_secs(4),
+        "the deadline moved with the heartbeat"
+    );
+    assert!(other.try_lock(&name).await.expect("try_lock").is_none(), "still held");
+    held.unlock().await.expect("unlock");
+}

@@ -207,3 +207,69 @@ async fn a_failed_lock_whose_session_ended_leaves_no_node_for_a_co_owner() {
         "no node left behind"
     );
 }
+
+/// An attempt that carries on in a new session after its session ended
+/// keeps the hold it is granted there. The first long run after the
+/// hand-over above (seed 39265940545004) saw two tasks of one process
+/// granted the same name 3 ms apart: their process was paused past its
+/// session while both waited; on resume both carried on in a new session,
+/// and the old session's clean-up of the first — handed to the new session
+/// as if the call had ended — found the first's new node by its attempt id
+/// and deleted it under its holder.
+///
+/// Here the old session is cut off by a blackhole (the server hears
+/// nothing and ends it; the client gives it up later), the name comes
+/// free, and the cut heals: the waiting `lock` carries on and is granted at
+/// once in the new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_carried_on_into_a_new_session_keeps_its_hold() {
+    let Some(server) = server() else { return };
+    let name = unique("carried_on");
+    let (observer_backend, observer) = process(&server, None).await;
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let url = format!("zk://{}{}?session_timeout=4s", proxy.addr(), server.chroot);
+    let backend = ZkBackend::from_url(&url).await.expect("connect through the proxy");
+    let client = lockkit::LockClient::new(backend.clone(), lockkit::LockOptions::new()).expect("client");
+
+    let held = observer.lock(&name).await.expect("another owner locks");
+    let waiting = {
+        let (client, name) = (client.clone(), name.clone());
+        tokio::spawn(async move { client.lock_with(&name, &client.options().wait(BOUND * 2)).await })
+    };
+    until_queued(&observer_backend, &name, 2).await;
+
+    proxy.set(Fault::Blackhole);
+    let given_up = tokio::time::Instant::now() + BOUND;
+    while backend.session_id().is_some() {
+        assert!(
+            tokio::time::Instant::now() < given_up,
+            "the client gives its session up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The server ended the session first (it heard nothing): only the
+    // observer's node is left; the name comes free.
+    until_queued(&observer_backend, &name, 1).await;
+    held.unlock().await.expect("the other owner unlocks");
+    proxy.set(Fault::Pass);
+
+    let guard = timeout(BOUND, waiting)
+        .await
+        .expect("the lock carried on is granted")
+        .expect("task")
+        .expect("lock");
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!guard.is_lost(), "the carried-on hold is not lost");
+        assert!(
+            observer.try_lock(&name).await.expect("try_lock").is_none(),
+            "another owner got the name while the carried-on attempt holds it"
+        );
+    }
+    assert_eq!(guard.unlock().await.expect("unlock").remaining_holds, 0);
+    assert_eq!(
+        observer_backend.contenders(&name).await.unwrap(),
+        0,
+        "no node left behind"
+    );
+}

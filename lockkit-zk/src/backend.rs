@@ -105,8 +105,8 @@ use crate::config::ZkConfig;
 use crate::error::{BACKEND, ForeignNode, is_connection_loss, is_session_end, zk};
 use crate::nodes::{NodeData, Share, owner_tag, parent_path, queue, share_name};
 use crate::queue::{
-    Change, Cleanup, DeleteError, Known, Leftover, Plan, View, ZkResult, change, count_after, delete_hold, enqueue,
-    hold_of, list, list_held, plan, read, refresh, sync,
+    Change, Cleanup, DeleteError, Known, Leftover, Orphan, Plan, View, ZkResult, change, count_after, delete_hold,
+    enqueue, hold_of, list, list_held, plan, read, refresh, sync,
 };
 use crate::session::{Counters, Session, Sessions};
 
@@ -325,6 +325,21 @@ impl LockBackend for ZkBackend {
     }
 }
 
+/// An acquisition carried on from a session that ended, until it queues
+/// in a new one: if it ends first (its wait runs out or fails while a new
+/// session is made, or the caller drops it), whatever it left in the ended
+/// session — which the server may keep a while — goes to the backend's next
+/// session to take back (see `Leftover::orphaned`).
+struct CarriedOn(Option<(Arc<Session>, Orphan)>);
+
+impl Drop for CarriedOn {
+    fn drop(&mut self) {
+        if let Some((session, orphan)) = self.0.take() {
+            session.orphan(orphan);
+        }
+    }
+}
+
 /// How a wait in one session ended.
 enum Waited {
     Acquired(Lease),
@@ -358,12 +373,18 @@ macro_rules! step {
         }
     };
     // With the acquisition's clean-up: an error takes its node (and any
-    // share it may have made) back before it is returned.
+    // share it may have made) back before it is returned. A session that
+    // ended disarms it: the call carries on with the same attempt in a new
+    // session, where the old session's node (which the server may keep a
+    // while) is taken back as one of the attempt's earlier nodes — a
+    // clean-up handed to the new session now could take the carried-on
+    // attempt's new node for a leftover.
     ($session:expr, $name:expr, $restart:expr, $e:expr, $cleanup:ident) => {
         match $e {
             Ok(v) => v,
             Err(e) if is_session_end(&e) => {
                 $session.end(&e);
+                $cleanup.disarm();
                 return Ok($restart);
             }
             Err(e) => {
@@ -645,11 +666,14 @@ impl Inner {
         if let Some(lease) = self.reenter_cached(name, owner, attempt).await? {
             return Ok(TryAcquire::Acquired(lease));
         }
+        let mut carried = CarriedOn(None);
         for _ in 0..SESSION_RESTARTS {
             let session = self.sessions.get().await?;
+            carried.0 = None;
             if let Some(outcome) = self.try_in_session(&session, name, owner, attempt).await? {
                 return Ok(outcome);
             }
+            carried.0 = Some((session, Orphan::new(&parent_path(name), owner, attempt)));
         }
         Err(session_kept_ending("acquire", name))
     }
@@ -755,15 +779,21 @@ impl Inner {
             }
         }
         let mut restarts = 0;
+        let mut carried = CarriedOn(None);
         loop {
             let Some(session) = until(deadline, self.sessions.get()).await else {
                 return Ok(None);
             };
-            match self.wait_in_session(&session?, name, owner, attempt, deadline).await? {
+            let session = session?;
+            // Queued again: the new session's clean-up covers the attempt's
+            // earlier nodes (see `Leftover::queued`).
+            carried.0 = None;
+            match self.wait_in_session(&session, name, owner, attempt, deadline).await? {
                 Waited::Acquired(lease) => return Ok(Some(lease)),
                 Waited::TimedOut => return Ok(None),
                 Waited::Restart => {
                     restarts += 1;
+                    carried.0 = Some((session, Orphan::new(&parent_path(name), owner, attempt)));
                     tracing::debug!(backend = BACKEND, lock = %name, restarts, "queueing again in a new session");
                 }
             }
@@ -922,11 +952,15 @@ impl Inner {
                                     tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the node waited for");
                                     if event.event_type == EventType::Session && event.session_state.is_terminated() {
                                         session.end(event.session_state);
+                                        cleanup.disarm();
                                         return Ok(Waited::Restart);
                                     }
                                 }
                                 _ = sleep_until(deadline) => return Ok(give_up(cleanup).await),
-                                _ = session.ended() => return Ok(Waited::Restart),
+                                _ = session.ended() => {
+                                    cleanup.disarm();
+                                    return Ok(Waited::Restart);
+                                }
                             }
                         }
                         // Gone already, or the answer was lost: look again.

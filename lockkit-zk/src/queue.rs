@@ -484,6 +484,19 @@ pub(crate) struct Orphan {
     find_share: bool,
 }
 
+impl Orphan {
+    /// Everything `attempt` of `owner` may have left under `parent` (its
+    /// contender nodes, its share in any node of the hold).
+    pub(crate) fn new(parent: &str, owner: &str, attempt: &str) -> Self {
+        Orphan {
+            parent: parent.to_owned(),
+            owner: owner.to_owned(),
+            attempt: attempt.to_owned(),
+            find_share: true,
+        }
+    }
+}
+
 impl Leftover {
     /// The contender node of `q`, as created, and any other node of the
     /// attempt that `q`'s first listing shows (an earlier session's: it

@@ -49,18 +49,10 @@ const TTL: Duration = Duration::from_secs(1);
 /// answer; `ANSWER answer`; `LOST reason` once the lost signal fired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_process() {
-    if std::env::var(ROLE).is_err() {
+    let Some(guard) = child_locks().await else {
         return;
-    }
-    let url = std::env::var(URL).expect("child url");
-    let name = std::env::var(NAME).expect("child lock name");
-    let locks = lockkit::connect(&url).await.expect("child connects");
-    let guard = locks
-        .lock_with(&name, &locks.options().ttl(TTL).wait(BOUND))
-        .await
-        .expect("child locks");
+    };
     let token = guard.fencing_token();
-    println!("HELD {token}");
     let go = read_line().await;
     assert_eq!(go.trim(), "write", "child: unexpected {go:?}");
     println!("WRITE {token} lost={}", guard.is_lost());
@@ -81,18 +73,10 @@ async fn holder_process() {
 /// has run, must say `lost=true` once another owner has the lock.
 #[tokio::test]
 async fn stalled_holder_process() {
-    if std::env::var(ROLE).is_err() {
+    let Some(guard) = child_locks().await else {
         return;
-    }
-    let url = std::env::var(URL).expect("child url");
-    let name = std::env::var(NAME).expect("child lock name");
-    let locks = lockkit::connect(&url).await.expect("child connects");
-    let guard = locks
-        .lock_with(&name, &locks.options().ttl(TTL).wait(BOUND))
-        .await
-        .expect("child locks");
+    };
     let token = guard.fencing_token();
-    println!("HELD {token}");
     // The stall: this blocks the runtime's only thread.
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).expect("child stdin");
@@ -103,6 +87,21 @@ async fn stalled_holder_process() {
         .expect("child: the lost signal fires after the stall");
     println!("LOST {:?}", guard.lost_reason());
     guard.abandon();
+}
+
+/// The child's lock, announced with `HELD token`; `None` when this binary
+/// is not running as the child.
+async fn child_locks() -> Option<lockkit::LockGuard> {
+    std::env::var(ROLE).ok()?;
+    let url = std::env::var(URL).expect("child url");
+    let name = std::env::var(NAME).expect("child lock name");
+    let locks = lockkit::connect(&url).await.expect("child connects");
+    let guard = locks
+        .lock_with(&name, &locks.options().ttl(TTL).wait(BOUND))
+        .await
+        .expect("child locks");
+    println!("HELD {}", guard.fencing_token());
+    Some(guard)
 }
 
 async fn read_line() -> String {
@@ -304,22 +303,61 @@ async fn stalled(label: &str, url: &str, other: LockClient) {
     eprintln!("{label}: the stalled holder knew at its first look ({reason})");
 }
 
-/// The scenario on the server in `var`, A connecting with `params` added.
-async fn on_server(var: &str, params: &str) {
-    let Some(url) = lockkit_core::testkit::server_url(var) else {
-        return;
-    };
-    let other = lockkit::connect(&url).await.expect("connect");
-    kleppmann(var, &with_params(&url, params), other).await;
+/// The two scenarios with A in a child process.
+#[derive(Clone, Copy)]
+enum Scenario {
+    /// [`kleppmann`]: A frozen with SIGSTOP, then writing with its token.
+    Paused,
+    /// [`stalled`]: A's runtime blocked, then looking at its guard.
+    Stalled,
 }
 
-/// The stalled holder on the server in `var`, A connecting with `params`.
-async fn stalled_on_server(var: &str, params: &str) {
+impl Scenario {
+    async fn run(self, label: &str, url: &str, other: LockClient) {
+        match self {
+            Scenario::Paused => kleppmann(label, url, other).await,
+            Scenario::Stalled => stalled(label, url, other).await,
+        }
+    }
+}
+
+/// `scenario` on the server in `var`, A connecting with `params` added.
+async fn on_server(var: &str, params: &str, scenario: Scenario) {
     let Some(url) = lockkit_core::testkit::server_url(var) else {
         return;
     };
     let other = lockkit::connect(&url).await.expect("connect");
-    stalled(var, &with_params(&url, params), other).await;
+    scenario.run(var, &with_params(&url, params), other).await;
+}
+
+/// `scenario` on an SQLite file both processes open.
+#[cfg(feature = "sqlite")]
+async fn on_sqlite(scenario: Scenario) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!(
+        "sqlite://{}?sweep_interval=200ms",
+        dir.path().join("fencing.db").display()
+    );
+    let other = lockkit::connect(&url).await.expect("connect");
+    scenario.run("sqlite", &url, other).await;
+}
+
+/// Both scenarios as tests: `feature, paused test, stalled test, server
+/// URL variable, A's extra URL parameters`.
+macro_rules! on_servers {
+    ($($feature:literal, $paused:ident, $stalled:ident, $var:literal, $params:literal;)*) => {$(
+        #[cfg(feature = $feature)]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $paused() {
+            on_server($var, $params, Scenario::Paused).await;
+        }
+
+        #[cfg(feature = $feature)]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $stalled() {
+            on_server($var, $params, Scenario::Stalled).await;
+        }
+    )*};
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,87 +396,27 @@ async fn memory_paused_holder_is_fenced_off() {
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_paused_holder_is_fenced_off() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!(
-        "sqlite://{}?sweep_interval=200ms",
-        dir.path().join("fencing.db").display()
-    );
-    let other = lockkit::connect(&url).await.expect("connect");
-    kleppmann("sqlite", &url, other).await;
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_paused_holder_is_fenced_off() {
-    on_server("LOCKKIT_REDIS_URL", "response_timeout=500ms").await;
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redlock_paused_holder_is_fenced_off() {
-    on_server("LOCKKIT_REDLOCK_URL", "node_timeout=100ms").await;
-}
-
-#[cfg(feature = "mysql")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_paused_holder_is_fenced_off() {
-    on_server("LOCKKIT_MYSQL_URL", "sweep_interval=200ms").await;
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_paused_holder_is_fenced_off() {
-    on_server("LOCKKIT_POSTGRES_URL", "sweep_interval=200ms").await;
-}
-
-/// The lease is the session: A's pause outlasts its session timeout.
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_paused_holder_is_fenced_off() {
-    on_server("LOCKKIT_ZK_URL", "session_timeout=3s").await;
+    on_sqlite(Scenario::Paused).await;
 }
 
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_stalled_holder_knows_at_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!(
-        "sqlite://{}?sweep_interval=200ms",
-        dir.path().join("stalled.db").display()
-    );
-    let other = lockkit::connect(&url).await.expect("connect");
-    stalled("sqlite", &url, other).await;
+    on_sqlite(Scenario::Stalled).await;
 }
 
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_stalled_holder_knows_at_once() {
-    stalled_on_server("LOCKKIT_REDIS_URL", "response_timeout=500ms").await;
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redlock_stalled_holder_knows_at_once() {
-    stalled_on_server("LOCKKIT_REDLOCK_URL", "node_timeout=100ms").await;
-}
-
-#[cfg(feature = "mysql")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_stalled_holder_knows_at_once() {
-    stalled_on_server("LOCKKIT_MYSQL_URL", "sweep_interval=200ms").await;
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_stalled_holder_knows_at_once() {
-    stalled_on_server("LOCKKIT_POSTGRES_URL", "sweep_interval=200ms").await;
-}
-
-/// The session expires while A's process does not run; when it runs again,
-/// its first look — before the client library has noticed anything — must
-/// say lost: the session's deadline has passed.
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_stalled_holder_knows_at_once() {
-    stalled_on_server("LOCKKIT_ZK_URL", "session_timeout=3s").await;
+// ZooKeeper: the lease is the session; A's pause (or stall) outlasts its
+// session timeout, and the stalled A's first look — before the client
+// library has noticed anything — must say lost by the session's deadline.
+on_servers! {
+    "redis", redis_paused_holder_is_fenced_off, redis_stalled_holder_knows_at_once,
+        "LOCKKIT_REDIS_URL", "response_timeout=500ms";
+    "redis", redlock_paused_holder_is_fenced_off, redlock_stalled_holder_knows_at_once,
+        "LOCKKIT_REDLOCK_URL", "node_timeout=100ms";
+    "mysql", mysql_paused_holder_is_fenced_off, mysql_stalled_holder_knows_at_once,
+        "LOCKKIT_MYSQL_URL", "sweep_interval=200ms";
+    "postgres", postgres_paused_holder_is_fenced_off, postgres_stalled_holder_knows_at_once,
+        "LOCKKIT_POSTGRES_URL", "sweep_interval=200ms";
+    "zookeeper", zookeeper_paused_holder_is_fenced_off, zookeeper_stalled_holder_knows_at_once,
+        "LOCKKIT_ZK_URL", "session_timeout=3s";
 }

@@ -153,7 +153,7 @@ pub struct ZkStats {
 }
 
 struct Inner {
-    sessions: Sessions,
+    sessions: Arc<Sessions>,
     counters: Arc<Counters>,
     /// This backend's own node of each hold it has, by lock name: where it
     /// is and what its data was after our last write, so release and
@@ -204,7 +204,7 @@ impl ZkBackend {
     pub async fn connect(config: ZkConfig) -> Result<Self, LockError> {
         let counters = Arc::new(Counters::default());
         let inner = Arc::new(Inner {
-            sessions: Sessions::new(config, counters.clone()),
+            sessions: Arc::new(Sessions::new(config, counters.clone())),
             counters,
             held: Mutex::new(Held::default()),
         });
@@ -782,6 +782,9 @@ impl Inner {
         let mut carried = CarriedOn(None);
         loop {
             let Some(session) = until(deadline, self.sessions.get()).await else {
+                if let Some((ended, orphan)) = carried.0.take() {
+                    Leftover::orphaned(&ended, orphan).in_next_session().await;
+                }
                 return Ok(None);
             };
             let session = session?;
@@ -1222,7 +1225,8 @@ async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output
 /// gets a quarter second, then the rest goes on in the background), in the
 /// background while the connection is suspended (its requests would wait
 /// for the reconnection), and in the backend's next session if this one
-/// ended (see `Leftover::orphaned`).
+/// ended: at once if one can be had within a quarter second (see
+/// `Leftover::in_next_session`), else when the next one is made.
 async fn give_up(cleanup: Cleanup) -> Waited {
     cleanup.run().await;
     Waited::TimedOut

@@ -539,12 +539,41 @@ impl Leftover {
     /// Hands this leftover to the backend's next session: its own ended.
     fn orphan(self) {
         tracing::debug!(backend = BACKEND, parent = %self.parent, attempt = %self.attempt, "the session ended first: the next session takes the acquisition's leftover back");
-        self.session.orphan(Orphan {
+        let session = self.session.clone();
+        session.orphan(self.into_orphan());
+    }
+
+    fn into_orphan(self) -> Orphan {
+        Orphan {
             parent: self.parent,
             owner: self.owner,
             attempt: self.attempt,
             find_share: self.find_share,
-        });
+        }
+    }
+
+    /// Takes this leftover of an ended session back at once in the
+    /// backend's next session, if one can be had within [`FIRST_TRY`] (the
+    /// network healed, the server just has not ended the old session yet):
+    /// the call that left it has not returned yet, so the owner's other
+    /// processes cannot meet its node as a hold after it failed. Otherwise,
+    /// and for what that try leaves, the next session does it later.
+    pub(crate) async fn in_next_session(self) {
+        let started = tokio::time::Instant::now();
+        let Some(sessions) = self.session.sessions() else {
+            return self.orphan();
+        };
+        let next = match tokio::time::timeout(FIRST_TRY, sessions.get()).await {
+            Ok(Ok(next)) if !next.is_dead() => next,
+            _ => return self.orphan(),
+        };
+        let mut leftover = Leftover::orphaned(&next, self.into_orphan());
+        let left = FIRST_TRY.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, leftover.take_back()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if is_session_end(&e) => leftover.orphan(),
+            Ok(Err(_)) | Err(_) => leftover.spawn(),
+        }
     }
 
     /// A contender node whose create failed without an answer that says it
@@ -693,7 +722,7 @@ impl Leftover {
     /// wait for the reconnection).
     pub(crate) async fn take_back_now(mut self) {
         if self.session.is_dead() {
-            return self.orphan();
+            return self.in_next_session().await;
         }
         if !self.session.connected() {
             self.spawn();
@@ -701,7 +730,7 @@ impl Leftover {
         }
         match tokio::time::timeout(FIRST_TRY, self.take_back()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) if is_session_end(&e) => self.orphan(),
+            Ok(Err(e)) if is_session_end(&e) => self.in_next_session().await,
             Ok(Err(_)) | Err(_) => self.spawn(),
         }
     }

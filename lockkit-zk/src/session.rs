@@ -103,7 +103,7 @@ impl Sessions {
     }
 
     /// The live session, connecting a new one if there is none or it ended.
-    pub async fn get(&self) -> Result<Arc<Session>, LockError> {
+    pub async fn get(self: &Arc<Self>) -> Result<Arc<Session>, LockError> {
         if let Some(s) = self.peek() {
             self.adopt_orphans(&s);
             return Ok(s);
@@ -113,7 +113,7 @@ impl Sessions {
             self.adopt_orphans(&s);
             return Ok(s);
         }
-        let session = Session::connect(&self.config, &self.counters, &self.orphans).await?;
+        let session = Session::connect(self, &self.config, &self.counters, &self.orphans).await?;
         let old = lock(&self.current).replace(session.clone());
         if let Some((old, marker)) = old
             .filter(|o| o.id != session.id)
@@ -160,6 +160,8 @@ pub(crate) struct Session {
     dead: CancellationToken,
     /// The backend's leftovers for its next session (see [`Sessions`]).
     orphans: Arc<Mutex<Vec<Orphan>>>,
+    /// The backend's sessions, for a leftover of this one once it ended.
+    sessions: Weak<Sessions>,
     /// Until when the session certainly lives (see [`SessionDeadline`]):
     /// every lease of the session carries it, and [`crate::heartbeat`]
     /// moves it forward.
@@ -185,6 +187,7 @@ impl fmt::Debug for Session {
 
 impl Session {
     async fn connect(
+        sessions: &Arc<Sessions>,
         config: &ZkConfig,
         counters: &Arc<Counters>,
         orphans: &Arc<Mutex<Vec<Orphan>>>,
@@ -258,6 +261,7 @@ impl Session {
             epoch: Mutex::new(CancellationToken::new()),
             dead: CancellationToken::new(),
             orphans: orphans.clone(),
+            sessions: Arc::downgrade(sessions),
             deadline,
             nodes: Mutex::new(HashMap::new()),
             next_watch: AtomicU64::new(0),
@@ -341,6 +345,11 @@ impl Session {
     /// backend's next session.
     pub fn orphan(&self, orphan: Orphan) {
         lock(&self.orphans).push(orphan);
+    }
+
+    /// The backend's sessions, unless the backend is gone.
+    pub fn sessions(&self) -> Option<Arc<Sessions>> {
+        self.sessions.upgrade()
     }
 
     /// Waits until the connection is up (true) or the session has ended

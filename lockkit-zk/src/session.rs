@@ -342,9 +342,17 @@ impl Session {
     }
 
     /// Hands a leftover this ended session could not take back to the
-    /// backend's next session.
+    /// backend's next session: the live one if there is one already, else
+    /// the next one made. (Pushed first, then looked for: a session made
+    /// meanwhile either is seen here or adopts it itself.)
     pub fn orphan(&self, orphan: Orphan) {
         lock(&self.orphans).push(orphan);
+        if let Some(sessions) = self.sessions()
+            && let Some(live) = sessions.peek().filter(|s| s.id != self.id)
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            sessions.adopt_orphans(&live);
+        }
     }
 
     /// The backend's sessions, unless the backend is gone.

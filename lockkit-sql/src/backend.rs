@@ -78,6 +78,8 @@ use crate::db::{Arg, Col, Db, Val};
 use crate::error::{Class, backend_error, classify, schema_error};
 use crate::listener::{InLine, Waiters};
 use crate::queue::{Place, Places};
+#[cfg(feature = "mysql")]
+use crate::sql::mysql_inline;
 use crate::sql::{ClaimShape, Statements};
 
 /// Connects to the database a `mysql://`, `mariadb://`, `postgres://` or
@@ -104,6 +106,8 @@ struct Inner {
     kind: &'static str,
     config: SqlConfig,
     db: Db,
+    /// The fair line's statements (see [`Db::open_line`]).
+    line_db: Db,
     sql: Statements,
     waiters: Arc<Waiters>,
     /// The places this backend's fair waiters hold in line (renewed by the
@@ -186,6 +190,7 @@ impl Queued {
     /// The claim that gave the name took the row out.
     fn served(mut self) {
         self.done = true;
+        self.line.served();
     }
 
     /// Gave up (wait bound, error): the row goes now, then the next in this
@@ -266,7 +271,11 @@ impl SqlBackend {
         if config.dialect == Dialect::Sqlite {
             check_sqlite_dir(&config.database)?;
         }
-        let db = Db::open(&config).map_err(|e| match e {
+        let opened = Db::open(&config).and_then(|db| {
+            let line_db = db.open_line(&config)?;
+            Ok((db, line_db))
+        });
+        let (db, line_db) = opened.map_err(|e| match e {
             sqlx::Error::Configuration(e) => LockError::config("url", e.to_string()),
             e => backend_error(kind, "connect", None, e),
         })?;
@@ -280,6 +289,7 @@ impl SqlBackend {
                 kind,
                 sql: Statements::new(config.dialect, &config.table),
                 db,
+                line_db,
                 waiters: Waiters::shared(shared_key),
                 places: Arc::default(),
                 #[cfg(feature = "postgres")]
@@ -305,7 +315,7 @@ impl SqlBackend {
             );
         }
         crate::queue::spawn_renewer(
-            inner.db.clone(),
+            inner.line_db.clone(),
             inner.sql.clone(),
             inner.places.clone(),
             inner.config.queue_lease,
@@ -500,11 +510,13 @@ impl SqlBackend {
     /// the head tries again on its backoff (bounded by the holder's lease);
     /// the others sleep until a release wakes the first waiter of this
     /// process (a local release, or on Postgres any release, through the
-    /// listener), the waiter ahead of them in this process leaves or is
-    /// served, or their place is renewed (every third of the queue lease:
-    /// the line may have moved in another process, or a waiter ahead died).
-    /// On MySQL and SQLite, which cannot push a release to another process,
-    /// the first waiter of each process also looks every [`LOOK`].
+    /// listener), the waiter ahead of them in this process leaves, or their
+    /// place is renewed (every third of the queue lease: the line may have
+    /// moved in another process, or a waiter ahead died). A waiter ahead
+    /// that is served (took the name, which is held then) only makes the
+    /// next one the first of this process, without a try. On MySQL and
+    /// SQLite, which cannot push a release to another process, the first
+    /// waiter of each process also looks every [`LOOK`].
     async fn acquire_fair(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let inner = &self.inner;
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
@@ -549,7 +561,10 @@ impl SqlBackend {
         let mut queued = self.join_line(req).await?;
         drop(passing);
         let mut backoff = Backoff::new(Duration::from_millis(2), inner.config.max_backoff);
-        let mut last_error: Option<LockError>;
+        let mut last_error: Option<LockError> = None;
+        // Woken only because the waiter before it in this process took the
+        // name: the name is held, so wait on as the first without a try.
+        let mut moved_up = false;
         loop {
             if queued.place.rejoin.swap(false, std::sync::atomic::Ordering::Relaxed) {
                 // The row went (its lease ran out while this task stalled):
@@ -564,23 +579,27 @@ impl SqlBackend {
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (retry_in, head) = match self.detached_attempt(req, true).await {
-                Ok((TryAcquire::Acquired(lease), _)) => {
-                    queued.served();
-                    return Ok(Some(lease));
-                }
-                Ok((TryAcquire::Busy { retry_in }, head)) => {
-                    last_error = None;
-                    (retry_in, head)
-                }
-                Err(e) if e.is_retryable() => {
-                    tracing::debug!(error = %e, "lock attempt failed; retrying");
-                    last_error = Some(e);
-                    (None, true)
-                }
-                Err(e) => {
-                    queued.leave().await;
-                    return Err(e);
+            let (retry_in, head) = if std::mem::take(&mut moved_up) {
+                (None, false)
+            } else {
+                match self.detached_attempt(req, true).await {
+                    Ok((TryAcquire::Acquired(lease), _)) => {
+                        queued.served();
+                        return Ok(Some(lease));
+                    }
+                    Ok((TryAcquire::Busy { retry_in }, head)) => {
+                        last_error = None;
+                        (retry_in, head)
+                    }
+                    Err(e) if e.is_retryable() => {
+                        tracing::debug!(error = %e, "lock attempt failed; retrying");
+                        last_error = Some(e);
+                        (None, true)
+                    }
+                    Err(e) => {
+                        queued.leave().await;
+                        return Err(e);
+                    }
                 }
             };
             let now = tokio::time::Instant::now();
@@ -607,8 +626,10 @@ impl SqlBackend {
                 deadline.map_or(idle, |d| d.saturating_duration_since(now).min(idle))
             };
             tokio::select! {
-                _ = notified => {}
-                _ = tokio::time::sleep(delay) => {}
+                _ = notified => moved_up = queued.line.take_moved_up(),
+                _ = tokio::time::sleep(delay) => {
+                    queued.line.take_moved_up();
+                }
             }
         }
     }
@@ -1060,12 +1081,14 @@ impl Inner {
                     self.db.mysql_batch(batch, &[])
                 })
                 .await?;
-            // BEGIN, the mark, the waiter row.
-            let id = done.get(2).map_or(u64::MAX, |d| d.last_id);
+            // BEGIN, the waiter row, COMMIT, the mark.
+            let id = done.get(1).map_or(u64::MAX, |d| d.last_id);
             return Ok(i64::try_from(id).unwrap_or(i64::MAX));
         }
         let row = self
-            .retry_idempotent("acquire", n, || self.db.fetch_one(&self.sql.join, &args, &[Col::Int]))
+            .retry_idempotent("acquire", n, || {
+                self.line_db.fetch_one(&self.sql.join, &args, &[Col::Int])
+            })
             .await?;
         Ok(row.map_or(i64::MAX, |r| r[0].int()))
     }
@@ -1073,7 +1096,7 @@ impl Inner {
     /// Takes `attempt` out of its line (idempotent).
     async fn leave(&self, attempt: &str) -> Result<(), LockError> {
         let args = [Arg::Text(Some(attempt))];
-        self.retry_idempotent("acquire", None, || self.db.exec(&self.sql.leave, &args))
+        self.retry_idempotent("acquire", None, || self.line_db.exec(&self.sql.leave, &args))
             .await
             .map(drop)
     }
@@ -1099,6 +1122,13 @@ impl Inner {
         hold: &Hold,
         attempt: Option<&str>,
     ) -> Result<(bool, bool), LockError> {
+        #[cfg(feature = "mysql")]
+        if let Some(queued) = queued
+            && self.config.dialect == Dialect::Mysql
+            && self.waiters.has_line(hold.name.as_bytes())
+        {
+            return self.delete_batched(operation, (sql, queued), hold, attempt).await;
+        }
         let (gone, unsure) = self.delete_once(operation, sql, hold, attempt).await?;
         match queued {
             Some(queued) if !gone => {
@@ -1107,6 +1137,37 @@ impl Inner {
             }
             _ => Ok((gone, unsure)),
         }
+    }
+
+    /// MySQL, when this process has waiters in the name's line (so the row
+    /// is most likely marked): both statements of [`delete`](Self::delete)
+    /// in one round trip, each its own autocommit — the update finds no row
+    /// after a delete that took it.
+    #[cfg(feature = "mysql")]
+    async fn delete_batched(
+        &self,
+        operation: &'static str,
+        (sql, queued): (&Arc<str>, &Arc<str>),
+        hold: &Hold,
+        attempt: Option<&str>,
+    ) -> Result<(bool, bool), LockError> {
+        let [a, b, c] = Self::hold_args(hold);
+        let with_attempt = [a, b, c, Arg::Text(attempt)];
+        let args = if attempt.is_some() {
+            &with_attempt[..]
+        } else {
+            &with_attempt[..3]
+        };
+        let batch = format!("{}; {}", mysql_inline(sql, args), mysql_inline(queued, args));
+        let n = Some(hold.name.as_str());
+        let ((done, _), unsure) = self
+            .retry_if(operation, n, true, || self.db.mysql_batch(batch.clone(), &[]))
+            .await?;
+        let gone = done.iter().any(|d| d.rows > 0);
+        if gone {
+            self.waiters.wake(hold.name.as_bytes());
+        }
+        Ok((gone, unsure))
     }
 
     /// One statement of [`delete`](Self::delete).

@@ -66,8 +66,10 @@ pub(crate) enum Db {
     Mysql(sqlx::MySqlPool),
     #[cfg(feature = "postgres")]
     Postgres(sqlx::PgPool),
+    /// The pool, and the turn its statements take on the database file
+    /// (see [`sqlite_gate`]).
     #[cfg(feature = "sqlite")]
-    Sqlite(sqlx::SqlitePool),
+    Sqlite(sqlx::SqlitePool, Arc<tokio::sync::Mutex<()>>),
     /// Built without any driver: no pool can exist.
     #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
     #[allow(dead_code)]
@@ -83,7 +85,7 @@ macro_rules! with_pool {
             #[cfg(feature = "postgres")]
             $crate::db::Db::Postgres($pool) => $body,
             #[cfg(feature = "sqlite")]
-            $crate::db::Db::Sqlite($pool) => $body,
+            $crate::db::Db::Sqlite($pool, _) => $body,
             #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
             $crate::db::Db::None(never) => match *never {},
         }
@@ -121,6 +123,43 @@ macro_rules! decode_row {
     }};
 }
 
+/// The turn that the statements of every backend of this process on one
+/// SQLite file take, one at a time in the order they ask (FIFO). SQLite runs
+/// one writer at a time, and a connection that finds another writing waits
+/// in SQLite's busy handler, which sleeps 1, 2, 5, 10 … ms between looks: a
+/// hand-off between two clients of one process paid a millisecond sleep
+/// whenever their statements met. Queued here they follow each other at
+/// once, in order. Other processes on the file still meet in the busy
+/// handler. Statements are single autocommit statements, so a turn is
+/// never held across an await of anything but its own statement.
+#[cfg(feature = "sqlite")]
+fn sqlite_gate(database: &str) -> Arc<tokio::sync::Mutex<()>> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, Weak};
+    static GATES: OnceLock<Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    // The directory resolved (the file may not exist yet).
+    let path = std::path::Path::new(database);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let key = match (std::fs::canonicalize(dir), path.file_name()) {
+        (Ok(dir), Some(file)) => dir.join(file).to_string_lossy().into_owned(),
+        _ => database.to_owned(),
+    };
+    let mut gates = GATES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    gates.retain(|_, g| g.strong_count() > 0);
+    if let Some(gate) = gates.get(&key).and_then(Weak::upgrade) {
+        return gate;
+    }
+    let gate = Arc::new(tokio::sync::Mutex::new(()));
+    gates.insert(key, Arc::downgrade(&gate));
+    gate
+}
+
 /// How long a pooled connection may sit idle before it is pinged on
 /// checkout: catches connections a database restart left dead, without a
 /// ping on every statement.
@@ -130,6 +169,36 @@ impl Db {
     /// Opens the pool (connections are made on demand; the first statement
     /// — `migrate` — proves the database is reachable).
     pub fn open(config: &SqlConfig) -> Result<Self, sqlx::Error> {
+        Self::open_with(config, false)
+    }
+
+    /// The pool for the statements of the fair line (joining it, leaving
+    /// it, renewing places), whose commits need not wait for a flush to
+    /// disk: Postgres sessions with `synchronous_commit=off`, SQLite
+    /// connections with `synchronous=NORMAL` (the same file, in turn with
+    /// the main pool). A place in line is a lease its waiter renews, and a
+    /// waiter whose row a crash lost joins again; any later flushed commit
+    /// (a claim, a release) flushes the line's earlier writes with it, so
+    /// the order of what survives is kept. Every hand-off used to pay three
+    /// flushes (the release, the next holder's claim, the releaser joining
+    /// the line again); now two, like the floor's cycle. MySQL has no
+    /// per-session setting for it (and an in-memory SQLite database no
+    /// second pool): `self` is used there.
+    pub fn open_line(&self, config: &SqlConfig) -> Result<Self, sqlx::Error> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(..) if config.database == ":memory:" => Ok(self.clone()),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => Self::open_with(config, true),
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(..) => Self::open_with(config, true),
+            #[allow(unreachable_patterns)]
+            _ => Ok(self.clone()),
+        }
+    }
+
+    /// [`open`](Self::open); `soft`: the line's pool (see [`open_line`](Self::open_line)).
+    fn open_with(config: &SqlConfig, soft: bool) -> Result<Self, sqlx::Error> {
         fn options<DB: sqlx::Database>(config: &SqlConfig) -> sqlx::pool::PoolOptions<DB> {
             sqlx::pool::PoolOptions::<DB>::new()
                 .max_connections(config.max_connections)
@@ -179,7 +248,13 @@ impl Db {
                 let opts = sqlx::postgres::PgConnectOptions::from_str(&config.database)?
                     .application_name("lockkit")
                     .options([("enable_seqscan", "off")]);
-                Ok(Db::Postgres(options::<sqlx::Postgres>(config).connect_lazy_with(opts)))
+                let (opts, pool) = if soft {
+                    let pool = options::<sqlx::Postgres>(config).max_connections(config.max_connections.min(2));
+                    (opts.options([("synchronous_commit", "off")]), pool)
+                } else {
+                    (opts, options::<sqlx::Postgres>(config))
+                };
+                Ok(Db::Postgres(pool.connect_lazy_with(opts)))
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
@@ -192,16 +267,28 @@ impl Db {
                         .filename(&config.database)
                         .create_if_missing(true)
                         .journal_mode(SqliteJournalMode::Wal)
-                        .synchronous(SqliteSynchronous::Full)
+                        .synchronous(if soft {
+                            SqliteSynchronous::Normal
+                        } else {
+                            SqliteSynchronous::Full
+                        })
                 };
                 let opts = opts.busy_timeout(config.connect_timeout.max(Duration::from_secs(5)));
                 let mut pool = options::<sqlx::Sqlite>(config);
+                if soft {
+                    pool = pool.max_connections(config.max_connections.min(2));
+                }
                 if memory {
                     // The shared in-memory database lives as long as one
                     // connection to it: keep one, forever.
                     pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
                 }
-                Ok(Db::Sqlite(pool.connect_lazy_with(opts)))
+                let gate = if memory {
+                    Arc::default()
+                } else {
+                    sqlite_gate(&config.database)
+                };
+                Ok(Db::Sqlite(pool.connect_lazy_with(opts), gate))
             }
             #[allow(unreachable_patterns)]
             other => Err(sqlx::Error::Configuration(
@@ -259,7 +346,8 @@ impl Db {
                 })
             }
             #[cfg(feature = "sqlite")]
-            Db::Sqlite(pool) => {
+            Db::Sqlite(pool, gate) => {
+                let _turn = gate.lock().await;
                 let r = query!().execute(pool).await?;
                 Ok(Done {
                     rows: r.rows_affected(),
@@ -274,6 +362,12 @@ impl Db {
     /// Runs a query; every row decoded as `cols` says.
     pub async fn fetch(&self, sql: &Arc<str>, args: &[Arg<'_>], cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
         use sqlx::Row;
+        #[cfg(feature = "sqlite")]
+        let _turn = match self {
+            Db::Sqlite(_, gate) => Some(gate.lock().await),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        };
         with_pool!(self, pool => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
             let rows = bind_all!(query, args).fetch_all(pool).await?;
@@ -369,5 +463,24 @@ impl Db {
     /// Closes the pool (waits for checked-out connections to come back).
     pub async fn close(&self) {
         with_pool!(self, pool => pool.close().await)
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_gate_per_sqlite_file_however_named() {
+        let dir = std::env::temp_dir().join(format!("lockkit-gate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = dir.join("a.db");
+        let dotted = dir.join(".").join("a.db");
+        let a = sqlite_gate(plain.to_str().unwrap());
+        let b = sqlite_gate(dotted.to_str().unwrap());
+        let other = sqlite_gate(dir.join("b.db").to_str().unwrap());
+        assert!(Arc::ptr_eq(&a, &b), "the same file (not created yet) shares one gate");
+        assert!(!Arc::ptr_eq(&a, &other), "another file has its own");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -10,7 +10,7 @@
 //! next in line among all of them, not one waiter per backend.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use tokio::sync::Notify;
@@ -23,12 +23,21 @@ pub(crate) struct Waiters {
     seq: AtomicU64,
 }
 
+/// How a fair waiter is woken: its bell, and whether the last ring only
+/// said that it moved up to first in this process behind a waiter that
+/// took the name (which is held then: nothing to try).
+#[derive(Debug, Clone, Default)]
+struct Turn {
+    notify: Arc<Notify>,
+    moved_up: Arc<AtomicBool>,
+}
+
 #[derive(Debug, Default)]
 struct Slot {
     /// Unfair waiters, all woken by a release.
     all: Weak<Notify>,
     /// Fair waiters by their place in the database's line.
-    line: BTreeMap<(i64, u64), Arc<Notify>>,
+    line: BTreeMap<(i64, u64), Turn>,
     /// The door fair acquisitions of this process pass one at a time, in
     /// the order they arrive (see [`Waiters::door`]).
     door: Weak<tokio::sync::Mutex<()>>,
@@ -47,10 +56,21 @@ impl Slot {
     }
 
     /// Wakes the first fair waiter (a permit it finds when it next waits, if
-    /// it is not waiting now).
+    /// it is not waiting now) to try the name.
     fn wake_first(&self) {
-        if let Some(n) = self.line.values().next() {
-            n.notify_one();
+        if let Some(turn) = self.line.values().next() {
+            turn.moved_up.store(false, Ordering::SeqCst);
+            turn.notify.notify_one();
+        }
+    }
+
+    /// Tells the first fair waiter that it is first now, behind a waiter
+    /// that took the name: it need not try, only wait as the first (a
+    /// release that follows rings again, clearing the flag first).
+    fn move_up_first(&self) {
+        if let Some(turn) = self.line.values().next() {
+            turn.moved_up.store(true, Ordering::SeqCst);
+            turn.notify.notify_one();
         }
     }
 }
@@ -101,13 +121,15 @@ impl Drop for Door {
 }
 
 /// A fair waiter's place in this process's line for a name; dropping it
-/// (served, gave up, cancelled) leaves, and if it was first, wakes the next.
+/// (served, gave up, cancelled) leaves, and if it was first, wakes the next:
+/// to try the name, unless this one was [`served`](Self::served).
 #[derive(Debug)]
 pub(crate) struct InLine {
     waiters: Arc<Waiters>,
     name: Vec<u8>,
     key: (i64, u64),
-    notify: Arc<Notify>,
+    turn: Turn,
+    served: bool,
 }
 
 impl InLine {
@@ -121,7 +143,19 @@ impl InLine {
 
     /// The same wake-up, to share (the renewal task wakes it too).
     pub fn notify_arc(&self) -> Arc<Notify> {
-        self.notify.clone()
+        self.turn.notify.clone()
+    }
+
+    /// Whether the last wake-up only moved this waiter up to first behind
+    /// one that took the name (see [`Slot::move_up_first`]); clears it.
+    pub fn take_moved_up(&self) -> bool {
+        self.turn.moved_up.swap(false, Ordering::SeqCst)
+    }
+
+    /// This waiter took the name: the next one, woken as it leaves, finds
+    /// the name held and need not try it.
+    pub fn served(&mut self) {
+        self.served = true;
     }
 
     /// The waiter's row got a new place in the database's line (it joined
@@ -131,7 +165,7 @@ impl InLine {
         let slot = names.entry(self.name.clone()).or_default();
         slot.line.remove(&self.key);
         self.key = (id, self.waiters.seq.fetch_add(1, Ordering::Relaxed));
-        slot.line.insert(self.key, self.notify.clone());
+        slot.line.insert(self.key, self.turn.clone());
     }
 }
 
@@ -143,6 +177,8 @@ impl Drop for InLine {
         slot.line.remove(&self.key);
         if slot.is_empty() {
             names.remove(&self.name);
+        } else if was_first && self.served {
+            slot.move_up_first();
         } else if was_first {
             slot.wake_first();
         }
@@ -241,18 +277,19 @@ impl Waiters {
     /// Puts a fair waiter whose row is `id` in the database's line into
     /// this process's line for `name`.
     pub fn line_up(self: &Arc<Self>, name: &[u8], id: i64) -> InLine {
-        let notify = Arc::new(Notify::new());
+        let turn = Turn::default();
         let key = (id, self.seq.fetch_add(1, Ordering::Relaxed));
         self.names()
             .entry(name.to_vec())
             .or_default()
             .line
-            .insert(key, notify.clone());
+            .insert(key, turn.clone());
         InLine {
             waiters: self.clone(),
             name: name.to_vec(),
             key,
-            notify,
+            turn,
+            served: false,
         }
     }
 
@@ -424,7 +461,34 @@ mod tests {
         tokio::time::timeout(soon, second.notify_arc().notified())
             .await
             .expect("the first leaving wakes the next");
+        assert!(!second.take_moved_up(), "to try the name: the first left without it");
         drop(second);
+        assert_eq!(waiters.len(), 0, "no entry left behind");
+    }
+
+    #[tokio::test]
+    async fn a_served_first_moves_the_next_up_without_a_try() {
+        let waiters = Arc::new(Waiters::default());
+        let mut first = waiters.line_up(b"n", 3);
+        let second = waiters.line_up(b"n", 7);
+        let soon = std::time::Duration::from_millis(50);
+        first.served();
+        drop(first);
+        tokio::time::timeout(soon, second.notify_arc().notified())
+            .await
+            .expect("the next is woken as it becomes first");
+        assert!(second.is_first());
+        assert!(second.take_moved_up(), "the name is held: nothing to try");
+        assert!(!second.take_moved_up(), "the flag is read once");
+        // A release after the move rings to try.
+        let third = waiters.line_up(b"n", 9);
+        second.turn.moved_up.store(true, Ordering::SeqCst);
+        waiters.wake(b"n");
+        tokio::time::timeout(soon, second.notify_arc().notified())
+            .await
+            .expect("the release wakes the first");
+        assert!(!second.take_moved_up(), "a release clears the flag: try");
+        drop((second, third));
         assert_eq!(waiters.len(), 0, "no entry left behind");
     }
 

@@ -64,48 +64,54 @@ impl Places {
     }
 }
 
-/// Starts the renewal task; it stops with `stop`.
+/// Starts the renewal task; it stops with `stop`, closing `db` (the
+/// line's pool).
 pub(crate) fn spawn_renewer(db: Db, sql: Statements, places: Arc<Places>, lease: Duration, stop: CancellationToken) {
     tokio::spawn(async move {
-        let every = lease / 3;
-        let lease_us = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(every) => {}
-            }
-            let all = places.snapshot();
-            if all.is_empty() {
-                continue;
-            }
-            for chunk in all.chunks(RENEW_CHUNK) {
-                let stmt: Arc<str> = sql.renew_many(chunk.len()).into();
-                let mut args = vec![Arg::Int(lease_us)];
-                args.extend(chunk.iter().map(|(a, _)| Arg::Text(Some(a))));
-                let renewed = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    r = db.exec(&stmt, &args) => r,
-                };
-                match renewed {
-                    Ok(done) if (done.rows as usize) < chunk.len() => {
-                        for (_, place) in chunk {
-                            place.rejoin.store(true, Ordering::Relaxed);
-                            place.notify.notify_one();
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::debug!(error = %e, "lockkit could not renew its waiters' places; retrying");
+        renew(&db, &sql, &places, lease, &stop).await;
+        db.close().await;
+    });
+}
+
+async fn renew(db: &Db, sql: &Statements, places: &Places, lease: Duration, stop: &CancellationToken) {
+    let every = lease / 3;
+    let lease_us = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let all = places.snapshot();
+        if all.is_empty() {
+            continue;
+        }
+        for chunk in all.chunks(RENEW_CHUNK) {
+            let stmt: Arc<str> = sql.renew_many(chunk.len()).into();
+            let mut args = vec![Arg::Int(lease_us)];
+            args.extend(chunk.iter().map(|(a, _)| Arg::Text(Some(a))));
+            let renewed = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = db.exec(&stmt, &args) => r,
+            };
+            match renewed {
+                Ok(done) if (done.rows as usize) < chunk.len() => {
+                    for (_, place) in chunk {
+                        place.rejoin.store(true, Ordering::Relaxed);
+                        place.notify.notify_one();
                     }
                 }
-            }
-            // Every waiter looks again (one claim each per renewal): the
-            // first in this process's line may be a waiter whose task is
-            // gone without leaving (its runtime shut down), and a wake-up
-            // sent to it would reach nobody.
-            for (_, place) in &all {
-                place.notify.notify_one();
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "lockkit could not renew its waiters' places; retrying");
+                }
             }
         }
-    });
+        // Every waiter looks again (one claim each per renewal): the
+        // first in this process's line may be a waiter whose task is
+        // gone without leaving (its runtime shut down), and a wake-up
+        // sent to it would reach nobody.
+        for (_, place) in &all {
+            place.notify.notify_one();
+        }
+    }
 }

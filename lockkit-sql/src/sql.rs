@@ -169,6 +169,31 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// A MySQL statement with its `?` placeholders replaced, in order, by
+/// `args` as literals (hex for bytes and text, decimal for integers), for a
+/// text batch of several statements in one round trip. Only statements of
+/// this module go in, whose only `?` are placeholders (table names are
+/// letters, digits and `_`), and the literals cannot change a statement:
+/// nothing but `[0-9A-F]`, digits and `-`.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) fn mysql_inline(statement: &str, args: &[crate::db::Arg<'_>]) -> String {
+    use crate::db::Arg;
+    let mut args = args.iter();
+    let mut out = String::with_capacity(statement.len() + 64);
+    for (i, part) in statement.split('?').enumerate() {
+        if i > 0 {
+            match args.next() {
+                Some(Arg::Bytes(b)) => out.push_str(&hex(b)),
+                Some(Arg::Int(v)) => out.push_str(&v.to_string()),
+                Some(Arg::Text(Some(t))) => out.push_str(&hex(t.as_bytes())),
+                Some(Arg::Text(None)) | None => out.push_str("NULL"),
+            }
+        }
+        out.push_str(part);
+    }
+    out
+}
+
 fn s(text: String) -> Arc<str> {
     text.into()
 }
@@ -389,11 +414,17 @@ impl Statements {
         )
     }
 
-    /// MySQL's join (see [`join`](Self::join)) as one round trip: marks the
-    /// name's row `queued` (a free one if there is none), then puts the
-    /// attempt in line or renews its place; the id is the third OK packet's
-    /// insert id. Values spliced in as in
-    /// [`mysql_claim_batch`](Self::mysql_claim_batch).
+    /// MySQL's join (see [`join`](Self::join)) as one round trip: puts the
+    /// attempt in line or renews its place (the id is the second OK
+    /// packet's insert id), commits, then marks the name's row `queued` (a
+    /// free one if there is none) in a statement of its own. Not one
+    /// transaction: the mark's row lock would be held through the waiter
+    /// row's commit, and the next holder's claim, which needs it, would
+    /// wait for that flush; alone, a mark already set writes nothing and
+    /// lets go at once. A claim between the two that takes the name
+    /// without reading the line is one that came before the join (and a
+    /// fair claim that finds the name held marks it again). Values spliced
+    /// in as in [`mysql_claim_batch`](Self::mysql_claim_batch).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub fn mysql_join_batch(&self, name: &[u8], owner: &[u8], attempt: &str, lease_us: i64) -> String {
         let t = &self.table;
@@ -401,12 +432,12 @@ impl Statements {
         let now = "UTC_TIMESTAMP(6)";
         format!(
             "BEGIN; \
-             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts, queued) \
-               VALUES ({n}, X'', 0, 0, {now}, {now}, NULL, '', 1) ON DUPLICATE KEY UPDATE queued = 1; \
              INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at) \
                VALUES ({n}, {o}, {a}, {now} + INTERVAL {lease_us} MICROSECOND) \
              ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at); \
-             COMMIT"
+             COMMIT; \
+             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts, queued) \
+               VALUES ({n}, X'', 0, 0, {now}, {now}, NULL, '', 1) ON DUPLICATE KEY UPDATE queued = 1"
         )
     }
 
@@ -1075,6 +1106,19 @@ fn sqlite(t: &str) -> Statements {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mysql_inline_fills_each_placeholder_in_order() {
+        use crate::db::Arg;
+        let sql = mysql_inline(
+            "DELETE FROM `t` WHERE name = ? AND token = ? AND attempts = ? AND memo = ?",
+            &[Arg::Bytes(b"a'?"), Arg::Int(-7), Arg::Text(Some("0f")), Arg::Text(None)],
+        );
+        assert_eq!(
+            sql,
+            "DELETE FROM `t` WHERE name = X'61273F' AND token = -7 AND attempts = X'3066' AND memo = NULL"
+        );
+    }
 
     #[test]
     fn mysql_batch_splices_only_literals() {

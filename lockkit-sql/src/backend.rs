@@ -528,12 +528,17 @@ impl SqlBackend {
             },
             None => door.pass().await,
         };
-        match self.detached_attempt(req, false).await {
-            Ok((TryAcquire::Acquired(lease), _)) => return Ok(Some(lease)),
-            // Busy, or a retryable failure: tried again in line.
-            Ok(_) => {}
-            Err(e) if e.is_retryable() => {}
-            Err(e) => return Err(e),
+        // With waiters of this process in the name's line, a first attempt
+        // outside the line cannot take it (they are ahead; a re-entry is
+        // taken by the attempt in line as well): straight into the line.
+        if !inner.waiters.has_line(req.name.as_bytes()) {
+            match self.detached_attempt(req, false).await {
+                Ok((TryAcquire::Acquired(lease), _)) => return Ok(Some(lease)),
+                // Busy, or a retryable failure: tried again in line.
+                Ok(_) => {}
+                Err(e) if e.is_retryable() => {}
+                Err(e) => return Err(e),
+            }
         }
         // Postgres: releases notify only names somebody has listed (see
         // `waitlist.rs`); list it before the first attempt in line.

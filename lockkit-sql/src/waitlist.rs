@@ -19,11 +19,19 @@
 //! reconnects. While anybody waits the connection is checked every second
 //! and, when it is gone (a server restart), remade with every place retaken.
 //!
+//! A name's place is kept for [`LINGER`] after its last waiter left: a
+//! client that locks the same contended name again and again (each turn a
+//! new wait) would otherwise take and drop the place twice a turn, two
+//! statements beside its claims; meanwhile releases of the name notify
+//! although nobody may wait, which costs nothing but the notification.
+//!
 //! [`Statements::wait_join`]: crate::sql::Statements
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
@@ -93,16 +101,33 @@ async fn serve(
     mut rx: mpsc::UnboundedReceiver<Cmd>,
     stop: CancellationToken,
 ) {
-    // Places per name; the server holds one shared lock per listed name.
+    // Places per name; the server holds one shared lock per listed name
+    // (also for those lingering at zero, until their time).
     let mut places: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut lingering: HashMap<Vec<u8>, Instant> = HashMap::new();
     let mut conn: Option<PgConnection> = None;
     // While anybody waits, the connection is checked (and remade, with every
     // place retaken) this often: a server restart drops its locks silently.
     let mut check = tokio::time::interval(CHECK_EVERY);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let next_leave = lingering.values().min().copied();
         let cmd = tokio::select! {
             _ = stop.cancelled() => break,
+            _ = sleep_until(next_leave) => {
+                let now = Instant::now();
+                let due: Vec<Vec<u8>> = lingering.iter().filter(|(_, t)| **t <= now).map(|(n, _)| n.clone()).collect();
+                for name in due {
+                    lingering.remove(&name);
+                    places.remove(&name);
+                    if let Some(c) = conn.as_mut()
+                        && run(c, &leave, name).await.is_err()
+                    {
+                        conn = None;
+                    }
+                }
+                continue;
+            }
             _ = check.tick() => {
                 if places.is_empty() {
                     continue;
@@ -125,7 +150,8 @@ async fn serve(
             Cmd::Join(name, done) => {
                 let count = places.entry(name.clone()).or_insert(0);
                 *count += 1;
-                let first = *count == 1;
+                // A lingering place is still held.
+                let first = *count == 1 && lingering.remove(&name).is_none();
                 if conn.is_none() {
                     conn = reconnect(&options, connect_timeout, &join, &places).await;
                 } else if first
@@ -141,12 +167,7 @@ async fn serve(
                 let Some(count) = places.get_mut(&name) else { continue };
                 *count -= 1;
                 if *count == 0 {
-                    places.remove(&name);
-                    if let Some(c) = conn.as_mut()
-                        && run(c, &leave, name).await.is_err()
-                    {
-                        conn = None;
-                    }
+                    lingering.insert(name, Instant::now() + LINGER);
                 }
             }
         }
@@ -158,6 +179,17 @@ async fn serve(
 
 /// How often the connection is checked while somebody waits.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a name's place is kept after its last waiter left.
+const LINGER: Duration = Duration::from_millis(250);
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// A new connection holding every listed place (a new session has none of
 /// the old one's locks), or `None` if the server cannot be reached.

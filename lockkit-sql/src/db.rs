@@ -174,22 +174,24 @@ impl Db {
 
     /// The pool for the statements of the fair line (joining it, leaving
     /// it, renewing places), whose commits need not wait for a flush to
-    /// disk: Postgres sessions with `synchronous_commit=off`, SQLite
-    /// connections with `synchronous=NORMAL` (the same file, in turn with
-    /// the main pool). A place in line is a lease its waiter renews, and a
-    /// waiter whose row a crash lost joins again; any later flushed commit
-    /// (a claim, a release) flushes the line's earlier writes with it, so
-    /// the order of what survives is kept. Every hand-off used to pay three
+    /// disk. A place in line is a lease its waiter renews, and a waiter
+    /// whose row a crash lost joins again; any later flushed commit (a
+    /// claim, a release) flushes the line's earlier writes with it, so the
+    /// order of what survives is kept. Every hand-off used to pay three
     /// flushes (the release, the next holder's claim, the releaser joining
-    /// the line again); now two, like the floor's cycle. MySQL has no
-    /// per-session setting for it (and an in-memory SQLite database no
-    /// second pool): `self` is used there.
+    /// the line again); now two, like the floor's cycle.
+    ///
+    /// SQLite: connections with `synchronous=NORMAL` (the same file, in
+    /// turn with the main pool). Postgres: `self`, its line statements set
+    /// `synchronous_commit=off` for their own transaction (a second pool
+    /// cost each backend a connection made on its first wait, ~100 ms
+    /// under load, seen as the worst wait of short runs). MySQL has no
+    /// per-session setting for it, and an in-memory SQLite database no
+    /// second pool: `self`.
     pub fn open_line(&self, config: &SqlConfig) -> Result<Self, sqlx::Error> {
         match self {
             #[cfg(feature = "sqlite")]
             Db::Sqlite(..) if config.database == ":memory:" => Ok(self.clone()),
-            #[cfg(feature = "postgres")]
-            Db::Postgres(_) => Self::open_with(config, true),
             #[cfg(feature = "sqlite")]
             Db::Sqlite(..) => Self::open_with(config, true),
             #[allow(unreachable_patterns)]
@@ -248,13 +250,7 @@ impl Db {
                 let opts = sqlx::postgres::PgConnectOptions::from_str(&config.database)?
                     .application_name("lockkit")
                     .options([("enable_seqscan", "off")]);
-                let (opts, pool) = if soft {
-                    let pool = options::<sqlx::Postgres>(config).max_connections(config.max_connections.min(2));
-                    (opts.options([("synchronous_commit", "off")]), pool)
-                } else {
-                    (opts, options::<sqlx::Postgres>(config))
-                };
-                Ok(Db::Postgres(pool.connect_lazy_with(opts)))
+                Ok(Db::Postgres(options::<sqlx::Postgres>(config).connect_lazy_with(opts)))
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {

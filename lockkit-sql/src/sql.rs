@@ -204,6 +204,13 @@ fn pg_us(x: &str) -> String {
 }
 
 /// SQLite's clock in microseconds since the epoch (millisecond resolution).
+/// Postgres, as a one-row subquery of a statement that writes only the
+/// fair line (joining, leaving, renewing a place): its transaction's commit
+/// does not wait for the flush to disk (see `Db::open_line`). Set locally
+/// inside the statement, it is in force when the statement's own implicit
+/// transaction commits, and gone after.
+const PG_NO_FLUSH: &str = "SELECT set_config('synchronous_commit', 'off', true)";
+
 const SQLITE_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
 
 /// MySQL: microseconds from now to `expires_at`, at least 1.
@@ -308,7 +315,7 @@ impl Statements {
             ),
             Dialect::Postgres => format!(
                 "UPDATE \"{t}_waiters\" SET expires_at = now() + $1::int8 * interval '1 microsecond' \
-                 WHERE attempt IN ({})",
+                 FROM ({PG_NO_FLUSH}) AS cfg WHERE attempt IN ({})",
                 (0..n).map(|i| format!("${}", i + 2)).collect::<Vec<_>>().join(", ")
             ),
             Dialect::Sqlite => format!(
@@ -861,13 +868,13 @@ fn postgres(t: &str) -> Statements {
                ON CONFLICT (name) DO NOTHING), \
              mark AS (UPDATE \"{t}\" SET queued = true WHERE name = $1 AND NOT queued) \
              INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at) \
-             VALUES ($1, $2, $3::text, now() + $4::int8 * interval '1 microsecond') \
+             SELECT $1, $2, $3::text, now() + $4::int8 * interval '1 microsecond' FROM ({PG_NO_FLUSH}) AS cfg \
              ON CONFLICT (attempt) DO UPDATE SET expires_at = EXCLUDED.expires_at RETURNING id"
         )),
         // A head that leaves tells the next in line (the name may be free).
         leave: s(format!(
             "WITH d AS (DELETE FROM \"{t}_waiters\" WHERE attempt = $1::text RETURNING name, id) \
-             SELECT pg_notify('{chan}', encode(d.name, 'hex')) FROM d WHERE NOT EXISTS \
+             SELECT pg_notify('{chan}', encode(d.name, 'hex')) FROM d, ({PG_NO_FLUSH}) AS cfg WHERE NOT EXISTS \
                (SELECT 1 FROM \"{t}_waiters\" w WHERE w.name = d.name AND w.id < d.id AND w.expires_at > now())"
         )),
         waiting: s(format!(

@@ -25,7 +25,7 @@ use redis::{
 
 use crate::config::{Mode, Node, RedisConfig, Tls};
 use crate::error::{Fault, ReplicasError, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Replicas};
+use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Released, Replicas};
 use crate::waiters::{Attempt, PubSubConn, Turn, Waiters, wait_loop};
 
 /// Locks on one Redis: `redis://`, `rediss://`, `redis+sentinel://` or
@@ -330,6 +330,10 @@ impl RedisBackend {
             }
         };
         let waiters = Waiters::new(1, 1, config.response_timeout, true);
+        waiters.share_locally(format!(
+            "{kind} {:?} db {} prefix {}",
+            config.nodes, config.db, config.prefix
+        ));
         let (ct, rt) = (config.connect_timeout, config.response_timeout);
         let conn = match &config.mode {
             Mode::Single => {
@@ -880,7 +884,16 @@ impl LockBackend for RedisBackend {
                 self.inner.waiters.waiter_id().is_some(),
             )
             .await;
-            match r {
+            if let Ok(Released {
+                published: Some(message),
+                ..
+            }) = &r
+            {
+                self.inner
+                    .waiters
+                    .deliver_locally(&self.inner.keys.lock(&hold.name), message);
+            }
+            match r.map(|r| r.remaining) {
                 Ok(Some(remaining)) => return Ok(ReleaseOutcome::Released { remaining }),
                 Ok(None) if lost_try => return Ok(ReleaseOutcome::Released { remaining: 0 }),
                 Ok(None) => return Ok(ReleaseOutcome::NotHeld),

@@ -539,6 +539,7 @@ impl Inner {
                         false,
                     )
                     .await
+                    .map(|r| r.remaining)
                 } else {
                     Ok(None)
                 }
@@ -826,6 +827,7 @@ impl LockBackend for RedlockBackend {
                     false,
                 )
                 .await
+                .map(|r| r.remaining)
             })
             .await;
         let (yes, no, failures) = tally(&results);

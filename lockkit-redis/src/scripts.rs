@@ -299,7 +299,9 @@ return {0, '', 0, pttl}
 /// `q` when every waiter queues (then an unmarked hold publishes nothing;
 /// `''`: always publish, for Redlock's waiters, which do not queue),
 /// 6. the attempt id whose share this is.
-/// Returns the holds left, or -1 when owner and token do not match.
+/// Returns the holds left, or -1 when owner and token do not match; a
+/// release that published returns the message instead (its holds left are
+/// 0), for the releasing client to hand to the waiters of its own process.
 const RELEASE: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c', 'w')
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return -1 end
@@ -312,8 +314,9 @@ end
 redis.call('DEL', KEYS[1])
 if not h[4] and ARGV[5] == 'q' then return 0 end
 local q = redis.call('ZRANGE', KEYS[2], 0, 0)
-redis.pcall(ARGV[4], ARGV[3], ARGV[2] .. '|' .. (q[1] or ''))
-return 0
+local m = ARGV[2] .. '|' .. (q[1] or '')
+redis.pcall(ARGV[4], ARGV[3], m)
+return m
 "#;
 
 /// Extend holds to at least their ttl from now (never shorter).
@@ -497,11 +500,27 @@ pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> 
     }
 }
 
-/// Holds left after a release, or `None` when it was not held.
-pub(crate) fn parse_release(v: &Value) -> Result<Option<u32>, UnexpectedReply> {
-    match int(v) {
-        Some(-1) => Ok(None),
-        Some(n) if n >= 0 => Ok(Some(u32::try_from(n).unwrap_or(u32::MAX))),
+/// What a release did: the holds left (`None`: it was not held), and the
+/// message it published, if it did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Released {
+    pub remaining: Option<u32>,
+    pub published: Option<Vec<u8>>,
+}
+
+/// Parses the release script's reply (see [`RELEASE`]).
+pub(crate) fn parse_release(v: &Value) -> Result<Released, UnexpectedReply> {
+    let remaining = |n| Released {
+        remaining: n,
+        published: None,
+    };
+    match (v, int(v)) {
+        (Value::BulkString(m), _) => Ok(Released {
+            remaining: Some(0),
+            published: Some(m.clone()),
+        }),
+        (_, Some(-1)) => Ok(remaining(None)),
+        (_, Some(n)) if n >= 0 => Ok(remaining(Some(u32::try_from(n).unwrap_or(u32::MAX)))),
         _ => Err(unexpected("release", v)),
     }
 }
@@ -780,7 +799,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
     attempt: &str,
     publish: Publish,
     queued: bool,
-) -> Result<Option<u32>, Fault> {
+) -> Result<Released, Fault> {
     let key = keys.lock(name);
     let v: Value = SCRIPTS
         .release
@@ -1009,8 +1028,15 @@ mod tests {
             }
         );
         assert!(parse_acquire(&Value::Nil).is_err());
-        assert_eq!(parse_release(&Value::Int(-1)).unwrap(), None);
-        assert_eq!(parse_release(&Value::Int(0)).unwrap(), Some(0));
+        assert_eq!(parse_release(&Value::Int(-1)).unwrap().remaining, None);
+        assert_eq!(parse_release(&Value::Int(0)).unwrap().remaining, Some(0));
+        assert_eq!(
+            parse_release(&Value::BulkString(b"7|c1".to_vec())).unwrap(),
+            Released {
+                remaining: Some(0),
+                published: Some(b"7|c1".to_vec())
+            }
+        );
         assert_eq!(
             parse_extend(&Value::Array(vec![Value::Int(-3), Value::Int(10)]), 2).unwrap(),
             vec![None, Some(10)]

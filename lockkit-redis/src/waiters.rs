@@ -139,6 +139,9 @@ struct Shared {
     /// This client's waiter id, when the backend queues waiters.
     waiter_id: Option<String>,
     leave: OnceLock<Leave>,
+    /// The keyspace this registry shares with others of this process (see
+    /// [`Waiters::share_locally`]).
+    keyspace: OnceLock<String>,
 }
 
 impl Shared {
@@ -181,6 +184,7 @@ impl Waiters {
             shared: Arc::new(Shared {
                 waiter_id: queued.then(|| format!("{:016x}", rand::random::<u64>())),
                 leave: OnceLock::new(),
+                keyspace: OnceLock::new(),
                 slots: Mutex::new(HashMap::new()),
                 conns: OnceLock::new(),
                 recovering: (0..connections).map(|_| AtomicBool::new(false)).collect(),
@@ -219,6 +223,36 @@ impl Waiters {
         let _ = self.shared.leave.set(leave);
     }
 
+    /// Joins the backends of this process on `keyspace` (the servers, the
+    /// database and the key prefix, as one string), to which releases hand
+    /// their messages directly (once; single server, sentinel, cluster).
+    pub fn share_locally(&self, keyspace: String) {
+        if self.shared.keyspace.set(keyspace.clone()).is_ok() {
+            let mut local = local();
+            let group = local.entry(keyspace).or_default();
+            group.retain(|w| w.strong_count() > 0);
+            group.push(Arc::downgrade(&self.shared));
+        }
+    }
+
+    /// A release published `payload` on `channel`: the waiters of this
+    /// process's backends on the same keyspace hear it now, without the
+    /// round trip through the server's pub/sub (the server's copy, when it
+    /// comes, is dropped as a duplicate). A hand-off between two clients of
+    /// one process then costs the release and the next holder's claim.
+    pub fn deliver_locally(&self, channel: &[u8], payload: &[u8]) {
+        let Some(keyspace) = self.shared.keyspace.get() else {
+            return;
+        };
+        let group: Vec<Arc<Shared>> = match local().get(keyspace) {
+            Some(group) => group.iter().filter_map(Weak::upgrade).collect(),
+            None => return,
+        };
+        for shared in &group {
+            on_message(shared, channel, payload.to_vec());
+        }
+    }
+
     /// This client's waiter id, when it queues.
     pub fn waiter_id(&self) -> Option<&str> {
         self.shared.waiter_id.as_deref()
@@ -253,31 +287,7 @@ impl Waiters {
     /// subscribed (confirmed by the server) before returning. Dropping the
     /// result, also while this future is pending, unregisters.
     pub async fn subscribe(&self, channel: Vec<u8>) -> Result<Subscription, Fault> {
-        let notify = {
-            let mut slots = self.shared.slots();
-            let slot = slots.entry(channel.clone()).or_insert_with(|| Slot {
-                notify: Arc::new(Notify::new()),
-                refs: 0,
-                subscribed: false,
-                recent: VecDeque::new(),
-                epoch: 0,
-                stale: None,
-            });
-            if slot.refs == 0 {
-                // A lingering slot: forget what came while nobody waited
-                // (a stored wake-up would only cost an extra attempt).
-                slot.notify = Arc::new(Notify::new());
-                slot.stale = None;
-            }
-            slot.refs += 1;
-            slot.notify.clone()
-        };
-        let sub = Subscription {
-            shared: self.shared.clone(),
-            channel,
-            notify,
-            took: false,
-        };
+        let sub = self.listen_locally(channel);
         let subscribed = |s: &Shared| s.slots().get(&sub.channel).is_some_and(|s| s.subscribed);
         if subscribed(&self.shared) {
             return Ok(sub);
@@ -311,6 +321,37 @@ impl Waiters {
             })
         }))
     }
+
+    /// A place on `channel` that hears only what this process's releases
+    /// hand over (see [`deliver_locally`](Self::deliver_locally)), not the
+    /// server's messages: what a waiter keeps while it cannot subscribe.
+    pub fn listen_locally(&self, channel: Vec<u8>) -> Subscription {
+        let notify = {
+            let mut slots = self.shared.slots();
+            let slot = slots.entry(channel.clone()).or_insert_with(|| Slot {
+                notify: Arc::new(Notify::new()),
+                refs: 0,
+                subscribed: false,
+                recent: VecDeque::new(),
+                epoch: 0,
+                stale: None,
+            });
+            if slot.refs == 0 {
+                // A lingering slot: forget what came while nobody waited
+                // (a stored wake-up would only cost an extra attempt).
+                slot.notify = Arc::new(Notify::new());
+                slot.stale = None;
+            }
+            slot.refs += 1;
+            slot.notify.clone()
+        };
+        Subscription {
+            shared: self.shared.clone(),
+            channel,
+            notify,
+            took: false,
+        }
+    }
 }
 
 fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
@@ -323,49 +364,7 @@ fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
                 Value::BulkString(b) => b.clone(),
                 _ => Vec::new(),
             };
-            let mut slots = shared.slots();
-            let Some(slot) = slots.get_mut(channel) else { return };
-            slot.epoch += 1;
-            if payload == b"+" {
-                // Taken: a pending fallback is not needed.
-                slot.stale = None;
-                return;
-            }
-            if !payload.is_empty() && slot.recent.contains(&payload) {
-                return;
-            }
-            if slot.recent.len() == RECENT_PAYLOADS {
-                slot.recent.pop_front();
-            }
-            // `TOKEN|HEAD`: HEAD's turn; anything else: everybody's.
-            let head = payload
-                .iter()
-                .rposition(|b| *b == b'|')
-                .map(|i| String::from_utf8_lossy(&payload[i + 1..]).into_owned())
-                .filter(|h| !h.is_empty());
-            slot.recent.push_back(payload);
-            match head {
-                Some(head) if shared.waiter_id.as_deref() != Some(head.as_str()) => {
-                    slot.stale = Some((head, Instant::now()));
-                    let (epoch, notify, weak, channel) =
-                        (slot.epoch, slot.notify.clone(), Arc::downgrade(shared), channel.clone());
-                    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-                        return;
-                    };
-                    let delay = fallback();
-                    rt.spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let Some(shared) = weak.upgrade() else { return };
-                        if shared.slots().get(&channel).is_some_and(|s| s.epoch == epoch) {
-                            notify.notify_one();
-                        }
-                    });
-                }
-                _ => {
-                    slot.stale = None;
-                    slot.notify.notify_one();
-                }
-            }
+            on_message(shared, channel, payload);
         }
         PushKind::Disconnection => {
             let Some(flag) = shared.recovering.get(index) else {
@@ -382,6 +381,74 @@ fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
         }
         _ => {}
     }
+}
+
+/// A message on `channel`, from the server or handed over in this process
+/// (see [`Waiters::deliver_locally`]). A payload seen lately (the same
+/// release again: the server's copy of one delivered locally, or Redlock's
+/// from another node) changes nothing, not even a pending fallback.
+fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>) {
+    let mut slots = shared.slots();
+    let Some(slot) = slots.get_mut(channel) else { return };
+    if payload == b"+" {
+        // Taken: a pending fallback is not needed.
+        slot.epoch += 1;
+        slot.stale = None;
+        return;
+    }
+    if !payload.is_empty() && slot.recent.contains(&payload) {
+        return;
+    }
+    slot.epoch += 1;
+    if slot.recent.len() == RECENT_PAYLOADS {
+        slot.recent.pop_front();
+    }
+    // `TOKEN|HEAD`: HEAD's turn; anything else: everybody's.
+    let head = payload
+        .iter()
+        .rposition(|b| *b == b'|')
+        .map(|i| String::from_utf8_lossy(&payload[i + 1..]).into_owned())
+        .filter(|h| !h.is_empty());
+    slot.recent.push_back(payload);
+    match head {
+        Some(head) if shared.waiter_id.as_deref() != Some(head.as_str()) => {
+            slot.stale = Some((head, Instant::now()));
+            let (epoch, notify, weak, channel) = (
+                slot.epoch,
+                slot.notify.clone(),
+                Arc::downgrade(shared),
+                channel.to_vec(),
+            );
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let delay = fallback();
+            rt.spawn(async move {
+                tokio::time::sleep(delay).await;
+                let Some(shared) = weak.upgrade() else { return };
+                if shared.slots().get(&channel).is_some_and(|s| s.epoch == epoch) {
+                    notify.notify_one();
+                }
+            });
+        }
+        _ => {
+            slot.stale = None;
+            slot.notify.notify_one();
+        }
+    }
+}
+
+/// The registries of this process's backends, by the keyspace they share
+/// (servers, database, key prefix): a release hands its message to them
+/// directly (see [`Waiters::deliver_locally`]).
+type LocalRegistries = Mutex<HashMap<String, Vec<Weak<Shared>>>>;
+static LOCAL: OnceLock<LocalRegistries> = OnceLock::new();
+
+fn local() -> MutexGuard<'static, HashMap<String, Vec<Weak<Shared>>>> {
+    LOCAL
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// Brings connection `index` back after a disconnection (a command makes
@@ -531,6 +598,12 @@ pub(crate) struct Turn {
 }
 
 impl Subscription {
+    /// Whether the channel is subscribed on the server (else only this
+    /// process's releases are heard: see [`Waiters::listen_locally`]).
+    fn is_subscribed(&self) -> bool {
+        self.shared.slots().get(&self.channel).is_some_and(|s| s.subscribed)
+    }
+
     /// Notes that it is `head`'s turn on a free lock: the next attempt
     /// drops it from the queue unless a message comes first.
     fn set_stale(&self, head: String) {
@@ -596,10 +669,17 @@ where
     let mut baton = Baton(None);
     let mut failures = 0u32;
     loop {
-        if sub.is_none() {
+        if !sub.as_ref().is_some_and(Subscription::is_subscribed) {
             match waiters.subscribe(channel.to_vec()).await {
                 Ok(s) => sub = Some(s),
-                Err(f) => waiters.subscribe_failed(&f),
+                Err(f) => {
+                    waiters.subscribe_failed(&f);
+                    // Without the server's messages, still hear this
+                    // process's releases.
+                    if sub.is_none() {
+                        sub = Some(waiters.listen_locally(channel.to_vec()));
+                    }
+                }
             }
         }
         let mut notified = sub.as_ref().map(|s| Box::pin(s.notify.notified()));

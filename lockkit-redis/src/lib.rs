@@ -44,15 +44,20 @@
 //!   one of its waiters, the others stay asleep unless nobody took the lock
 //!   within 50–100 ms (a queued client that crashed). A hand-off therefore
 //!   costs the same few Redis commands with 2 waiters or 200, in one process
-//!   or in many. (Redlock wakes one waiter per process instead.)
+//!   or in many. (Redlock wakes one waiter per process instead.) The
+//!   releasing client also hands its message to the waiters of its own
+//!   process (every backend there on the same servers and prefix) at once,
+//!   so a hand-off within a process does not wait for the pub/sub round trip
+//!   — and reaches waiters that may not subscribe (no channel rights).
 //! * **Watchdog batching**: [`extend_many`](lockkit_core::LockBackend::extend_many)
 //!   extends every hold of a client in one script call (per slot in a
 //!   cluster, per node for Redlock) — one round trip per renewal period.
 //! * **Recovery**: connections reconnect by themselves after a restart
 //!   (commands in between fail with retryable errors); pub/sub connections
 //!   resubscribe and wake their waiters once they are back.
-//! * **Cancel safety**: each acquisition attempt runs on its own task; if the
-//!   caller is gone when it succeeds, the hold is released at once. A waiter
+//! * **Cancel safety**: if the caller of an acquisition attempt is gone when
+//!   it succeeds (its future dropped mid-attempt), the rest of the attempt
+//!   moves to a task of its own, which releases the hold at once. A waiter
 //!   dropped at any point leaves no subscription and no queue entry behind.
 //! * **Operators**: `list` (by `SCAN`, on every primary or node) and
 //!   `force_release` (which publishes, so waiters move on).

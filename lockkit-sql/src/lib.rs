@@ -89,6 +89,17 @@
 //! ahead of it in its process is served or leaves, or its place is renewed
 //! (it then looks whether the line moved). Each attempt runs detached, so a
 //! cancelled `lock` leaves no hold behind.
+//!
+//! Joining the line, leaving it and renewing places do not wait for the
+//! disk: on Postgres those statements turn `synchronous_commit` off for
+//! their own transaction, on SQLite they run on connections with
+//! `synchronous=NORMAL` (MySQL has no per-session setting and flushes them
+//! like any commit). A place is a lease, and a waiter whose row a crash
+//! lost joins again; so a hand-off pays two flushes, the release's and the
+//! next holder's claim's. On SQLite, the statements of all backends of a
+//! process on one file take turns in the order they come instead of
+//! meeting in SQLite's busy handler, which sleeps milliseconds between
+//! looks.
 
 //! # Failures
 //!

@@ -276,3 +276,66 @@ async fn an_attempt_carried_on_into_a_new_session_keeps_its_hold() {
         "no node left behind"
     );
 }
+
+/// A `lock` that fails while its connection is slow takes its node out of
+/// the queue before it returns. The long run after the failed-call hand-over
+/// (seed 97591562308555, 70,000 grants in) saw a `lock` fail at its bound
+/// under a latency fault (2.06 s each way) with its session alive: its
+/// clean-up's first try gave up after 250 ms and went on in the background,
+/// so its delete reached the server only after the fault, and 0.8 s after
+/// the call returned the owner's other process found the node first in the
+/// queue and joined it as the owner's hold (count 2, its unlock leaving 1).
+///
+/// Here the failing backend goes through a [`FaultProxy`] with 1.5 s of
+/// latency each way (a 3 s round trip, well within its 10 s session): when
+/// its `lock` has returned, the other owner unlocks and the owner's other
+/// process must get the lock alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_failed_on_a_slow_connection_leaves_no_node_for_a_co_owner() {
+    let Some(server) = server() else { return };
+    let name = unique("slow_failed_attempt");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let (observer_backend, observer) = process(&server, None).await;
+    let (_other_backend, other) = process(&server, Some(&owner)).await;
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let slow_url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
+    let slow_backend = ZkBackend::from_url(&slow_url).await.expect("connect through the proxy");
+    let slow =
+        lockkit::LockClient::new(slow_backend.clone(), lockkit::LockOptions::new().owner(&owner)).expect("client");
+
+    let held = observer.lock(&name).await.expect("another owner locks");
+    let waiting = {
+        let (slow, name) = (slow.clone(), name.clone());
+        tokio::spawn(async move {
+            slow.lock_with(&name, &slow.options().wait(Duration::from_secs(2)))
+                .await
+        })
+    };
+    until_queued(&observer_backend, &name, 2).await;
+
+    proxy.set(Fault::Latency(Duration::from_millis(1500)));
+    let failed = timeout(BOUND, waiting).await.expect("the lock returns").expect("task");
+    assert!(
+        matches!(failed, Err(lockkit::LockError::WaitTimeout { .. })),
+        "the lock fails at its bound: {failed:?}"
+    );
+    assert!(slow_backend.session_id().is_some(), "the slow session is still alive");
+
+    held.unlock().await.expect("the other owner unlocks");
+    let got = timeout(BOUND, other.lock(&name))
+        .await
+        .expect("the owner's other process gets the lock")
+        .expect("lock");
+    assert_eq!(
+        got.hold_count(),
+        1,
+        "the failed call's node stood as the owner's hold after the call returned"
+    );
+    assert_eq!(got.unlock().await.expect("unlock").remaining_holds, 0);
+    proxy.set(Fault::Pass);
+    let gone = tokio::time::Instant::now() + BOUND;
+    while observer_backend.contenders(&name).await.expect("contenders") != 0 {
+        assert!(tokio::time::Instant::now() < gone, "no node left behind");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -33,6 +33,17 @@
 //! queueing a node nobody waits for. The queue is FIFO: waiters are served
 //! in the order they queued whatever the request's `fair` says.
 //!
+//! **A `lock` that gives up** (its wait bound, an error) deletes its queued
+//! node before it returns: a node that comes first is its owner's hold, and
+//! the owner's other processes would join it. While the connection is lost
+//! or slow the server keeps the session, and the node, so the call tries
+//! again until its delete is answered, the session ends (then the next
+//! session takes the node back), or one session timeout has passed — by
+//! then a server that could not hear the client has ended the session. A
+//! `lock` can therefore return up to a session timeout after its bound
+//! when the network is failing. A dropped `lock` future leaves the delete
+//! to the background.
+//!
 //! **A holder that did not run**: the client library notices a silent
 //! connection (and fires the lost signal) only while the process runs. A
 //! process stopped, swapped out or starved for longer than its session

@@ -34,7 +34,10 @@ struct Turn {
 
 #[derive(Debug, Default)]
 struct Slot {
-    /// Unfair waiters, all woken by a release.
+    /// Unfair waiters, one woken by a release (the others try on their
+    /// backoff): woken all at once, they met the releaser's next claim
+    /// in a herd — on SQLite, in turn at the file's gate, which cut
+    /// `fair=false` throughput from 1,115 to 401 cycles/s (w2, 8 clients).
     all: Weak<Notify>,
     /// Fair waiters by their place in the database's line.
     line: BTreeMap<(i64, u64), Turn>,
@@ -50,7 +53,7 @@ impl Slot {
 
     fn wake(&self) {
         if let Some(n) = self.all.upgrade() {
-            n.notify_waiters();
+            n.notify_one();
         }
         self.wake_first();
     }

@@ -468,10 +468,12 @@ fn zookeeper() {
         // creates (seed 75586693816923, fenced since), an old session's
         // contender node outliving its call (seed 73134003798754, taken
         // back since), a stalled holder without a session deadline (seed
-        // 64249392244715) and failed calls' nodes outliving their session on
-        // the client (seeds 37544394040939, 114708323089444); see the
-        // README's torture table. Not behind it unless
-        // `LOCKKIT_TORTURE_ZK_PROXY=1` until a long run behind it is clean.
+        // 64249392244715), failed calls' nodes outliving their session on
+        // the client (seeds 37544394040939, 114708323089444) and a failed
+        // call's node outliving the call on a slow connection (seed
+        // 97591562308555); see the README's torture table. Not behind it
+        // unless `LOCKKIT_TORTURE_ZK_PROXY=1` until a long run behind it is
+        // clean.
         Extra {
             proxy: std::env::var("LOCKKIT_TORTURE_ZK_PROXY").is_ok_and(|v| v == "1"),
             shared_owners: true,

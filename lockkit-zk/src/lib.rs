@@ -37,9 +37,10 @@
 //! node before it returns: a node that comes first is its owner's hold, and
 //! the owner's other processes would join it. While the connection is lost
 //! or slow the server keeps the session, and the node, so the call tries
-//! again until its delete is answered, the session ends (then the next
-//! session takes the node back), or one session timeout has passed — by
-//! then a server that could not hear the client has ended the session. A
+//! again until its delete is answered (a session that ended meanwhile:
+//! until the next session has taken the node back) or one session timeout
+//! has passed — by then a server that could not hear the client has ended
+//! the session. A
 //! `lock` can therefore return up to a session timeout after its bound
 //! when the network is failing. A dropped `lock` future leaves the delete
 //! to the background.

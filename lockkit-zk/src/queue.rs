@@ -422,11 +422,6 @@ pub(crate) async fn change(
     }
 }
 
-/// How long a failed acquisition whose session ended waits for the next
-/// session to take its leftover back before it returns (the rest goes on
-/// in the background): a healthy connection needs a few round trips.
-const FIRST_TRY: Duration = Duration::from_millis(250);
-
 /// How often taking back what a failed or abandoned acquisition left is
 /// tried, before it is left to the session's end. Every try waits for the
 /// connection to be back, so each failure is one more lost connection.
@@ -552,23 +547,26 @@ impl Leftover {
         }
     }
 
-    /// Takes this leftover of an ended session back at once in the
-    /// backend's next session, if one can be had within [`FIRST_TRY`] (the
-    /// network healed, the server just has not ended the old session yet):
-    /// the call that left it has not returned yet, so the owner's other
-    /// processes cannot meet its node as a hold after it failed. Otherwise,
-    /// and for what that try leaves, the next session does it later.
+    /// Takes this leftover of an ended session back in the backend's next
+    /// session before the call that left it returns, if that can be done
+    /// within one session timeout (the server may keep the ended session,
+    /// and its nodes, while it still hears from the client: the owner's
+    /// other processes must not meet the call's node as a hold after it
+    /// failed). By then a server that stopped hearing from the old session
+    /// has ended it. Otherwise, and for what that try leaves, the next
+    /// session does it later.
     pub(crate) async fn in_next_session(self) {
         let started = tokio::time::Instant::now();
+        let bound = self.session.client.session_timeout();
         let Some(sessions) = self.session.sessions() else {
             return self.orphan();
         };
-        let next = match tokio::time::timeout(FIRST_TRY, sessions.get()).await {
+        let next = match tokio::time::timeout(bound, sessions.get()).await {
             Ok(Ok(next)) if !next.is_dead() => next,
             _ => return self.orphan(),
         };
         let mut leftover = Leftover::orphaned(&next, self.into_orphan());
-        let left = FIRST_TRY.saturating_sub(started.elapsed());
+        let left = bound.saturating_sub(started.elapsed());
         match tokio::time::timeout(left, leftover.take_back()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) if is_session_end(&e) => leftover.orphan(),

@@ -1106,6 +1106,13 @@ impl Inner {
             .map(drop)
     }
 
+    /// The arguments of a delete statement (see [`delete`](Self::delete)):
+    /// the hold's, then the attempt if given; use the first `len`.
+    fn delete_args<'a>(hold: &'a Hold, attempt: Option<&'a str>) -> ([Arg<'a>; 4], usize) {
+        let [a, b, c] = Self::hold_args(hold);
+        ([a, b, c, Arg::Text(attempt)], if attempt.is_some() { 4 } else { 3 })
+    }
+
     fn hold_args<'a>(hold: &'a Hold) -> [Arg<'a>; 3] {
         [
             Arg::Bytes(hold.name.as_bytes()),
@@ -1156,13 +1163,8 @@ impl Inner {
         hold: &Hold,
         attempt: Option<&str>,
     ) -> Result<(bool, bool), LockError> {
-        let [a, b, c] = Self::hold_args(hold);
-        let with_attempt = [a, b, c, Arg::Text(attempt)];
-        let args = if attempt.is_some() {
-            &with_attempt[..]
-        } else {
-            &with_attempt[..3]
-        };
+        let (all, len) = Self::delete_args(hold, attempt);
+        let args = &all[..len];
         let batch = format!("{}; {}", mysql_inline(sql, args), mysql_inline(queued, args));
         let n = Some(hold.name.as_str());
         let ((done, _), unsure) = self
@@ -1183,13 +1185,8 @@ impl Inner {
         hold: &Hold,
         attempt: Option<&str>,
     ) -> Result<(bool, bool), LockError> {
-        let [a, b, c] = Self::hold_args(hold);
-        let with_attempt = [a, b, c, Arg::Text(attempt)];
-        let args = if attempt.is_some() {
-            &with_attempt[..]
-        } else {
-            &with_attempt[..3]
-        };
+        let (all, len) = Self::delete_args(hold, attempt);
+        let args = &all[..len];
         let n = Some(hold.name.as_str());
         let (deleted, unsure) = if self.sql.deletes_return_rows {
             let (rows, unsure) = self

@@ -134,9 +134,7 @@ macro_rules! decode_row {
 /// never held across an await of anything but its own statement.
 #[cfg(feature = "sqlite")]
 fn sqlite_gate(database: &str) -> Arc<tokio::sync::Mutex<()>> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock, Weak};
-    static GATES: OnceLock<Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    static GATES: crate::listener::SharedByKey<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
     // The directory resolved (the file may not exist yet).
     let path = std::path::Path::new(database);
     let dir = match path.parent() {
@@ -147,17 +145,7 @@ fn sqlite_gate(database: &str) -> Arc<tokio::sync::Mutex<()>> {
         (Ok(dir), Some(file)) => dir.join(file).to_string_lossy().into_owned(),
         _ => database.to_owned(),
     };
-    let mut gates = GATES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    gates.retain(|_, g| g.strong_count() > 0);
-    if let Some(gate) = gates.get(&key).and_then(Weak::upgrade) {
-        return gate;
-    }
-    let gate = Arc::new(tokio::sync::Mutex::new(()));
-    gates.insert(key, Arc::downgrade(&gate));
-    gate
+    crate::listener::shared_by_key(&GATES, key)
 }
 
 /// How long a pooled connection may sit idle before it is pinged on
@@ -188,6 +176,7 @@ impl Db {
     /// under load, seen as the worst wait of short runs). MySQL has no
     /// per-session setting for it, and an in-memory SQLite database no
     /// second pool: `self`.
+    #[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
     pub fn open_line(&self, config: &SqlConfig) -> Result<Self, sqlx::Error> {
         match self {
             #[cfg(feature = "sqlite")]
@@ -200,6 +189,7 @@ impl Db {
     }
 
     /// [`open`](Self::open); `soft`: the line's pool (see [`open_line`](Self::open_line)).
+    #[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
     fn open_with(config: &SqlConfig, soft: bool) -> Result<Self, sqlx::Error> {
         fn options<DB: sqlx::Database>(config: &SqlConfig) -> sqlx::pool::PoolOptions<DB> {
             sqlx::pool::PoolOptions::<DB>::new()

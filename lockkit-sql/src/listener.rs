@@ -189,7 +189,26 @@ impl Drop for InLine {
 }
 
 /// Registries shared by the backends of this process, by database and table.
-static SHARED: OnceLock<Mutex<HashMap<String, Weak<Waiters>>>> = OnceLock::new();
+static SHARED: SharedByKey<Waiters> = OnceLock::new();
+
+/// Values the backends of this process share by a key, held weakly: the
+/// last backend that drops one forgets it.
+pub(crate) type SharedByKey<T> = OnceLock<Mutex<HashMap<String, Weak<T>>>>;
+
+/// The value `registry` has for `key`, or a new default one, kept there.
+pub(crate) fn shared_by_key<T: Default>(registry: &SharedByKey<T>, key: String) -> Arc<T> {
+    let mut shared = registry
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    shared.retain(|_, w| w.strong_count() > 0);
+    if let Some(v) = shared.get(&key).and_then(Weak::upgrade) {
+        return v;
+    }
+    let v = Arc::<T>::default();
+    shared.insert(key, Arc::downgrade(&v));
+    v
+}
 
 impl Waiters {
     fn names(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Slot>> {
@@ -203,17 +222,7 @@ impl Waiters {
         let Some(key) = key else {
             return Arc::default();
         };
-        let mut shared = SHARED
-            .get_or_init(Mutex::default)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        shared.retain(|_, w| w.strong_count() > 0);
-        if let Some(w) = shared.get(&key).and_then(Weak::upgrade) {
-            return w;
-        }
-        let w = Arc::<Waiters>::default();
-        shared.insert(key, Arc::downgrade(&w));
-        w
+        shared_by_key(&SHARED, key)
     }
 
     /// A handle's drop: when it was the `last` strong reference (the slot

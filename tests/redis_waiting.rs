@@ -261,6 +261,58 @@ async fn a_crashed_queued_client_only_delays_one_handoff() {
     eprintln!("hand-off past a dead queued client: {took:?}");
 }
 
+/// A release tells only the head of the queue and the next in line. When
+/// both died while queued, the live client behind them hears nothing: it
+/// looks again when the lease it last saw ends, and then drops the dead
+/// ones, one fallback delay each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_crashed_queued_clients_delay_a_handoff_by_at_most_a_lease() {
+    if !support::available("two_crashed_queued_clients_delay_a_handoff_by_at_most_a_lease") {
+        return;
+    }
+    let server = Server::start();
+    let (holder, waiter) = (
+        lockkit::connect(&server.url()).await.expect("connect"),
+        lockkit::connect(&server.url()).await.expect("connect"),
+    );
+    let lease = Duration::from_secs(3);
+    let opts = LockOptions::new().ttl(lease).wait(Duration::from_secs(30));
+    let g = holder.lock_with("crashed2", &opts).await.expect("lock");
+    let task = tokio::spawn({
+        let (waiter, opts) = (waiter.clone(), opts.clone());
+        async move { waiter.lock_with("crashed2", &opts).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let queue = loop {
+        let keys = server.cli(&["--scan", "--pattern", "lockkit:*q:crashed2"]);
+        if let Some(k) = keys.lines().next().filter(|k| !k.is_empty()) {
+            break k.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the waiter did not queue");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    server.cli(&["ZADD", &queue, "1", "dead0000dead0001", "2", "dead0000dead0002"]);
+    let released = Instant::now();
+    g.unlock().await.expect("unlock");
+    let gw = tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("the live waiter takes over")
+        .expect("task")
+        .expect("lock");
+    let took = released.elapsed();
+    assert!(
+        took < lease + Duration::from_secs(5),
+        "hand-off past two dead clients took {took:?}"
+    );
+    let members = server.cli(&["ZRANGE", &queue, "0", "-1"]);
+    assert!(
+        !members.contains("dead0000"),
+        "the dead clients were dropped: {members}"
+    );
+    gw.unlock().await.expect("unlock");
+    eprintln!("hand-off past two dead queued clients: {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_releases_somebody_waits_for_publish() {
     if !support::available("only_releases_somebody_waits_for_publish") {

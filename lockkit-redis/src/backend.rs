@@ -25,7 +25,7 @@ use redis::{
 
 use crate::config::{Mode, Node, RedisConfig, Tls};
 use crate::error::{Fault, ReplicasError, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Released, Replicas};
+use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Released, Replicas, TurnOf};
 use crate::waiters::{Attempt, PubSubConn, Turn, Waiters, wait_loop};
 
 /// Locks on one Redis: `redis://`, `rediss://`, `redis+sentinel://` or
@@ -329,7 +329,7 @@ impl RedisBackend {
                 ));
             }
         };
-        let waiters = Waiters::new(1, 1, config.response_timeout, true);
+        let waiters = Waiters::new(1, 1, config.response_timeout, Some(Keys::new(&config.prefix)));
         waiters.share_locally(format!(
             "{kind} {:?} db {} prefix {}",
             config.nodes, config.db, config.prefix
@@ -503,7 +503,7 @@ impl RedisBackend {
         &self,
         req: &AcquireRequest<'_>,
         queueing: Queueing,
-    ) -> Result<(TryAcquire, Option<String>), LockError> {
+    ) -> Result<(TryAcquire, Option<TurnOf>), LockError> {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
@@ -840,19 +840,23 @@ impl LockBackend for RedisBackend {
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        let channel = self.inner.keys.lock(req.name);
         // Uncontended: one round trip, no subscription. A retryable failure
         // (a reply lost to a timeout or a reset) is tried again in the wait
         // loop with the same attempt id, which the server recognises if the
-        // lost try went through.
-        let first = self.attempt(req, self.queueing(None, req.fair)).await.map(|(t, _)| t);
-        let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
-        match first {
-            Ok(TryAcquire::Acquired(lease)) => return Ok(Some(lease)),
-            Ok(TryAcquire::Busy { .. }) if expired => return Ok(None),
-            Err(e) if expired || !e.is_retryable() => return Err(e),
-            Ok(TryAcquire::Busy { .. }) | Err(_) => {}
+        // lost try went through. A name this client still listens on (it
+        // waited for it a moment ago) is likely contended: the wait loop's
+        // first attempt, which queues when busy, is the only one.
+        if wait.is_some_and(|w| w.is_zero()) || !self.inner.waiters.is_listening(&channel) {
+            let first = self.attempt(req, self.queueing(None, req.fair)).await.map(|(t, _)| t);
+            let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+            match first {
+                Ok(TryAcquire::Acquired(lease)) => return Ok(Some(lease)),
+                Ok(TryAcquire::Busy { .. }) if expired => return Ok(None),
+                Err(e) if expired || !e.is_retryable() => return Err(e),
+                Ok(TryAcquire::Busy { .. }) | Err(_) => {}
+            }
         }
-        let channel = self.inner.keys.lock(req.name);
         wait_loop(&self.inner.waiters, &channel, deadline, |turn| async move {
             Ok(match self.attempt(req, self.queueing(Some(turn), req.fair)).await? {
                 (TryAcquire::Acquired(lease), _) => Attempt::Done(lease),

@@ -36,15 +36,17 @@
 //! bytes (`{`, `}`, NUL, newlines, UTF-8) as it is. [`config`] documents the
 //! URL and its parameters.
 //!
-//! * **Waiting** does not poll: a release publishes on the lock's channel;
-//!   waiters subscribe (one pub/sub connection per backend, shared, counted
-//!   per name) before they retry, and sleep until a message or the holder's
-//!   expiry. Waiting clients queue on the server (`lockkit:{tag}q:NAME`), and
-//!   a release message names the client whose turn it is: that client wakes
-//!   one of its waiters, the others stay asleep unless nobody took the lock
-//!   within 50–100 ms (a queued client that crashed). A hand-off therefore
-//!   costs the same few Redis commands with 2 waiters or 200, in one process
-//!   or in many. (Redlock wakes one waiter per process instead.) The
+//! * **Waiting** does not poll: waiters subscribe (one pub/sub connection
+//!   per backend, shared, counted per name) before they retry, and sleep
+//!   until a message or the holder's expiry. Waiting clients queue on the
+//!   server (`lockkit:{tag}q:NAME`), each with a channel of its own per name
+//!   (`lockkit:{tag}wID:NAME`, in the lock's slot). A release message names
+//!   the client whose turn it is and goes to that client, which wakes one of
+//!   its waiters, and to the next in line only, which tries anyway if nobody
+//!   took the lock within 200–400 ms (a queued client that crashed); a
+//!   release nobody queued for goes to the lock's own channel. A hand-off
+//!   therefore costs the same few Redis commands and two messages with 2
+//!   waiting clients or 200, in one process or in many. The
 //!   releasing client also hands its message to the waiters of its own
 //!   process (every backend there on the same servers and prefix) at once,
 //!   so a hand-off within a process does not wait for the pub/sub round trip

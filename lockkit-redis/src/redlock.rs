@@ -20,7 +20,7 @@ use redis::aio::ConnectionManager;
 use crate::backend::{UNKNOWN_LEASE_RECHECK, manager_config, millis, open_client, pubsub_config};
 use crate::config::RedisConfig;
 use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Share, Stored};
+use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Share, Stored, TurnOf};
 use crate::waiters::{Attempt, PubSubConn, Turn, Waiters, wait_loop};
 
 const KIND: &str = "redlock";
@@ -202,9 +202,10 @@ enum Outcome {
     Busy {
         retry_in: Option<Duration>,
         split: bool,
-        /// Free (on the nodes that said so), but this waiting client's
-        /// turn: the most named queue head.
-        turn_of: Option<String>,
+        /// Free (on the nodes that said so), but another waiting client's
+        /// turn: the most named queue head (and the fewest clients between
+        /// it and the caller any of those nodes counted).
+        turn_of: Option<TurnOf>,
     },
     /// Too many nodes failed to answer.
     Failed(QuorumError),
@@ -344,7 +345,7 @@ impl Inner {
             let mut held = Vec::new();
             let mut busy = Vec::new();
             let mut failed = Vec::new();
-            let mut heads: HashMap<&str, usize> = HashMap::new();
+            let mut heads: HashMap<&str, (usize, u32)> = HashMap::new();
             for (node, r) in replies.iter().enumerate() {
                 match r {
                     Ok(AcquireReply::Acquired {
@@ -362,8 +363,10 @@ impl Inner {
                     }),
                     Ok(AcquireReply::Busy { pttl, turn_of }) => {
                         busy.push(*pttl);
-                        if let Some(head) = turn_of {
-                            *heads.entry(head.as_str()).or_default() += 1;
+                        if let Some(t) = turn_of {
+                            let (named, behind) = heads.entry(t.head.as_str()).or_insert((0, t.behind));
+                            *named += 1;
+                            *behind = (*behind).min(t.behind);
                         }
                     }
                     Err(_) => failed.push(node),
@@ -414,8 +417,11 @@ impl Inner {
             };
             let turn_of = heads
                 .into_iter()
-                .max_by_key(|(head, n)| (*n, std::cmp::Reverse(*head)))
-                .map(|(head, _)| head.to_owned());
+                .max_by_key(|(head, (n, _))| (*n, std::cmp::Reverse(*head)))
+                .map(|(head, (_, behind))| TurnOf {
+                    head: head.to_owned(),
+                    behind,
+                });
             return Outcome::Busy {
                 retry_in,
                 split: (!held.is_empty() || need == 0) && turn_of.is_none(),
@@ -565,7 +571,12 @@ impl RedlockBackend {
         config.check_wait_replicas()?;
         let n = config.nodes.len();
         let quorum = config.quorum();
-        let waiters = Waiters::new(n, quorum, config.node_timeout.max(Duration::from_millis(500)), true);
+        let waiters = Waiters::new(
+            n,
+            quorum,
+            config.node_timeout.max(Duration::from_millis(500)),
+            Some(Keys::new(&config.prefix)),
+        );
         let (ct, rt) = (config.connect_timeout, config.response_timeout);
         let mut nodes = Vec::with_capacity(n);
         let mut pubsubs = Vec::with_capacity(n);

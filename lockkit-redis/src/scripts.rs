@@ -11,11 +11,13 @@
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
 //! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, by the server time (µs) they joined: oldest first |
 //!
-//! and releases are published on the channel named like the lock key, with
-//! the id of the waiting client whose turn it is (the queue's head): that
-//! client retries at once, the others only if nobody took the lock within a
-//! fallback delay — so a hand-off costs the same few commands however many
-//! processes wait. Fair (the default), a free name is taken only by the
+//! and a release is published, with the id of the waiting client whose turn
+//! it is (the queue's head), on the own channels of the head and of the
+//! next in line only (`P{TAG}wID:N` for waiter `ID`, in the lock's slot):
+//! the head retries at once, the next only if nobody took the lock within
+//! a fallback delay — so a hand-off costs the same few commands and
+//! messages however many processes wait. A release nobody queued for
+//! goes to everybody on the channel named like the lock key. Fair (the default), a free name is taken only by the
 //! head (or by anybody when nobody queued): a client that just released
 //! queues behind the others, and the head leaves the queue when it takes
 //! the lock (or goes to its back, when more of its waiters wait). A head
@@ -143,6 +145,35 @@ impl Keys {
         k
     }
 
+    /// Where a waiting client's own channel differs from the lock key: the
+    /// byte after `P{TAG}` (the scripts insert `w` and the client's id
+    /// there).
+    pub fn waiter_mark(&self) -> usize {
+        self.prefix.len() + 5
+    }
+
+    /// `P{TAG}wID:NAME`, the channel of waiting client `waiter` on the lock
+    /// whose key (and broadcast channel) is `lock_key`: where a release
+    /// tells that client its turn has come.
+    pub fn waiter_channel(&self, lock_key: &[u8], waiter: &str) -> Vec<u8> {
+        let mark = self.waiter_mark().min(lock_key.len());
+        let mut c = Vec::with_capacity(lock_key.len() + 1 + waiter.len());
+        c.extend_from_slice(&lock_key[..mark]);
+        c.push(b'w');
+        c.extend_from_slice(waiter.as_bytes());
+        c.extend_from_slice(&lock_key[mark..]);
+        c
+    }
+
+    /// The lock key of a channel of waiting client `waiter` (see
+    /// [`waiter_channel`](Self::waiter_channel)), if it is one.
+    pub fn lock_of_waiter_channel(&self, channel: &[u8], waiter: &str) -> Option<Vec<u8>> {
+        let mark = self.waiter_mark();
+        let end = mark + 1 + waiter.len();
+        let own = channel.get(mark..end)?;
+        (own[0] == b'w' && &own[1..] == waiter.as_bytes()).then(|| [&channel[..mark], &channel[end..]].concat())
+    }
+
     /// `P{TAG}fence`.
     pub fn counter(&self, name: &str) -> Vec<u8> {
         let mut k = Vec::with_capacity(self.prefix.len() + 10);
@@ -171,17 +202,27 @@ impl Keys {
 ///    `''`: none), 8. `PUBLISH`/`SPUBLISH` to announce a taken lock to the
 ///    queue (`''`: never), 9. the caller's place in the queue when it joins
 ///    (µs; `''`: the server's time — Redlock gives every node the same
-///    place, the time its waiting began, so that the nodes' queues agree).
+///    place, the time its waiting began, so that the nodes' queues agree),
+///    10. where a waiting client's channel differs from the lock key (see
+///    [`Keys::waiter_mark`]).
 ///
 /// Returns `{1, token, count, pttl, KIND}` when the caller holds it (`KIND`
 /// `n`: a new hold, `r`: this attempt re-entered the owner's hold, `p`: this
 /// attempt was already counted in it), `{0, '', 0, pttl}` when another
-/// owner holds it, or `{0, '', 0, -2, HEAD}` when it is free but it is the
-/// turn of the waiting client `HEAD` (fair only).
+/// owner holds it, or `{0, '', 0, -2, HEAD, BEHIND}` when it is free but it
+/// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
+/// clients queued between it and the caller.
 const ACQUIRE: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 't')
 local ttl = tonumber(ARGV[2])
 local share = 'a:' .. ARGV[3]
+-- Tells waiting client `id` (not the caller) `m`, on its own channel.
+local function tell(id, m)
+  if id and id ~= ARGV[5] then
+    local at = tonumber(ARGV[10])
+    redis.pcall(ARGV[8], string.sub(KEYS[1], 1, at) .. 'w' .. id .. string.sub(KEYS[1], at + 1), m)
+  end
+end
 -- A waiter's place in the queue: the caller's (ARGV[9]) or the server's time.
 local function place()
   if ARGV[9] ~= '' then return ARGV[9] end
@@ -204,15 +245,20 @@ if not h[1] then
     local q = redis.call('ZRANGE', KEYS[3], 0, 0)
     if q[1] and q[1] == ARGV[7] then
       redis.call('ZREM', KEYS[3], q[1])
-      q = redis.call('ZRANGE', KEYS[3], 0, 0)
+      q = redis.call('ZRANGE', KEYS[3], 0, 1)
       if q[1] and q[1] ~= ARGV[5] and ARGV[8] ~= '' then
-        -- Tell the next in line that it is its turn now.
+        -- Tell the next in line that it is its turn now, and the one after
+        -- it (to drop it in turn, should it not come either).
         local now = redis.call('TIME')
-        redis.pcall(ARGV[8], KEYS[1], 's' .. now[1] .. now[2] .. '|' .. q[1])
+        local m = 's' .. now[1] .. now[2] .. '|' .. q[1]
+        tell(q[1], m)
+        tell(q[2], m)
       end
     end
     if q[1] and q[1] ~= ARGV[5] then
-      return {0, '', 0, -2, q[1]}
+      -- How many wait between the head and the caller (0: next in line).
+      local rank = ARGV[5] ~= '' and redis.call('ZRANK', KEYS[3], ARGV[5]) or false
+      return {0, '', 0, -2, q[1], rank and math.max(rank - 1, 0) or 0}
     end
     queued = q[1] ~= nil
   end
@@ -255,7 +301,11 @@ if not h[1] then
         redis.call('ZREM', KEYS[3], ARGV[5])
       end
     end
-    redis.pcall(ARGV[8], KEYS[1], '+')
+    -- Taken: the next in line need not drop the last head after all (and,
+    -- when the caller barged in, neither need the one after it).
+    local q = redis.call('ZRANGE', KEYS[3], 0, 1)
+    tell(q[1], '+')
+    if not string.find(ARGV[6], 'f', 1, true) then tell(q[2], '+') end
   end
   return {1, ts, 1, ttl, 'n'}
 end
@@ -289,16 +339,20 @@ return {0, '', 0, pttl}
 
 /// Release one share of a hold: delete its attempt's field and decrement;
 /// a share already gone (a repeated release) changes nothing and reports
-/// the holds left; at zero delete the hold and publish
+/// at zero delete the hold and publish
 /// `TOKEN|HEAD` — `HEAD` the waiting client whose turn it is (the queue's
-/// head; it leaves the queue, or goes to its back, when it takes the lock),
-/// or empty when nobody queued. Publishing uses `pcall`:
-/// a user without pub/sub permission still releases.
+/// head; it leaves the queue, or goes to its back, when it takes the lock)
+/// — on the own channels of the head and of the next in line only, or
+/// `TOKEN|` on the lock's channel (to everybody) when nobody queued.
+/// Publishing uses `pcall`: a user without pub/sub permission still
+/// releases.
 ///
 /// KEYS: lock, queue. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`,
 /// `q` when every waiter queues (then an unmarked hold publishes nothing;
-/// `''`: always publish, for Redlock's waiters, which do not queue),
-/// 6. the attempt id whose share this is.
+/// `''`: publish even so, for Redlock, whose nodes may have missed the
+/// mark), 6. the attempt id whose share this is, 7. where a waiting
+/// client's channel differs from the lock channel (see
+/// [`Keys::waiter_mark`]).
 /// Returns the holds left, or -1 when owner and token do not match; a
 /// release that published returns the message instead (its holds left are
 /// 0), for the releasing client to hand to the waiters of its own process.
@@ -313,9 +367,17 @@ if c > 0 then
 end
 redis.call('DEL', KEYS[1])
 if not h[4] and ARGV[5] == 'q' then return 0 end
-local q = redis.call('ZRANGE', KEYS[2], 0, 0)
+local q = redis.call('ZRANGE', KEYS[2], 0, 1)
 local m = ARGV[2] .. '|' .. (q[1] or '')
-redis.pcall(ARGV[4], ARGV[3], m)
+if q[1] then
+  local at = tonumber(ARGV[7])
+  local before, after = string.sub(ARGV[3], 1, at), string.sub(ARGV[3], at + 1)
+  for _, id in ipairs(q) do
+    redis.pcall(ARGV[4], before .. 'w' .. id .. after, m)
+  end
+else
+  redis.pcall(ARGV[4], ARGV[3], m)
+end
 return m
 "#;
 
@@ -437,9 +499,19 @@ pub(crate) enum AcquireReply {
     Busy {
         /// The holder's remaining lease in ms.
         pttl: i64,
-        /// Free, and the turn of this waiting client (fair only).
-        turn_of: Option<String>,
+        /// Free, but another waiting client's turn (fair only).
+        turn_of: Option<TurnOf>,
     },
+}
+
+/// A free lock that is another waiting client's turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TurnOf {
+    /// The client whose turn it is (the queue's head).
+    pub head: String,
+    /// How many clients wait between the head and the caller (0: the
+    /// caller is next in line).
+    pub behind: u32,
 }
 
 fn unexpected(what: &str, v: &Value) -> UnexpectedReply {
@@ -490,9 +562,12 @@ pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> 
         }),
         Some(0) => match rest {
             [] => Ok(AcquireReply::Busy { pttl, turn_of: None }),
-            [head] => Ok(AcquireReply::Busy {
+            [head, behind] => Ok(AcquireReply::Busy {
                 pttl,
-                turn_of: Some(text(head).ok_or_else(bad)?),
+                turn_of: Some(TurnOf {
+                    head: text(head).ok_or_else(bad)?,
+                    behind: int(behind).and_then(|b| u32::try_from(b).ok()).ok_or_else(bad)?,
+                }),
             }),
             _ => Err(bad()),
         },
@@ -693,7 +768,8 @@ fn acquire_call(
         .arg(flags)
         .arg(queueing.stale.as_deref().unwrap_or(""))
         .arg(queueing.publish.map_or("", Publish::command))
-        .arg(queueing.place.map(|p| p.to_string()).unwrap_or_default());
+        .arg(queueing.place.map(|p| p.to_string()).unwrap_or_default())
+        .arg(keys.waiter_mark());
     inv
 }
 
@@ -811,6 +887,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
         .arg(publish.command())
         .arg(if queued { "q" } else { "" })
         .arg(attempt)
+        .arg(keys.waiter_mark())
         .invoke_async(conn)
         .await?;
     Ok(parse_release(&v)?)
@@ -975,6 +1052,22 @@ mod tests {
     }
 
     #[test]
+    fn waiter_channels_sit_in_the_lock_slot_and_map_back() {
+        let k = Keys::new("lockkit:");
+        let id = "00c0ffee00c0ffee";
+        let own = k.waiter_channel(&k.lock("a"), id);
+        assert_eq!(own, b"lockkit:{92c}w00c0ffee00c0ffee:a");
+        assert_eq!(k.lock_of_waiter_channel(&own, id), Some(k.lock("a")));
+        // Another client's channel, the lock channel itself, and a name that
+        // looks like a waiter channel are not this client's.
+        assert_eq!(k.lock_of_waiter_channel(&own, "1111111111111111"), None);
+        assert_eq!(k.lock_of_waiter_channel(&k.lock("a"), id), None);
+        let lookalike = k.lock("w00c0ffee00c0ffee:a");
+        assert_eq!(k.lock_of_waiter_channel(&lookalike, id), None);
+        assert_eq!(k.name_of(&own), None, "a waiter channel is no lock key");
+    }
+
+    #[test]
     fn replies() {
         let acquired = Value::Array(vec![
             Value::Int(1),
@@ -1019,12 +1112,16 @@ mod tests {
             Value::Int(0),
             Value::Int(-2),
             Value::BulkString(b"00c0ffee00c0ffee".to_vec()),
+            Value::Int(3),
         ]);
         assert_eq!(
             parse_acquire(&turn).unwrap(),
             AcquireReply::Busy {
                 pttl: -2,
-                turn_of: Some("00c0ffee00c0ffee".to_owned())
+                turn_of: Some(TurnOf {
+                    head: "00c0ffee00c0ffee".to_owned(),
+                    behind: 3
+                })
             }
         );
         assert!(parse_acquire(&Value::Nil).is_err());

@@ -15,11 +15,13 @@
 //! attempt failed), the baton wakes the next waiter instead.
 //!
 //! Across processes, the waiting clients queue on the server (see the key
-//! layout in `scripts`): a release message names the client whose turn it
-//! is. That client wakes a waiter at once; every other client only arms a
+//! layout in `scripts`), and each also listens on a channel of its own per
+//! name: a release message goes to the client whose turn it is, which
+//! wakes a waiter at once, and to the next in line, which only arms a
 //! short fallback timer, cancelled when the lock is announced as taken, so
 //! a client that crashed while queued delays a hand-off by that much once
-//! and is then dropped from the queue.
+//! and is then dropped from the queue. The clients further back hear
+//! nothing: a hand-off costs two messages however many clients wait.
 //!
 //! When a pub/sub connection drops, messages may be lost while it is down:
 //! after it is back (and resubscribed) every name with waiters gets one
@@ -42,6 +44,7 @@ use tokio::time::Instant;
 use lockkit_core::LockError;
 
 use crate::error::{Fault, NodeTimeout};
+use crate::scripts::{Keys, TurnOf};
 
 /// One pub/sub connection.
 #[derive(Clone)]
@@ -61,19 +64,19 @@ impl PubSubConn {
         m.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    async fn subscribe(&self, channel: &[u8]) -> RedisResult<()> {
+    async fn subscribe(&self, channels: &[Vec<u8>]) -> RedisResult<()> {
         match self {
-            PubSubConn::Manager(m) => m.clone().subscribe(channel).await,
-            PubSubConn::Cluster(c) => c.clone().ssubscribe(channel).await,
-            PubSubConn::Swappable(m) => Self::manager(m).subscribe(channel).await,
+            PubSubConn::Manager(m) => m.clone().subscribe(channels).await,
+            PubSubConn::Cluster(c) => c.clone().ssubscribe(channels).await,
+            PubSubConn::Swappable(m) => Self::manager(m).subscribe(channels).await,
         }
     }
 
-    async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
+    async fn unsubscribe(&self, channels: &[Vec<u8>]) -> RedisResult<()> {
         match self {
-            PubSubConn::Manager(m) => m.clone().unsubscribe(channel).await,
-            PubSubConn::Cluster(c) => c.clone().sunsubscribe(channel).await,
-            PubSubConn::Swappable(m) => Self::manager(m).unsubscribe(channel).await,
+            PubSubConn::Manager(m) => m.clone().unsubscribe(channels).await,
+            PubSubConn::Cluster(c) => c.clone().sunsubscribe(channels).await,
+            PubSubConn::Swappable(m) => Self::manager(m).unsubscribe(channels).await,
         }
     }
 
@@ -138,6 +141,8 @@ struct Shared {
     sub_lock: tokio::sync::Mutex<()>,
     /// This client's waiter id, when the backend queues waiters.
     waiter_id: Option<String>,
+    /// The key layout, for this client's own channels (queued backends).
+    keys: Option<Keys>,
     leave: OnceLock<Leave>,
     /// The keyspace this registry shares with others of this process (see
     /// [`Waiters::share_locally`]).
@@ -151,6 +156,16 @@ impl Shared {
 
     fn conns(&self) -> &[PubSubConn] {
         self.conns.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// What a waiter on the lock channel `channel` subscribes to: that
+    /// channel, and this client's own channel of the name when it queues.
+    fn channels_of(&self, channel: &[u8]) -> Vec<Vec<u8>> {
+        let mut all = vec![channel.to_vec()];
+        if let (Some(keys), Some(id)) = (&self.keys, &self.waiter_id) {
+            all.push(keys.waiter_channel(channel, id));
+        }
+        all
     }
 
     fn wake_all(&self) {
@@ -178,11 +193,14 @@ impl std::fmt::Debug for Waiters {
 impl Waiters {
     /// A registry for `connections` pub/sub connections, `required` of which
     /// must confirm a subscription; each subscribe/unsubscribe waits at most
-    /// `timeout` per connection.
-    pub fn new(connections: usize, required: usize, timeout: Duration, queued: bool) -> Self {
+    /// `timeout` per connection. With `queue` (the key layout), this client
+    /// queues for names under a waiter id of its own, and listens on its own
+    /// channels too.
+    pub fn new(connections: usize, required: usize, timeout: Duration, queue: Option<Keys>) -> Self {
         Waiters {
             shared: Arc::new(Shared {
-                waiter_id: queued.then(|| format!("{:016x}", rand::random::<u64>())),
+                waiter_id: queue.is_some().then(|| format!("{:016x}", rand::random::<u64>())),
+                keys: queue,
                 leave: OnceLock::new(),
                 keyspace: OnceLock::new(),
                 slots: Mutex::new(HashMap::new()),
@@ -235,8 +253,9 @@ impl Waiters {
         }
     }
 
-    /// A release published `payload` on `channel`: the waiters of this
-    /// process's backends on the same keyspace hear it now, without the
+    /// A release published `payload` for the waiters of `channel`: the
+    /// client it names (or every client, when it names none) among this
+    /// process's backends on the same keyspace hears it now, without the
     /// round trip through the server's pub/sub (the server's copy, when it
     /// comes, is dropped as a duplicate). A hand-off between two clients of
     /// one process then costs the release and the next holder's claim.
@@ -244,8 +263,13 @@ impl Waiters {
         let Some(keyspace) = self.shared.keyspace.get() else {
             return;
         };
+        let head = head_of(payload);
         let group: Vec<Arc<Shared>> = match local().get(keyspace) {
-            Some(group) => group.iter().filter_map(Weak::upgrade).collect(),
+            Some(group) => group
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|s| head.is_none() || s.waiter_id.as_deref().map(str::as_bytes) == head)
+                .collect(),
             None => return,
         };
         for shared in &group {
@@ -278,6 +302,12 @@ impl Waiters {
         }
     }
 
+    /// Whether this client listens on `channel`'s messages now: it has
+    /// waiters there, or had a moment ago (see [`LINGER`]).
+    pub fn is_listening(&self, channel: &[u8]) -> bool {
+        self.shared.slots().get(channel).is_some_and(|s| s.subscribed)
+    }
+
     /// Channels that have waiters now.
     pub fn channels(&self) -> Vec<Vec<u8>> {
         self.shared.slots().keys().cloned().collect()
@@ -297,8 +327,9 @@ impl Waiters {
             return Ok(sub);
         }
         let timeout = self.shared.timeout;
+        let channels = self.shared.channels_of(&sub.channel);
         let results = join_all(self.shared.conns().iter().map(|c| async {
-            match tokio::time::timeout(timeout, c.subscribe(&sub.channel)).await {
+            match tokio::time::timeout(timeout, c.subscribe(&channels)).await {
                 Ok(r) => r.map_err(Fault::Redis),
                 Err(_) => Err(Fault::Timeout(NodeTimeout {
                     node: "pub/sub connection".to_owned(),
@@ -364,7 +395,12 @@ fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
                 Value::BulkString(b) => b.clone(),
                 _ => Vec::new(),
             };
-            on_message(shared, channel, payload);
+            // This client's own channel of a name speaks for the name.
+            let own = match (&shared.keys, &shared.waiter_id) {
+                (Some(keys), Some(id)) => keys.lock_of_waiter_channel(channel, id),
+                _ => None,
+            };
+            on_message(shared, own.as_deref().unwrap_or(channel), payload);
         }
         PushKind::Disconnection => {
             let Some(flag) = shared.recovering.get(index) else {
@@ -403,12 +439,7 @@ fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>) {
     if slot.recent.len() == RECENT_PAYLOADS {
         slot.recent.pop_front();
     }
-    // `TOKEN|HEAD`: HEAD's turn; anything else: everybody's.
-    let head = payload
-        .iter()
-        .rposition(|b| *b == b'|')
-        .map(|i| String::from_utf8_lossy(&payload[i + 1..]).into_owned())
-        .filter(|h| !h.is_empty());
+    let head = head_of(&payload).map(|h| String::from_utf8_lossy(h).into_owned());
     slot.recent.push_back(payload);
     match head {
         Some(head) if shared.waiter_id.as_deref() != Some(head.as_str()) => {
@@ -436,6 +467,13 @@ fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>) {
             slot.notify.notify_one();
         }
     }
+}
+
+/// The client whose turn a release message `TOKEN|HEAD` gives, or `None`
+/// when it is everybody's (no `HEAD`, or another message).
+fn head_of(payload: &[u8]) -> Option<&[u8]> {
+    let at = payload.iter().rposition(|b| *b == b'|')?;
+    Some(&payload[at + 1..]).filter(|h| !h.is_empty())
 }
 
 /// The registries of this process's backends, by the keyspace they share
@@ -536,11 +574,12 @@ impl Drop for Subscription {
                 }
             }
             let timeout = shared.timeout;
+            let channels = shared.channels_of(&channel);
             join_all(
                 shared
                     .conns()
                     .iter()
-                    .map(|c| tokio::time::timeout(timeout, c.unsubscribe(&channel))),
+                    .map(|c| tokio::time::timeout(timeout, c.unsubscribe(&channels))),
             )
             .await;
         });
@@ -578,7 +617,7 @@ pub(crate) enum Attempt<T> {
         /// When to try again without a message.
         retry_in: Duration,
         /// Free, but this client's turn.
-        turn_of: Option<String>,
+        turn_of: Option<TurnOf>,
     },
     /// Redlock split vote: try again after `after`, messages or not.
     Backoff {
@@ -611,6 +650,16 @@ impl Subscription {
             && slot.stale.as_ref().is_none_or(|(h, _)| *h != head)
         {
             slot.stale = Some((head, Instant::now()));
+        }
+    }
+
+    /// The waiter took the lock. A head this client was waiting to drop
+    /// has had its turn (the client took the lock after it): no other
+    /// waiter of this client may drop it any more.
+    fn took(&mut self) {
+        self.took = true;
+        if let Some(slot) = self.shared.slots().get_mut(&self.channel) {
+            slot.stale = None;
         }
     }
 
@@ -692,7 +741,7 @@ where
                 baton.disarm();
                 drop(notified);
                 if let Some(sub) = &mut sub {
-                    sub.took = true;
+                    sub.took();
                 }
                 return Ok(Some(t));
             }
@@ -704,13 +753,18 @@ where
                 (Instant::now() + retry_in, true, None)
             }
             Ok(Attempt::Busy {
-                turn_of: Some(head), ..
+                turn_of: Some(TurnOf { head, behind }),
+                ..
             }) => {
                 failures = 0;
                 if let Some(sub) = &sub {
                     sub.set_stale(head);
                 }
-                (Instant::now() + fallback(), true, None)
+                // The next in line hears whether the head comes and drops
+                // it if not; a client further back, told nothing more until
+                // its own turn nears, looks again only once each client
+                // ahead of it could have done the same.
+                (Instant::now() + fallback() * (behind.min(15) + 1), true, None)
             }
             Ok(Attempt::Backoff { after }) => {
                 failures = 0;

@@ -20,7 +20,7 @@ use redis::aio::ConnectionManager;
 use crate::backend::{UNKNOWN_LEASE_RECHECK, manager_config, millis, open_client, pubsub_config};
 use crate::config::RedisConfig;
 use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Share, Stored, TurnOf};
+use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Share, Stored, TurnOf, UndoThen};
 use crate::waiters::{Attempt, PubSubConn, Turn, Waiters, wait_loop};
 
 const KIND: &str = "redlock";
@@ -377,8 +377,13 @@ impl Inner {
             } else {
                 Settled::NoQuorum
             };
-            // Undo wherever this attempt may have counted.
+            // Undo wherever this attempt may have counted. A waiting caller
+            // goes back to its place in the queues it left by taking a node.
             let targets: Vec<usize> = held.iter().map(|h| h.node).chain(failed.iter().copied()).collect();
+            let requeue = match (queueing.join, &queueing.waiter, queueing.place) {
+                (true, Some(waiter), Some(place)) => Some((waiter.as_str(), place)),
+                _ => None,
+            };
             match settled {
                 Settled::Acquired(outcome) => {
                     // Shares this attempt may have left on nodes that did not
@@ -395,7 +400,12 @@ impl Inner {
                     return outcome;
                 }
                 Settled::Disagreed { highest } if round < TOKEN_ROUNDS => {
-                    self.undo(name, owner, attempt, &targets).await;
+                    // Tried again at once: nobody need hear of it.
+                    let then = UndoThen {
+                        requeue,
+                        announce: false,
+                    };
+                    self.undo(name, owner, attempt, &targets, then).await;
                     above = Some(above.unwrap_or(0).max(highest));
                     round += 1;
                     continue;
@@ -403,7 +413,11 @@ impl Inner {
                 Settled::Disagreed { .. } | Settled::NoQuorum => {}
             }
             // No quorum.
-            self.undo(name, owner, attempt, &targets).await;
+            let then = UndoThen {
+                requeue,
+                announce: true,
+            };
+            self.undo(name, owner, attempt, &targets, then).await;
             let failures: Vec<&Fault> = replies.iter().filter_map(|r| r.as_ref().err()).collect();
             if failures.len() > self.n() - self.quorum {
                 return Outcome::Failed(self.quorum_error(&failures));
@@ -503,14 +517,14 @@ impl Inner {
 
     /// Takes `attempt`'s share back on `nodes` (waiting for each up to the
     /// response timeout).
-    async fn undo(&self, name: &str, owner: &str, attempt: &str, nodes: &[usize]) {
+    async fn undo(&self, name: &str, owner: &str, attempt: &str, nodes: &[usize], then: UndoThen<'_>) {
         if nodes.is_empty() {
             return;
         }
         let keys = &self.keys;
         self.on_nodes(true, |node, mut c| async move {
             if nodes.contains(&node) {
-                scripts::undo(&mut c, keys, name, owner, attempt).await
+                scripts::undo(&mut c, keys, name, owner, attempt, then).await
             } else {
                 Ok(false)
             }
@@ -518,10 +532,16 @@ impl Inner {
         .await;
     }
 
+    /// Takes back the shares an acquisition left on nodes outside its
+    /// quorum, in the background; silently: the name stays held.
     fn spawn_undo(self: &Arc<Self>, name: &str, owner: &str, attempt: &str, nodes: Vec<usize>) {
         let this = self.clone();
         let (name, owner, attempt) = (name.to_owned(), owner.to_owned(), attempt.to_owned());
-        tokio::spawn(async move { this.undo(&name, &owner, &attempt, &nodes).await });
+        let then = UndoThen {
+            requeue: None,
+            announce: false,
+        };
+        tokio::spawn(async move { this.undo(&name, &owner, &attempt, &nodes, then).await });
     }
 
     /// Releases `attempt`'s share of `hold` on `nodes` again, in the

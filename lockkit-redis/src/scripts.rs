@@ -428,7 +428,16 @@ return {h[1], h[2], h[3], pttl}
 /// created or the share it added — found by the attempt's field, so an
 /// undo that runs twice, or before a straggling acquire, is harmless.
 ///
-/// KEYS: lock. ARGV: owner, attempt id, channel, `PUBLISH`.
+/// A waiting caller (ARGV[5]) goes back to its place in the queue (ARGV[6],
+/// µs), which taking the hold here had taken it out of. A freed name is
+/// then announced as a release is — to the queue's head and the next in
+/// line (never the caller), or to everybody when nobody queued — unless
+/// ARGV[8] is `s` (silent: the caller holds the name on a quorum, or tries
+/// again at once).
+///
+/// KEYS: lock, queue. ARGV: owner, attempt id, channel, `PUBLISH`, waiter id
+/// (`''`: none), place, where a waiting client's channel differs from the
+/// lock channel (see [`Keys::waiter_mark`]), `s` or `''`.
 /// Returns 1 when something was undone.
 const UNDO: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'o', 'c')
@@ -440,7 +449,23 @@ if c > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-redis.pcall(ARGV[4], ARGV[3], 'u' .. ARGV[2])
+if ARGV[5] ~= '' and ARGV[6] ~= '' then
+  if redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5]) == 1 then
+    redis.call('PEXPIRE', KEYS[2], 60000)
+  end
+end
+if ARGV[8] == 's' then return 1 end
+local q = redis.call('ZRANGE', KEYS[2], 0, 1)
+local m = 'u' .. ARGV[2] .. '|' .. (q[1] or '')
+if q[1] then
+  local at = tonumber(ARGV[7])
+  local before, after = string.sub(ARGV[3], 1, at), string.sub(ARGV[3], at + 1)
+  for _, id in ipairs(q) do
+    if id ~= ARGV[5] then redis.pcall(ARGV[4], before .. 'w' .. id .. after, m) end
+  end
+else
+  redis.pcall(ARGV[4], ARGV[3], m)
+end
 return 1
 "#;
 
@@ -997,6 +1022,15 @@ where
     }
 }
 
+/// What an undo does besides taking the attempt back (see [`UNDO`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UndoThen<'a> {
+    /// The waiting caller's id and place, to put it back in the queue.
+    pub requeue: Option<(&'a str, u64)>,
+    /// Announce a freed name to the queue (or to everybody).
+    pub announce: bool,
+}
+
 /// Redlock: undoes one failed attempt on one node.
 pub(crate) async fn undo<C: ConnectionLike + Send>(
     conn: &mut C,
@@ -1004,15 +1038,22 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
     name: &str,
     owner: &str,
     attempt: &str,
+    then: UndoThen<'_>,
 ) -> Result<bool, Fault> {
     let key = keys.lock(name);
+    let (waiter, place) = then.requeue.map_or(("", String::new()), |(w, p)| (w, p.to_string()));
     let v: Value = SCRIPTS
         .undo
         .key(&key)
+        .key(keys.queue(name))
         .arg(owner)
         .arg(attempt)
         .arg(&key)
         .arg(Publish::Classic.command())
+        .arg(waiter)
+        .arg(place)
+        .arg(keys.waiter_mark())
+        .arg(if then.announce { "" } else { "s" })
         .invoke_async(conn)
         .await?;
     Ok(parse_flag("undo", &v)?)

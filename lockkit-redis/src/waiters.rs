@@ -95,7 +95,7 @@ const LINGER: Duration = Duration::from_secs(2);
 
 /// Payloads remembered per channel to drop duplicates: Redlock's release
 /// is published by every node that held the lock.
-const RECENT_PAYLOADS: usize = 8;
+const RECENT_PAYLOADS: usize = 16;
 
 /// How long a client whose turn it is not waits before it tries anyway
 /// (unless the lock is announced as taken first): the base, plus up to as
@@ -273,7 +273,7 @@ impl Waiters {
             None => return,
         };
         for shared in &group {
-            on_message(shared, channel, payload.to_vec());
+            on_message(shared, channel, payload.to_vec(), None);
         }
     }
 
@@ -400,7 +400,7 @@ fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
                 (Some(keys), Some(id)) => keys.lock_of_waiter_channel(channel, id),
                 _ => None,
             };
-            on_message(shared, own.as_deref().unwrap_or(channel), payload);
+            on_message(shared, own.as_deref().unwrap_or(channel), payload, Some(index));
         }
         PushKind::Disconnection => {
             let Some(flag) = shared.recovering.get(index) else {
@@ -419,11 +419,14 @@ fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
     }
 }
 
-/// A message on `channel`, from the server or handed over in this process
-/// (see [`Waiters::deliver_locally`]). A payload seen lately (the same
-/// release again: the server's copy of one delivered locally, or Redlock's
-/// from another node) changes nothing, not even a pending fallback.
-fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>) {
+/// A message on `channel`, from the server (connection `node`) or handed
+/// over in this process (see [`Waiters::deliver_locally`]). A payload seen
+/// lately (the same release again: the server's copy of one delivered
+/// locally, or Redlock's from another node) changes nothing, not even a
+/// pending fallback — except that each Redlock node's copy of this
+/// client's turn wakes a waiter again: an attempt made on the first copy
+/// may have found a node that had not released yet.
+fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>, node: Option<usize>) {
     let mut slots = shared.slots();
     let Some(slot) = slots.get_mut(channel) else { return };
     if payload == b"+" {
@@ -432,15 +435,20 @@ fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>) {
         slot.stale = None;
         return;
     }
-    if !payload.is_empty() && slot.recent.contains(&payload) {
+    let head = head_of(&payload).map(|h| String::from_utf8_lossy(h).into_owned());
+    let mine = head.as_deref().is_none_or(|h| shared.waiter_id.as_deref() == Some(h));
+    let seen = match node {
+        Some(i) if mine && shared.conns().len() > 1 => [payload.as_slice(), &[0], &i.to_le_bytes()].concat(),
+        _ => payload.clone(),
+    };
+    if !payload.is_empty() && slot.recent.contains(&seen) {
         return;
     }
     slot.epoch += 1;
     if slot.recent.len() == RECENT_PAYLOADS {
         slot.recent.pop_front();
     }
-    let head = head_of(&payload).map(|h| String::from_utf8_lossy(h).into_owned());
-    slot.recent.push_back(payload);
+    slot.recent.push_back(seen);
     match head {
         Some(head) if shared.waiter_id.as_deref() != Some(head.as_str()) => {
             slot.stale = Some((head, Instant::now()));

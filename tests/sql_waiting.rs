@@ -148,6 +148,7 @@ async fn postgres_notifies_only_when_somebody_waits() {
     let waiter = tokio::spawn(async move { b2.lock_with(&n2, &b2.options().wait(Duration::from_secs(60))).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!waiter.is_finished(), "b waits");
+    let token = held.fencing_token();
     held.unlock().await.unwrap();
     let payload = tokio::time::timeout(Duration::from_secs(30), heard.recv())
         .await
@@ -155,8 +156,10 @@ async fn postgres_notifies_only_when_somebody_waits() {
         .unwrap()
         .payload()
         .to_owned();
+    // The name (hex) and the released hold's token, by which the releasing
+    // process knows its own notification.
     let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(payload, hex);
+    assert_eq!(payload, format!("{hex} {token}"));
     let g = tokio::time::timeout(Duration::from_secs(60), waiter)
         .await
         .expect("b gets the lock")

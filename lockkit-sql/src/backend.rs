@@ -327,13 +327,9 @@ impl SqlBackend {
             let options = sqlx::postgres::PgConnectOptions::from_str(&inner.config.database)
                 .map_err(|e| backend_error(kind, "connect", None, e))?
                 .application_name("lockkit-listener");
-            crate::listener::spawn_pg_listener(
-                options.clone(),
-                inner.config.connect_timeout,
-                inner.sql.channel(),
-                inner.waiters.clone(),
-                inner.stop.clone(),
-            );
+            inner
+                .waiters
+                .listen_pg(options.clone(), inner.config.connect_timeout, inner.sql.channel());
             if let (Some(join), Some(leave)) = (&inner.sql.wait_join, &inner.sql.wait_leave) {
                 let list = crate::waitlist::WaitList::spawn(
                     options.application_name("lockkit-waitlist"),
@@ -569,7 +565,9 @@ impl SqlBackend {
         let mut last_error: Option<LockError> = None;
         // Woken only because the waiter before it in this process took the
         // name: the name is held, so wait on as the first without a try.
-        let mut moved_up = false;
+        // Likewise when it joined behind waiters of this process: the name
+        // is theirs first, and the first of them wakes it on leaving.
+        let mut moved_up = !queued.line.is_first();
         loop {
             if queued.place.rejoin.swap(false, std::sync::atomic::Ordering::Relaxed) {
                 // The row went (its lease ran out while this task stalled):
@@ -1172,7 +1170,7 @@ impl Inner {
             .await?;
         let gone = done.iter().any(|d| d.rows > 0);
         if gone {
-            self.waiters.wake(hold.name.as_bytes());
+            self.waiters.released(hold.name.as_bytes(), hold.token as i64);
         }
         Ok((gone, unsure))
     }
@@ -1198,7 +1196,7 @@ impl Inner {
             (done.rows, unsure)
         };
         if deleted > 0 {
-            self.waiters.wake(hold.name.as_bytes());
+            self.waiters.released(hold.name.as_bytes(), hold.token as i64);
         }
         Ok((deleted > 0, unsure))
     }

@@ -1,6 +1,6 @@
 //! Waking waiters: a registry of the names this process's callers wait for,
 //! signalled by local releases and — on Postgres — by one `LISTEN`
-//! connection per backend that hears every client's releases.
+//! connection per registry that hears every client's releases.
 //!
 //! Fair waiters stand in the registry in their order in the database's line
 //! (`<table>_waiters`), and a release wakes only the first of them: the one
@@ -21,6 +21,26 @@ pub(crate) struct Waiters {
     names: Mutex<HashMap<Vec<u8>, Slot>>,
     /// Ties between equal line positions (never, but keys must be unique).
     seq: AtomicU64,
+    /// Stops the registry's `LISTEN` connection (Postgres), once started.
+    #[cfg(feature = "postgres")]
+    listener: OnceLock<tokio_util::sync::CancellationToken>,
+    /// The last holds this process released (name, token): their
+    /// notifications, when the server delivers them, wake nobody again.
+    #[cfg(feature = "postgres")]
+    released: Mutex<std::collections::VecDeque<(Vec<u8>, i64)>>,
+}
+
+/// Releases remembered per registry to drop their own notifications.
+#[cfg(feature = "postgres")]
+const RECENT_RELEASES: usize = 64;
+
+#[cfg(feature = "postgres")]
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        if let Some(stop) = self.listener.get() {
+            stop.cancel();
+        }
+    }
 }
 
 /// How a fair waiter is woken: its bell, and whether the last ring only
@@ -310,6 +330,42 @@ impl Waiters {
         self.names().get(name).is_some_and(|slot| !slot.line.is_empty())
     }
 
+    /// This process released the hold `token` of `name`: wake its waiters
+    /// (see [`wake`](Self::wake)) now, and not again for the server's
+    /// notification of the same release (Postgres).
+    pub fn released(&self, name: &[u8], token: i64) {
+        #[cfg(feature = "postgres")]
+        if self.listener.get().is_some() {
+            let mut recent = self.released.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.len() == RECENT_RELEASES {
+                recent.pop_front();
+            }
+            recent.push_back((name.to_vec(), token));
+        }
+        #[cfg(not(feature = "postgres"))]
+        let _ = token;
+        self.wake(name);
+    }
+
+    /// A release notification (Postgres): `NAME_HEX` or `NAME_HEX TOKEN`.
+    /// Wakes the name's waiters unless this process released that hold
+    /// itself (and woke them then).
+    #[cfg(feature = "postgres")]
+    fn notified(&self, payload: &str) {
+        let (hex, token) = match payload.split_once(' ') {
+            Some((hex, token)) => (hex, token.parse::<i64>().ok()),
+            None => (payload, None),
+        };
+        let Some(name) = decode_hex(hex) else { return };
+        if let Some(token) = token {
+            let recent = self.released.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.iter().any(|(n, t)| *t == token && *n == name) {
+                return;
+            }
+        }
+        self.wake(&name);
+    }
+
     /// `name` was released: wake its unfair waiters and the first fair one.
     pub fn wake(&self, name: &[u8]) {
         if let Some(slot) = self.names().get(name) {
@@ -323,6 +379,24 @@ impl Waiters {
     pub fn wake_all(&self) {
         for slot in self.names().values() {
             slot.wake();
+        }
+    }
+
+    /// Postgres: hears releases on `channel` from now on, with one `LISTEN`
+    /// connection for every backend that shares this registry (the first
+    /// call starts it; it stops with the registry). One connection per
+    /// backend would have the server signal and feed each of them on every
+    /// release, and wake this process's first waiter once per backend.
+    #[cfg(feature = "postgres")]
+    pub fn listen_pg(
+        self: &Arc<Self>,
+        options: sqlx::postgres::PgConnectOptions,
+        connect_timeout: std::time::Duration,
+        channel: String,
+    ) {
+        let stop = tokio_util::sync::CancellationToken::new();
+        if self.listener.set(stop.clone()).is_ok() {
+            spawn_pg_listener(options, connect_timeout, channel, Arc::downgrade(self), stop);
         }
     }
 
@@ -345,17 +419,17 @@ pub(crate) fn decode_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Postgres: one connection per backend `LISTEN`s on the table's channel
+/// Postgres: one connection per registry `LISTEN`s on the table's channel
 /// and wakes the waiters of each released name. Reconnects on its own; after
 /// a reconnect it wakes every waiter, since releases may have been missed
 /// meanwhile (waiters also retry on their backoff, so a missed notification
 /// delays a waiter, it never strands it).
 #[cfg(feature = "postgres")]
-pub(crate) fn spawn_pg_listener(
+fn spawn_pg_listener(
     options: sqlx::postgres::PgConnectOptions,
     connect_timeout: std::time::Duration,
     channel: String,
-    waiters: Arc<Waiters>,
+    waiters: Weak<Waiters>,
     stop: tokio_util::sync::CancellationToken,
 ) {
     use lockkit_core::backoff::Backoff;
@@ -391,7 +465,12 @@ pub(crate) fn spawn_pg_listener(
             };
             backoff.reset();
             // Anything released before LISTEN took effect went unheard.
-            waiters.wake_all();
+            let wake_all = || {
+                if let Some(w) = waiters.upgrade() {
+                    w.wake_all();
+                }
+            };
+            wake_all();
             loop {
                 let received = tokio::select! {
                     _ = stop.cancelled() => break 'connect,
@@ -399,15 +478,15 @@ pub(crate) fn spawn_pg_listener(
                 };
                 match received {
                     Ok(Some(n)) => {
-                        if let Some(name) = decode_hex(n.payload()) {
-                            waiters.wake(&name);
+                        if let Some(w) = waiters.upgrade() {
+                            w.notified(n.payload());
                         }
                     }
                     // Connection lost; the next try_recv reconnects.
-                    Ok(None) => waiters.wake_all(),
+                    Ok(None) => wake_all(),
                     Err(e) => {
                         tracing::debug!(error = %e, "lockkit postgres listener failed; reconnecting");
-                        waiters.wake_all();
+                        wake_all();
                         tokio::select! {
                             _ = stop.cancelled() => break 'connect,
                             _ = tokio::time::sleep(backoff.next_delay()) => continue 'connect,

@@ -658,8 +658,10 @@ fn postgres(t: &str) -> Statements {
     let chan = format!("lockkit_{t}");
     // The wait-list key of the name in `$x`: waiters hold it shared.
     let wait_key = |x: &str| format!("hashtext('lockkit-wait:{t}'), hashtext(encode({x}, 'hex'))");
-    // Deletes announce the freed name (hex) to waiters, delivered at commit —
-    // only when somebody holds its wait-list key (a NOTIFY serializes commits).
+    // Deletes announce the freed name (hex) and the hold's token to waiters,
+    // delivered at commit — only when somebody holds its wait-list key (a
+    // NOTIFY serializes commits). The releasing process has woken its own
+    // waiters already: by the token it knows the notification for its own.
     // One statement: the row goes unless marked `queued`, else it is left
     // free for the line. (A join that marks the row between this
     // statement's snapshot and its row lock makes both miss it: the
@@ -672,7 +674,7 @@ fn postgres(t: &str) -> Statements {
                expires_at = now() WHERE name = $1 AND owner = $2 AND token = $3{cond} AND queued RETURNING name), \
              d AS (SELECT name FROM gone UNION ALL SELECT name FROM freed) \
              SELECT CASE WHEN pg_try_advisory_xact_lock({}) THEN 1::int8 \
-               ELSE (SELECT 1::int8 FROM pg_notify('{chan}', encode(d.name, 'hex'))) END FROM d",
+               ELSE (SELECT 1::int8 FROM pg_notify('{chan}', encode(d.name, 'hex') || ' ' || $3::text)) END FROM d",
             wait_key("d.name")
         ))
     };

@@ -74,20 +74,23 @@ async fn handoffs(server: &Server, waiters: usize, shared: bool) -> Handoffs {
             })
         })
         .collect();
-    // Every waiter tries twice before it sleeps: once, then again after it
-    // subscribed. Wait (on the server's own count) until all have.
+    // Every waiter tries once or twice before it sleeps (a plain try first
+    // unless its client already listens on the name, then once in line).
+    // Wait (on the server's own count) until all have tried and the count
+    // has settled.
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut settled = (0, Instant::now());
     loop {
         let calls = server.command_calls();
         let evalsha = calls.get("evalsha").copied().unwrap_or(0) - before_waiting.get("evalsha").copied().unwrap_or(0);
-        if evalsha >= 2 * waiters as u64 {
+        if evalsha != settled.0 {
+            settled = (evalsha, Instant::now());
+        } else if evalsha >= waiters as u64 && settled.1.elapsed() >= Duration::from_millis(300) {
             break;
         }
         assert!(Instant::now() < deadline, "waiters did not all start waiting");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // A moment to make sure nobody is mid-attempt, then count from here.
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let before = server.command_calls();
     released_at.lock().unwrap().push(Instant::now());
     assert!(guard.unlock().await.expect("holder unlocks").is_free());

@@ -213,7 +213,7 @@ impl Keys {
 /// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
 /// clients queued between it and the caller.
 const ACQUIRE: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 't')
+local h = redis.call('HMGET', KEYS[1], 'o', 't', 'w')
 local ttl = tonumber(ARGV[2])
 local share = 'a:' .. ARGV[3]
 -- Tells waiting client `id` (not the caller) `m`, on its own channel.
@@ -232,6 +232,8 @@ end
 if not h[1] then
   -- Whether clients queue for this name (nil: not looked at yet).
   local queued = nil
+  -- The queue after the caller: known when a fair caller at its head takes.
+  local after = nil
   if string.find(ARGV[6], 'f', 1, true) then
     -- Fair: a free name is the queue head's. A waiting caller takes its
     -- place first (it may have left this queue by taking the lock here in an
@@ -242,7 +244,7 @@ if not h[1] then
         redis.call('PEXPIRE', KEYS[3], 60000)
       end
     end
-    local q = redis.call('ZRANGE', KEYS[3], 0, 0)
+    local q = redis.call('ZRANGE', KEYS[3], 0, 2)
     if q[1] and q[1] == ARGV[7] then
       redis.call('ZREM', KEYS[3], q[1])
       q = redis.call('ZRANGE', KEYS[3], 0, 1)
@@ -261,6 +263,7 @@ if not h[1] then
       return {0, '', 0, -2, q[1], rank and math.max(rank - 1, 0) or 0}
     end
     queued = q[1] ~= nil
+    if q[1] and ARGV[7] == '' then after = {q[2], q[3]} end
   end
   local now = redis.call('TIME')
   local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
@@ -303,7 +306,7 @@ if not h[1] then
     end
     -- Taken: the next in line need not drop the last head after all (and,
     -- when the caller barged in, neither need the one after it).
-    local q = redis.call('ZRANGE', KEYS[3], 0, 1)
+    local q = after or redis.call('ZRANGE', KEYS[3], 0, 1)
     tell(q[1], '+')
     if not string.find(ARGV[6], 'f', 1, true) then tell(q[2], '+') end
   end
@@ -332,7 +335,7 @@ local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
   redis.call('ZADD', KEYS[3], 'NX', place(), ARGV[5])
   redis.call('PEXPIRE', KEYS[3], string.format('%.0f', math.max(pttl, 0) + 60000))
-  redis.call('HSET', KEYS[1], 'w', '1')
+  if not h[3] then redis.call('HSET', KEYS[1], 'w', '1') end
 end
 return {0, '', 0, pttl}
 "#;
@@ -357,11 +360,12 @@ return {0, '', 0, pttl}
 /// release that published returns the message instead (its holds left are
 /// 0), for the releasing client to hand to the waiters of its own process.
 const RELEASE: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c', 'w')
+local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c', 'w', 'a:' .. ARGV[6])
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return -1 end
-if redis.call('HDEL', KEYS[1], 'a:' .. ARGV[6]) == 0 then return tonumber(h[3]) end
+if not h[5] then return tonumber(h[3]) end
 local c = tonumber(h[3]) - 1
 if c > 0 then
+  redis.call('HDEL', KEYS[1], 'a:' .. ARGV[6])
   redis.call('HSET', KEYS[1], 'c', c)
   return c
 end

@@ -46,7 +46,10 @@
 //!   took the lock within 200–400 ms (a queued client that crashed); a
 //!   release nobody queued for goes to the lock's own channel. A hand-off
 //!   therefore costs the same few Redis commands and two messages with 2
-//!   waiting clients or 200, in one process or in many. The
+//!   waiting clients or 200, in one process or in many. (Clients of lockkit
+//!   versions before these channels listen on the lock's channel only: they
+//!   miss their turns and wait for the lease. Upgrade the clients of one
+//!   keyspace together.) The
 //!   releasing client also hands its message to the waiters of its own
 //!   process (every backend there on the same servers and prefix) at once,
 //!   so a hand-off within a process does not wait for the pub/sub round trip

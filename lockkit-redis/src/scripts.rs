@@ -1,5 +1,6 @@
 //! The key layout and the Lua scripts: every change to a lock is one script
-//! call, so one round trip and atomic.
+//! call, so one round trip and atomic. The scripts' sources are the files in
+//! `lua/`; their arguments and replies are documented here, on each constant.
 //!
 //! # Keys
 //!
@@ -212,133 +213,7 @@ impl Keys {
 /// owner holds it, or `{0, '', 0, -2, HEAD, BEHIND}` when it is free but it
 /// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
 /// clients queued between it and the caller.
-const ACQUIRE: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 't', 'w')
-local ttl = tonumber(ARGV[2])
-local share = 'a:' .. ARGV[3]
--- Tells waiting client `id` (not the caller) `m`, on its own channel.
-local function tell(id, m)
-  if id and id ~= ARGV[5] then
-    local at = tonumber(ARGV[10])
-    redis.pcall(ARGV[8], string.sub(KEYS[1], 1, at) .. 'w' .. id .. string.sub(KEYS[1], at + 1), m)
-  end
-end
--- A waiter's place in the queue: the caller's (ARGV[9]) or the server's time.
-local function place()
-  if ARGV[9] ~= '' then return ARGV[9] end
-  local now = redis.call('TIME')
-  return string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
-end
-if not h[1] then
-  -- Whether clients queue for this name (nil: not looked at yet).
-  local queued = nil
-  -- The queue after the caller: known when a fair caller at its head takes.
-  local after = nil
-  if string.find(ARGV[6], 'f', 1, true) then
-    -- Fair: a free name is the queue head's. A waiting caller takes its
-    -- place first (it may have left this queue by taking the lock here in an
-    -- attempt that failed on other nodes: Redlock); then a head that was
-    -- given its turn and let it pass (ARGV[7]: dead, or gone) is dropped.
-    if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
-      if redis.call('ZADD', KEYS[3], 'NX', place(), ARGV[5]) == 1 then
-        redis.call('PEXPIRE', KEYS[3], 60000)
-      end
-    end
-    local q = redis.call('ZRANGE', KEYS[3], 0, 2)
-    if q[1] and q[1] == ARGV[7] then
-      redis.call('ZREM', KEYS[3], q[1])
-      q = redis.call('ZRANGE', KEYS[3], 0, 1)
-      if q[1] and q[1] ~= ARGV[5] and ARGV[8] ~= '' then
-        -- Tell the next in line that it is its turn now, and the one after
-        -- it (to drop it in turn, should it not come either).
-        local now = redis.call('TIME')
-        local m = 's' .. now[1] .. now[2] .. '|' .. q[1]
-        tell(q[1], m)
-        tell(q[2], m)
-      end
-    end
-    if q[1] and q[1] ~= ARGV[5] then
-      -- How many wait between the head and the caller (0: next in line).
-      local rank = ARGV[5] ~= '' and redis.call('ZRANK', KEYS[3], ARGV[5]) or false
-      return {0, '', 0, -2, q[1], rank and math.max(rank - 1, 0) or 0}
-    end
-    queued = q[1] ~= nil
-    if q[1] and ARGV[7] == '' then after = {q[2], q[3]} end
-  end
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  if ARGV[4] ~= '' then
-    local p = tonumber(ARGV[4])
-    if p > floor and p < floor + 60000000 then floor = p end
-  end
-  -- The counter follows the clock: one GETSET takes the token when the
-  -- clock is ahead of the counter, as it is but for a clock step back.
-  local fs = string.format('%.0f', floor)
-  local t = tonumber(redis.call('GETSET', KEYS[2], fs) or '0') + 1
-  if t <= floor then
-    t = floor
-  else
-    redis.call('SET', KEYS[2], string.format('%.0f', t))
-  end
-  local ts = string.format('%.0f', t)
-  -- Clients queued for the last hold still wait: mark this one for them.
-  if ARGV[8] == '' then
-    queued = false
-  elseif queued == nil then
-    queued = redis.call('EXISTS', KEYS[3]) == 1
-  end
-  if queued then
-    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1', 'w', '1')
-  else
-    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1')
-  end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if queued then
-    if ARGV[7] ~= '' then redis.call('ZREM', KEYS[3], ARGV[7]) end
-    if ARGV[5] ~= '' then
-      if string.find(ARGV[6], 'k', 1, true) then
-        -- More of this client's waiters wait: to the back of the line.
-        local us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-        redis.call('ZADD', KEYS[3], 'XX', string.format('%.0f', us), ARGV[5])
-      else
-        redis.call('ZREM', KEYS[3], ARGV[5])
-      end
-    end
-    -- Taken: the next in line need not drop the last head after all (and,
-    -- when the caller barged in, neither need the one after it).
-    local q = after or redis.call('ZRANGE', KEYS[3], 0, 1)
-    tell(q[1], '+')
-    if not string.find(ARGV[6], 'f', 1, true) then tell(q[2], '+') end
-  end
-  return {1, ts, 1, ttl, 'n'}
-end
-if h[1] == ARGV[1] then
-  local c, kind
-  if redis.call('HSETNX', KEYS[1], share, '1') == 1 then
-    c, kind = redis.call('HINCRBY', KEYS[1], 'c', 1), 'r'
-  else
-    c, kind = tonumber(redis.call('HGET', KEYS[1], 'c')), 'p'
-  end
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl < ttl then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    pttl = ttl
-  elseif kind == 'p' then
-    -- A repeat sets the expiry the hold has: it changes nothing, but it is
-    -- a write, so a WAIT after it covers the hold (replicas apply writes in
-    -- order) even when the try that made it ran on a connection lost since.
-    redis.call('PEXPIRE', KEYS[1], pttl)
-  end
-  return {1, h[2], c, pttl, kind}
-end
-local pttl = redis.call('PTTL', KEYS[1])
-if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
-  redis.call('ZADD', KEYS[3], 'NX', place(), ARGV[5])
-  redis.call('PEXPIRE', KEYS[3], string.format('%.0f', math.max(pttl, 0) + 60000))
-  if not h[3] then redis.call('HSET', KEYS[1], 'w', '1') end
-end
-return {0, '', 0, pttl}
-"#;
+const ACQUIRE: &str = include_str!("lua/acquire.lua");
 
 /// Release one share of a hold: delete its attempt's field and decrement;
 /// a share already gone (a repeated release) changes nothing and reports
@@ -359,74 +234,22 @@ return {0, '', 0, pttl}
 /// Returns the holds left, or -1 when owner and token do not match; a
 /// release that published returns the message instead (its holds left are
 /// 0), for the releasing client to hand to the waiters of its own process.
-const RELEASE: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c', 'w', 'a:' .. ARGV[6])
-if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return -1 end
-if not h[5] then return tonumber(h[3]) end
-local c = tonumber(h[3]) - 1
-if c > 0 then
-  redis.call('HDEL', KEYS[1], 'a:' .. ARGV[6])
-  redis.call('HSET', KEYS[1], 'c', c)
-  return c
-end
-redis.call('DEL', KEYS[1])
-if not h[4] and ARGV[5] == 'q' then return 0 end
-local q = redis.call('ZRANGE', KEYS[2], 0, 1)
-local m = ARGV[2] .. '|' .. (q[1] or '')
-if q[1] then
-  local at = tonumber(ARGV[7])
-  local before, after = string.sub(ARGV[3], 1, at), string.sub(ARGV[3], at + 1)
-  for _, id in ipairs(q) do
-    redis.pcall(ARGV[4], before .. 'w' .. id .. after, m)
-  end
-else
-  redis.pcall(ARGV[4], ARGV[3], m)
-end
-return m
-"#;
+const RELEASE: &str = include_str!("lua/release.lua");
 
 /// Extend holds to at least their ttl from now (never shorter).
 ///
 /// KEYS: lock keys. ARGV: owner, token, ttl ms — three per key.
 /// Returns one entry per key: the remaining lease in ms, or -3 when owner
 /// and token do not match.
-const EXTEND: &str = r#"
-local out = {}
-for i = 1, #KEYS do
-  local h = redis.call('HMGET', KEYS[i], 'o', 't')
-  if h[1] == ARGV[3 * i - 2] and h[2] == ARGV[3 * i - 1] then
-    local ttl = tonumber(ARGV[3 * i])
-    local pttl = redis.call('PTTL', KEYS[i])
-    if pttl < ttl then
-      redis.call('PEXPIRE', KEYS[i], ARGV[3 * i])
-      pttl = ttl
-    end
-    out[i] = pttl
-  else
-    out[i] = -3
-  end
-end
-return out
-"#;
+const EXTEND: &str = include_str!("lua/extend.lua");
 
 /// Who holds a lock. KEYS: lock. Returns `{owner, count, token, pttl}` or `{}`.
-const INSPECT: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't')
-if not h[1] then return {} end
-return {h[1], h[2], h[3], redis.call('PTTL', KEYS[1])}
-"#;
+const INSPECT: &str = include_str!("lua/inspect.lua");
 
 /// Removes a hold whoever holds it (operator override) and publishes the
 /// release. KEYS: lock. ARGV: channel, `PUBLISH` or `SPUBLISH`.
 /// Returns what was removed, like [`INSPECT`], or `{}`.
-const FORCE: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't')
-if not h[1] then return {} end
-local pttl = redis.call('PTTL', KEYS[1])
-redis.call('DEL', KEYS[1])
-redis.pcall(ARGV[2], ARGV[1], h[3])
-return {h[1], h[2], h[3], pttl}
-"#;
+const FORCE: &str = include_str!("lua/force.lua");
 
 /// Redlock: take back what one failed attempt did on a node — the hold it
 /// created or the share it added — found by the attempt's field, so an
@@ -443,35 +266,7 @@ return {h[1], h[2], h[3], pttl}
 /// (`''`: none), place, where a waiting client's channel differs from the
 /// lock channel (see [`Keys::waiter_mark`]), `s` or `''`.
 /// Returns 1 when something was undone.
-const UNDO: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'o', 'c')
-if h[1] ~= ARGV[1] then return 0 end
-if redis.call('HDEL', KEYS[1], 'a:' .. ARGV[2]) == 0 then return 0 end
-local c = tonumber(h[2]) - 1
-if c > 0 then
-  redis.call('HSET', KEYS[1], 'c', c)
-  return 1
-end
-redis.call('DEL', KEYS[1])
-if ARGV[5] ~= '' and ARGV[6] ~= '' then
-  if redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5]) == 1 then
-    redis.call('PEXPIRE', KEYS[2], 60000)
-  end
-end
-if ARGV[8] == 's' then return 1 end
-local q = redis.call('ZRANGE', KEYS[2], 0, 1)
-local m = 'u' .. ARGV[2] .. '|' .. (q[1] or '')
-if q[1] then
-  local at = tonumber(ARGV[7])
-  local before, after = string.sub(ARGV[3], 1, at), string.sub(ARGV[3], at + 1)
-  for _, id in ipairs(q) do
-    if id ~= ARGV[5] then redis.pcall(ARGV[4], before .. 'w' .. id .. after, m) end
-  end
-else
-  redis.pcall(ARGV[4], ARGV[3], m)
-end
-return 1
-"#;
+const UNDO: &str = include_str!("lua/undo.lua");
 
 /// The scripts, hashed once; [`redis::ScriptInvocation`] sends `EVALSHA` and
 /// loads the body only when a server answers `NOSCRIPT`.

@@ -1,0 +1,125 @@
+local h = redis.call('HMGET', KEYS[1], 'o', 't', 'w')
+local ttl = tonumber(ARGV[2])
+local share = 'a:' .. ARGV[3]
+-- Tells waiting client `id` (not the caller) `m`, on its own channel.
+local function tell(id, m)
+  if id and id ~= ARGV[5] then
+    local at = tonumber(ARGV[10])
+    redis.pcall(ARGV[8], string.sub(KEYS[1], 1, at) .. 'w' .. id .. string.sub(KEYS[1], at + 1), m)
+  end
+end
+-- A waiter's place in the queue: the caller's (ARGV[9]) or the server's time.
+local function place()
+  if ARGV[9] ~= '' then return ARGV[9] end
+  local now = redis.call('TIME')
+  return string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+end
+if not h[1] then
+  -- Whether clients queue for this name (nil: not looked at yet).
+  local queued = nil
+  -- The queue after the caller: known when a fair caller at its head takes.
+  local after = nil
+  if string.find(ARGV[6], 'f', 1, true) then
+    -- Fair: a free name is the queue head's. A waiting caller takes its
+    -- place first (it may have left this queue by taking the lock here in an
+    -- attempt that failed on other nodes: Redlock); then a head that was
+    -- given its turn and let it pass (ARGV[7]: dead, or gone) is dropped.
+    if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
+      if redis.call('ZADD', KEYS[3], 'NX', place(), ARGV[5]) == 1 then
+        redis.call('PEXPIRE', KEYS[3], 60000)
+      end
+    end
+    local q = redis.call('ZRANGE', KEYS[3], 0, 2)
+    if q[1] and q[1] == ARGV[7] then
+      redis.call('ZREM', KEYS[3], q[1])
+      q = redis.call('ZRANGE', KEYS[3], 0, 1)
+      if q[1] and q[1] ~= ARGV[5] and ARGV[8] ~= '' then
+        -- Tell the next in line that it is its turn now, and the one after
+        -- it (to drop it in turn, should it not come either).
+        local now = redis.call('TIME')
+        local m = 's' .. now[1] .. now[2] .. '|' .. q[1]
+        tell(q[1], m)
+        tell(q[2], m)
+      end
+    end
+    if q[1] and q[1] ~= ARGV[5] then
+      -- How many wait between the head and the caller (0: next in line).
+      local rank = ARGV[5] ~= '' and redis.call('ZRANK', KEYS[3], ARGV[5]) or false
+      return {0, '', 0, -2, q[1], rank and math.max(rank - 1, 0) or 0}
+    end
+    queued = q[1] ~= nil
+    if q[1] and ARGV[7] == '' then after = {q[2], q[3]} end
+  end
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  if ARGV[4] ~= '' then
+    local p = tonumber(ARGV[4])
+    if p > floor and p < floor + 60000000 then floor = p end
+  end
+  -- The counter follows the clock: one GETSET takes the token when the
+  -- clock is ahead of the counter, as it is but for a clock step back.
+  local fs = string.format('%.0f', floor)
+  local t = tonumber(redis.call('GETSET', KEYS[2], fs) or '0') + 1
+  if t <= floor then
+    t = floor
+  else
+    redis.call('SET', KEYS[2], string.format('%.0f', t))
+  end
+  local ts = string.format('%.0f', t)
+  -- Clients queued for the last hold still wait: mark this one for them.
+  if ARGV[8] == '' then
+    queued = false
+  elseif queued == nil then
+    queued = redis.call('EXISTS', KEYS[3]) == 1
+  end
+  if queued then
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1', 'w', '1')
+  else
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1')
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if queued then
+    if ARGV[7] ~= '' then redis.call('ZREM', KEYS[3], ARGV[7]) end
+    if ARGV[5] ~= '' then
+      if string.find(ARGV[6], 'k', 1, true) then
+        -- More of this client's waiters wait: to the back of the line.
+        local us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+        redis.call('ZADD', KEYS[3], 'XX', string.format('%.0f', us), ARGV[5])
+      else
+        redis.call('ZREM', KEYS[3], ARGV[5])
+      end
+    end
+    -- Taken: the next in line need not drop the last head after all (and,
+    -- when the caller barged in, neither need the one after it).
+    local q = after or redis.call('ZRANGE', KEYS[3], 0, 1)
+    tell(q[1], '+')
+    if not string.find(ARGV[6], 'f', 1, true) then tell(q[2], '+') end
+  end
+  return {1, ts, 1, ttl, 'n'}
+end
+if h[1] == ARGV[1] then
+  local c, kind
+  if redis.call('HSETNX', KEYS[1], share, '1') == 1 then
+    c, kind = redis.call('HINCRBY', KEYS[1], 'c', 1), 'r'
+  else
+    c, kind = tonumber(redis.call('HGET', KEYS[1], 'c')), 'p'
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < ttl then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    pttl = ttl
+  elseif kind == 'p' then
+    -- A repeat sets the expiry the hold has: it changes nothing, but it is
+    -- a write, so a WAIT after it covers the hold (replicas apply writes in
+    -- order) even when the try that made it ran on a connection lost since.
+    redis.call('PEXPIRE', KEYS[1], pttl)
+  end
+  return {1, h[2], c, pttl, kind}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
+  redis.call('ZADD', KEYS[3], 'NX', place(), ARGV[5])
+  redis.call('PEXPIRE', KEYS[3], string.format('%.0f', math.max(pttl, 0) + 60000))
+  if not h[3] then redis.call('HSET', KEYS[1], 'w', '1') end
+end
+return {0, '', 0, pttl}

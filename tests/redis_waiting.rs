@@ -213,54 +213,71 @@ async fn dropped_waiters_leave_no_subscription() {
     g.unlock().await.expect("unlock");
 }
 
+/// The key of `name`'s waiter queue, once a waiter has queued (within 10 s).
+async fn queue_key(server: &Server, name: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let keys = server.cli(&["--scan", "--pattern", &format!("lockkit:*q:{name}")]);
+        if let Some(k) = keys.lines().next().filter(|k| !k.is_empty()) {
+            return k.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the waiter on {name:?} did not queue");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A holder with `lease` on `name` and a live waiter in another client;
+/// once the waiter queued, clients that died while queued (`dead`: ids,
+/// never answering) are put ahead of it, and the holder releases. Returns
+/// how long the live waiter took to get the name from the release, after
+/// checking that the dead were dropped from the queue.
+async fn handoff_past_dead(server: &Server, name: &str, lease: Duration, dead: &[&str]) -> Duration {
+    let (holder, waiter) = (
+        lockkit::connect(&server.url()).await.expect("connect"),
+        lockkit::connect(&server.url()).await.expect("connect"),
+    );
+    let opts = LockOptions::new().ttl(lease).wait(Duration::from_secs(30));
+    let g = holder.lock_with(name, &opts).await.expect("lock");
+    let task = tokio::spawn({
+        let (waiter, opts, name) = (waiter.clone(), opts.clone(), name.to_owned());
+        async move { waiter.lock_with(&name, &opts).await }
+    });
+    let queue = queue_key(server, name).await;
+    let mut zadd = vec!["ZADD".to_owned(), queue.clone()];
+    for (place, id) in dead.iter().enumerate() {
+        zadd.extend([(place + 1).to_string(), (*id).to_owned()]);
+    }
+    server.cli(&zadd.iter().map(String::as_str).collect::<Vec<_>>());
+    let released = Instant::now();
+    g.unlock().await.expect("unlock");
+    let gw = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the live waiter takes over")
+        .expect("task")
+        .expect("lock");
+    let took = released.elapsed();
+    let members = server.cli(&["ZRANGE", &queue, "0", "-1"]);
+    for id in dead {
+        assert!(
+            !members.contains(id),
+            "the dead client {id} was dropped from the queue: {members}"
+        );
+    }
+    gw.unlock().await.expect("unlock");
+    took
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_queued_client_only_delays_one_handoff() {
     if !support::available("a_crashed_queued_client_only_delays_one_handoff") {
         return;
     }
     let server = Server::start();
-    let (holder, waiter) = (
-        lockkit::connect(&server.url()).await.expect("connect"),
-        lockkit::connect(&server.url()).await.expect("connect"),
-    );
-    let opts = LockOptions::new()
-        .ttl(Duration::from_secs(60))
-        .wait(Duration::from_secs(30));
-    let g = holder.lock_with("crashed", &opts).await.expect("lock");
-    let task = tokio::spawn({
-        let (waiter, opts) = (waiter.clone(), opts.clone());
-        async move { waiter.lock_with("crashed", &opts).await }
-    });
-    // Wait until the waiter queued, then put a client that died while
-    // queued (it never answers) at the head of the queue.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let queue = loop {
-        let keys = server.cli(&["--scan", "--pattern", "lockkit:*q:crashed"]);
-        if let Some(k) = keys.lines().next().filter(|k| !k.is_empty()) {
-            break k.to_owned();
-        }
-        assert!(Instant::now() < deadline, "the waiter did not queue");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    server.cli(&["ZADD", &queue, "1", "dead0000dead0000"]);
-    let released = Instant::now();
-    g.unlock().await.expect("unlock");
-    let gw = tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("the live waiter takes over after the fallback delay")
-        .expect("task")
-        .expect("lock");
-    let took = released.elapsed();
+    let took = handoff_past_dead(&server, "crashed", Duration::from_secs(60), &["dead0000dead0000"]).await;
     assert!(
         took < Duration::from_secs(5),
-        "hand-off past a dead client took {took:?}"
+        "hand-off past a dead client took {took:?}: the live waiter takes over after the fallback delay"
     );
-    let members = server.cli(&["ZRANGE", &queue, "0", "-1"]);
-    assert!(
-        !members.contains("dead0000dead0000"),
-        "the dead client was dropped from the queue: {members}"
-    );
-    gw.unlock().await.expect("unlock");
     eprintln!("hand-off past a dead queued client: {took:?}");
 }
 
@@ -274,45 +291,12 @@ async fn two_crashed_queued_clients_delay_a_handoff_by_at_most_a_lease() {
         return;
     }
     let server = Server::start();
-    let (holder, waiter) = (
-        lockkit::connect(&server.url()).await.expect("connect"),
-        lockkit::connect(&server.url()).await.expect("connect"),
-    );
     let lease = Duration::from_secs(3);
-    let opts = LockOptions::new().ttl(lease).wait(Duration::from_secs(30));
-    let g = holder.lock_with("crashed2", &opts).await.expect("lock");
-    let task = tokio::spawn({
-        let (waiter, opts) = (waiter.clone(), opts.clone());
-        async move { waiter.lock_with("crashed2", &opts).await }
-    });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let queue = loop {
-        let keys = server.cli(&["--scan", "--pattern", "lockkit:*q:crashed2"]);
-        if let Some(k) = keys.lines().next().filter(|k| !k.is_empty()) {
-            break k.to_owned();
-        }
-        assert!(Instant::now() < deadline, "the waiter did not queue");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    server.cli(&["ZADD", &queue, "1", "dead0000dead0001", "2", "dead0000dead0002"]);
-    let released = Instant::now();
-    g.unlock().await.expect("unlock");
-    let gw = tokio::time::timeout(Duration::from_secs(20), task)
-        .await
-        .expect("the live waiter takes over")
-        .expect("task")
-        .expect("lock");
-    let took = released.elapsed();
+    let took = handoff_past_dead(&server, "crashed2", lease, &["dead0000dead0001", "dead0000dead0002"]).await;
     assert!(
         took < lease + Duration::from_secs(5),
         "hand-off past two dead clients took {took:?}"
     );
-    let members = server.cli(&["ZRANGE", &queue, "0", "-1"]);
-    assert!(
-        !members.contains("dead0000"),
-        "the dead clients were dropped: {members}"
-    );
-    gw.unlock().await.expect("unlock");
     eprintln!("hand-off past two dead queued clients: {took:?}");
 }
 
@@ -344,15 +328,7 @@ async fn only_releases_somebody_waits_for_publish() {
         let (b, opts) = (b.clone(), opts.clone());
         async move { b.lock_with("quiet", &opts).await }
     });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server
-        .cli(&["--scan", "--pattern", "lockkit:*q:quiet"])
-        .trim()
-        .is_empty()
-    {
-        assert!(Instant::now() < deadline, "the waiter did not queue");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    queue_key(&server, "quiet").await;
     let before = publishes(&server);
     g.unlock().await.expect("unlock");
     assert!(

@@ -213,11 +213,11 @@ impl Keys {
 /// owner holds it, or `{0, '', 0, -2, HEAD, BEHIND}` when it is free but it
 /// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
 /// clients queued between it and the caller.
-const ACQUIRE: &str = include_str!("lua/acquire.lua");
+const ACQUIRE: &str = concat!(include_str!("lua/waiter_channel.lua"), include_str!("lua/acquire.lua"));
 
 /// Release one share of a hold: delete its attempt's field and decrement;
 /// a share already gone (a repeated release) changes nothing and reports
-/// at zero delete the hold and publish
+/// the holds left; at zero delete the hold and publish
 /// `TOKEN|HEAD` — `HEAD` the waiting client whose turn it is (the queue's
 /// head; it leaves the queue, or goes to its back, when it takes the lock)
 /// — on the own channels of the head and of the next in line only, or
@@ -234,7 +234,11 @@ const ACQUIRE: &str = include_str!("lua/acquire.lua");
 /// Returns the holds left, or -1 when owner and token do not match; a
 /// release that published returns the message instead (its holds left are
 /// 0), for the releasing client to hand to the waiters of its own process.
-const RELEASE: &str = include_str!("lua/release.lua");
+const RELEASE: &str = concat!(
+    include_str!("lua/waiter_channel.lua"),
+    include_str!("lua/announce.lua"),
+    include_str!("lua/release.lua")
+);
 
 /// Extend holds to at least their ttl from now (never shorter).
 ///
@@ -266,7 +270,11 @@ const FORCE: &str = include_str!("lua/force.lua");
 /// (`''`: none), place, where a waiting client's channel differs from the
 /// lock channel (see [`Keys::waiter_mark`]), `s` or `''`.
 /// Returns 1 when something was undone.
-const UNDO: &str = include_str!("lua/undo.lua");
+const UNDO: &str = concat!(
+    include_str!("lua/waiter_channel.lua"),
+    include_str!("lua/announce.lua"),
+    include_str!("lua/undo.lua")
+);
 
 /// The scripts, hashed once; [`redis::ScriptInvocation`] sends `EVALSHA` and
 /// loads the body only when a server answers `NOSCRIPT`.

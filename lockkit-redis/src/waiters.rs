@@ -168,6 +168,11 @@ impl Shared {
         all
     }
 
+    /// Whether `channel` is subscribed on the server (confirmed) now.
+    fn is_subscribed(&self, channel: &[u8]) -> bool {
+        self.slots().get(channel).is_some_and(|s| s.subscribed)
+    }
+
     fn wake_all(&self) {
         for slot in self.slots().values() {
             slot.notify.notify_one();
@@ -305,7 +310,7 @@ impl Waiters {
     /// Whether this client listens on `channel`'s messages now: it has
     /// waiters there, or had a moment ago (see [`LINGER`]).
     pub fn is_listening(&self, channel: &[u8]) -> bool {
-        self.shared.slots().get(channel).is_some_and(|s| s.subscribed)
+        self.shared.is_subscribed(channel)
     }
 
     /// Channels that have waiters now.
@@ -318,12 +323,11 @@ impl Waiters {
     /// result, also while this future is pending, unregisters.
     pub async fn subscribe(&self, channel: Vec<u8>) -> Result<Subscription, Fault> {
         let sub = self.listen_locally(channel);
-        let subscribed = |s: &Shared| s.slots().get(&sub.channel).is_some_and(|s| s.subscribed);
-        if subscribed(&self.shared) {
+        if self.shared.is_subscribed(&sub.channel) {
             return Ok(sub);
         }
         let _order = self.shared.sub_lock.lock().await;
-        if subscribed(&self.shared) {
+        if self.shared.is_subscribed(&sub.channel) {
             return Ok(sub);
         }
         let timeout = self.shared.timeout;
@@ -435,13 +439,22 @@ fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>, node: Opti
         slot.stale = None;
         return;
     }
-    let head = head_of(&payload).map(|h| String::from_utf8_lossy(h).into_owned());
-    let mine = head.as_deref().is_none_or(|h| shared.waiter_id.as_deref() == Some(h));
+    // `TOKEN|HEAD` with another client's id: its turn; anything else:
+    // this client's (or everybody's).
+    let other_head = head_of(&payload)
+        .filter(|h| shared.waiter_id.as_deref().map(str::as_bytes) != Some(*h))
+        .map(|h| String::from_utf8_lossy(h).into_owned());
+    let empty = payload.is_empty();
     let seen = match node {
-        Some(i) if mine && shared.conns().len() > 1 => [payload.as_slice(), &[0], &i.to_le_bytes()].concat(),
-        _ => payload.clone(),
+        Some(i) if other_head.is_none() && shared.conns().len() > 1 => {
+            let mut per_node = payload;
+            per_node.push(0);
+            per_node.extend_from_slice(&i.to_le_bytes());
+            per_node
+        }
+        _ => payload,
     };
-    if !payload.is_empty() && slot.recent.contains(&seen) {
+    if !empty && slot.recent.contains(&seen) {
         return;
     }
     slot.epoch += 1;
@@ -449,8 +462,8 @@ fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>, node: Opti
         slot.recent.pop_front();
     }
     slot.recent.push_back(seen);
-    match head {
-        Some(head) if shared.waiter_id.as_deref() != Some(head.as_str()) => {
+    match other_head {
+        Some(head) => {
             slot.stale = Some((head, Instant::now()));
             let (epoch, notify, weak, channel) = (
                 slot.epoch,
@@ -470,7 +483,7 @@ fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>, node: Opti
                 }
             });
         }
-        _ => {
+        None => {
             slot.stale = None;
             slot.notify.notify_one();
         }
@@ -648,7 +661,7 @@ impl Subscription {
     /// Whether the channel is subscribed on the server (else only this
     /// process's releases are heard: see [`Waiters::listen_locally`]).
     fn is_subscribed(&self) -> bool {
-        self.shared.slots().get(&self.channel).is_some_and(|s| s.subscribed)
+        self.shared.is_subscribed(&self.channel)
     }
 
     /// Notes that it is `head`'s turn on a free lock: the next attempt

@@ -4,8 +4,7 @@ local share = 'a:' .. ARGV[3]
 -- Tells waiting client `id` (not the caller) `m`, on its own channel.
 local function tell(id, m)
   if id and id ~= ARGV[5] then
-    local at = tonumber(ARGV[10])
-    redis.pcall(ARGV[8], string.sub(KEYS[1], 1, at) .. 'w' .. id .. string.sub(KEYS[1], at + 1), m)
+    redis.pcall(ARGV[8], waiter_channel(KEYS[1], tonumber(ARGV[10]), id), m)
   end
 end
 -- A waiter's place in the queue: the caller's (ARGV[9]) or the server's time.

@@ -9,15 +9,4 @@ if c > 0 then
 end
 redis.call('DEL', KEYS[1])
 if not h[4] and ARGV[5] == 'q' then return 0 end
-local q = redis.call('ZRANGE', KEYS[2], 0, 1)
-local m = ARGV[2] .. '|' .. (q[1] or '')
-if q[1] then
-  local at = tonumber(ARGV[7])
-  local before, after = string.sub(ARGV[3], 1, at), string.sub(ARGV[3], at + 1)
-  for _, id in ipairs(q) do
-    redis.pcall(ARGV[4], before .. 'w' .. id .. after, m)
-  end
-else
-  redis.pcall(ARGV[4], ARGV[3], m)
-end
-return m
+return announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], '', ARGV[2])

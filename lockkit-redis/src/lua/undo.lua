@@ -13,15 +13,5 @@ if ARGV[5] ~= '' and ARGV[6] ~= '' then
   end
 end
 if ARGV[8] == 's' then return 1 end
-local q = redis.call('ZRANGE', KEYS[2], 0, 1)
-local m = 'u' .. ARGV[2] .. '|' .. (q[1] or '')
-if q[1] then
-  local at = tonumber(ARGV[7])
-  local before, after = string.sub(ARGV[3], 1, at), string.sub(ARGV[3], at + 1)
-  for _, id in ipairs(q) do
-    if id ~= ARGV[5] then redis.pcall(ARGV[4], before .. 'w' .. id .. after, m) end
-  end
-else
-  redis.pcall(ARGV[4], ARGV[3], m)
-end
+announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], ARGV[5], 'u' .. ARGV[2])
 return 1

@@ -287,39 +287,68 @@ async fn an_attempt_carried_on_into_a_new_session_keeps_its_hold() {
 /// queue and joined it as the owner's hold (count 2, its unlock leaving 1).
 ///
 /// Here the failing backend goes through a [`FaultProxy`] with 1.5 s of
-/// latency each way (a 3 s round trip, well within its 10 s session): when
-/// its `lock` has returned, the other owner unlocks and the owner's other
+/// latency each way: a 3 s round trip, which its 20 s session carries (the
+/// client library drops a connection that answers nothing for 2/5 of the
+/// session timeout, and pings after 3/20 of it: round trips up to a quarter
+/// of the session timeout keep the connection). With a 10 s session (as
+/// this test had at first) the connection broke every few seconds, the
+/// clean-up ran out of its session-timeout bound and went to the
+/// background, and a CI run caught the node standing as a hold. When the
+/// `lock` has returned, the other owner unlocks and the owner's other
 /// process must get the lock alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_failed_on_a_slow_connection_leaves_no_node_for_a_co_owner() {
+async fn slow_failed_attempt(case: &str, slow_from_start: bool) {
     let Some(server) = server() else { return };
-    let name = unique("slow_failed_attempt");
+    let name = unique(case);
     let owner = format!("shared-{}", lockkit_core::name::random_owner());
     let (observer_backend, observer) = process(&server, None).await;
     let (_other_backend, other) = process(&server, Some(&owner)).await;
     let proxy = FaultProxy::start(server.addr).await.expect("proxy");
-    let slow_url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
+    let slow_url = format!("zk://{}{}?session_timeout=20s", proxy.addr(), server.chroot);
     let slow_backend = ZkBackend::from_url(&slow_url).await.expect("connect through the proxy");
     let slow =
         lockkit::LockClient::new(slow_backend.clone(), lockkit::LockOptions::new().owner(&owner)).expect("client");
 
     let held = observer.lock(&name).await.expect("another owner locks");
+    let one_way = Duration::from_millis(1500);
+    let latency = Fault::Latency(one_way);
+    if slow_from_start {
+        proxy.set(latency);
+    }
+    let wait = if slow_from_start {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(2)
+    };
     let waiting = {
         let (slow, name) = (slow.clone(), name.clone());
-        tokio::spawn(async move {
-            slow.lock_with(&name, &slow.options().wait(Duration::from_secs(2)))
-                .await
-        })
+        tokio::spawn(async move { slow.lock_with(&name, &slow.options().wait(wait)).await })
     };
-    until_queued(&observer_backend, &name, 2).await;
-
-    proxy.set(Fault::Latency(Duration::from_millis(1500)));
-    let failed = timeout(BOUND, waiting).await.expect("the lock returns").expect("task");
+    if !slow_from_start {
+        until_queued(&observer_backend, &name, 2).await;
+        proxy.set(latency);
+    }
+    // Taking the node back may take up to a session timeout (and the
+    // create's answer, when the wait ran out before it, another).
+    let failed = timeout(BOUND * 3, waiting)
+        .await
+        .expect("the lock returns")
+        .expect("task");
     assert!(
         matches!(failed, Err(lockkit::LockError::WaitTimeout { .. })),
         "the lock fails at its bound: {failed:?}"
     );
     assert!(slow_backend.session_id().is_some(), "the slow session is still alive");
+    // Nor does a request still on its way make it later: for a round trip
+    // of the slow link, only the other owner's node stands.
+    let settled = tokio::time::Instant::now() + one_way * 2;
+    while tokio::time::Instant::now() < settled {
+        assert_eq!(
+            observer_backend.contenders(&name).await.expect("contenders"),
+            1,
+            "a node of the failed call stands after the call returned"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     held.unlock().await.expect("the other owner unlocks");
     let got = timeout(BOUND, other.lock(&name))
@@ -338,4 +367,19 @@ async fn a_lock_failed_on_a_slow_connection_leaves_no_node_for_a_co_owner() {
         assert!(tokio::time::Instant::now() < gone, "no node left behind");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The wait runs out while the call waits in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_failed_on_a_slow_connection_leaves_no_node_for_a_co_owner() {
+    slow_failed_attempt("slow_failed_attempt", false).await;
+}
+
+/// The wait runs out before the create's answer came (a 1 s wait, a 3 s
+/// round trip): the call returned at once and left the node to a
+/// background clean-up; the node was made after the call returned, and the
+/// owner's other process joined it as a hold (count 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_that_ran_out_while_queueing_leaves_no_node_for_a_co_owner() {
+    slow_failed_attempt("slow_queueing_attempt", true).await;
 }

@@ -273,3 +273,50 @@ async fn a_healthy_holders_session_deadline_keeps_moving() {
     assert!(other.try_lock(&name).await.expect("try_lock").is_none(), "still held");
     held.unlock().await.expect("unlock");
 }
+
+/// A client whose runtime shut down while it was reconnecting answers every
+/// request at once with a connection loss. The queue's reads tried again
+/// at once, in one poll that never yielded: a take-back running when an
+/// application's runtime shut down kept a worker thread busy and the
+/// shutdown waiting for ever (seen as a test binary that hung at 100 % CPU
+/// after its last test). Such a backend's calls now fail with a typed
+/// error within the client's own bound (7/5 of the session timeout).
+#[test]
+fn a_call_whose_client_lost_its_runtime_fails_instead_of_spinning() {
+    let Some(server) = server() else { return };
+    let caller = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let proxy = caller.block_on(FaultProxy::start(server.addr)).expect("proxy");
+    let owner_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let url = format!("zk://{}{}?session_timeout=4s", proxy.addr(), server.chroot);
+    let backend = owner_rt
+        .block_on(ZkBackend::from_url(&url))
+        .expect("connect through the proxy");
+    let client = LockClient::new(backend.clone(), LockOptions::new()).expect("client");
+    let name = unique("runtime_gone");
+    // The client holds a session; its connection breaks, and while it
+    // tries to reconnect its runtime goes.
+    caller.block_on(async { proxy.set(Fault::Down) });
+    owner_rt.block_on(async { tokio::time::sleep(Duration::from_millis(500)).await });
+    drop(owner_rt);
+
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = caller.block_on(async { client.inspect(&name).await.map(|i| i.is_some()) });
+        let _ = done.send(r);
+        drop(proxy);
+    });
+    let outcome = result
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the call returns (it spun without end before)");
+    assert!(
+        matches!(outcome, Err(LockError::Backend { .. })),
+        "the call fails with a backend error: {outcome:?}"
+    );
+}

@@ -105,8 +105,8 @@ use crate::config::ZkConfig;
 use crate::error::{BACKEND, ForeignNode, is_connection_loss, is_session_end, zk};
 use crate::nodes::{NodeData, Share, owner_tag, parent_path, queue, share_name};
 use crate::queue::{
-    Change, Cleanup, DeleteError, Known, Leftover, Orphan, Plan, View, ZkResult, change, count_after, delete_hold,
-    enqueue, hold_of, list, list_held, plan, read, refresh, sync,
+    Change, Cleanup, DeleteError, Known, Leftover, Orphan, Plan, Queued, View, ZkResult, change, count_after,
+    delete_hold, enqueue, hold_of, list, list_held, plan, read, refresh, sync,
 };
 use crate::session::{Counters, Session, Sessions};
 
@@ -840,9 +840,12 @@ impl Inner {
                 }
             },
         );
-        // Giving up here leaves the node to the detached attempt's clean-up.
-        let Some(queued) = until(deadline, queued).await else {
-            return Ok(Waited::TimedOut);
+        let mut queued = std::pin::pin!(queued);
+        let Some(queued) = until(deadline, queued.as_mut()).await else {
+            // The wait ran out while the node was being made: it may stand
+            // (or come) all the same. It is taken back before the call
+            // returns, as after a wait (see `give_up`).
+            return Ok(queued_too_late(session, &parent, owner, attempt, queued).await);
         };
         let mut q = match queued? {
             Ok(q) => q,
@@ -1218,6 +1221,30 @@ async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output
         Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
         None => Some(fut.await),
     }
+}
+
+/// Leaves the queue after the wait ran out while the node was being made:
+/// waits for the create's answer, for up to a session timeout, then takes
+/// the node back as [`give_up`] does. A create still unanswered by then
+/// goes on in the background, and its detached clean-up takes the node
+/// back. Before, the call returned at once and left that clean-up to a
+/// slow connection: the node came after the call returned and stood first
+/// in the queue as a hold the owner's other processes joined.
+async fn queued_too_late<F>(session: &Arc<Session>, parent: &str, owner: &str, attempt: &str, queued: F) -> Waited
+where
+    F: Future<Output = Result<ZkResult<Queued>, LockError>>,
+{
+    match tokio::time::timeout(session.client.session_timeout(), queued).await {
+        Ok(Ok(Ok(q))) => Cleanup::new(session, &q, owner, attempt).run().await,
+        Ok(Ok(Err(e))) if is_session_end(&e) => {}
+        Ok(Ok(Err(_))) => {
+            Leftover::unknown_node(session, parent, owner, attempt)
+                .take_back_now()
+                .await
+        }
+        Ok(Err(_)) | Err(_) => {}
+    }
+    Waited::TimedOut
 }
 
 /// Leaves the queue after the wait ran out: at once while connected (so no

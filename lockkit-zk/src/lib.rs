@@ -42,8 +42,16 @@
 //! has passed — by then a server that could not hear the client has ended
 //! the session. A
 //! `lock` can therefore return up to a session timeout after its bound
-//! when the network is failing. A dropped `lock` future leaves the delete
-//! to the background.
+//! when the network is failing (up to two when the bound ran out before
+//! the node's create was answered: the call waits for that answer too). A
+//! dropped `lock` future leaves the delete to the background.
+//!
+//! **Slow links:** the client library pings after 3/20 of the session
+//! timeout without a request and drops a connection that answered nothing
+//! for 2/5 of it, so a connection carries round trips up to about a
+//! quarter of the session timeout (2.5 s at the default 10 s). Over slower
+//! links it breaks and reconnects every few seconds: raise
+//! `session_timeout`.
 //!
 //! **A holder that did not run**: the client library notices a silent
 //! connection (and fires the lost signal) only while the process runs. A
@@ -95,6 +103,7 @@ mod error;
 mod heartbeat;
 mod nodes;
 mod queue;
+mod reconnect;
 mod session;
 
 pub use backend::{ZkBackend, ZkStats, connect};

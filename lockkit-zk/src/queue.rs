@@ -15,6 +15,7 @@ use crate::error::{BACKEND, is_connection_loss, is_session_end};
 use crate::nodes::{
     Child, NodeData, Share, child_prefix, child_stem, decode_name, owner_tag, parent_path, queue, shares,
 };
+use crate::reconnect::Reconnect;
 use crate::session::Session;
 
 pub(crate) type ZkResult<T> = Result<T, ZkError>;
@@ -91,10 +92,11 @@ pub(crate) fn plan(q: &Queued, tag: u64, foreign: &[String]) -> Plan {
 /// The children of `parent` (none if it does not exist), retried over
 /// connection losses (a retry waits for the reconnection).
 pub(crate) async fn list(client: &Client, parent: &str) -> ZkResult<Vec<String>> {
+    let mut lost = Reconnect::new(client);
     loop {
         match client.list_children(parent).await {
             Err(ZkError::NoNode) => return Ok(Vec::new()),
-            Err(e) if is_connection_loss(&e) => continue,
+            Err(e) if is_connection_loss(&e) => lost.wait(e).await?,
             other => return other,
         }
     }
@@ -105,9 +107,10 @@ pub(crate) async fn list(client: &Client, parent: &str) -> ZkResult<Vec<String>>
 /// for the effect of a write whose answer was lost: after a reconnection
 /// the session may read from a server that has not applied it yet.
 pub(crate) async fn sync(client: &Client, path: &str) -> ZkResult<()> {
+    let mut lost = Reconnect::new(client);
     loop {
         match client.sync(path).await {
-            Err(e) if is_connection_loss(&e) => continue,
+            Err(e) if is_connection_loss(&e) => lost.wait(e).await?,
             other => return other,
         }
     }
@@ -116,11 +119,12 @@ pub(crate) async fn sync(client: &Client, path: &str) -> ZkResult<()> {
 /// A node's data (`None` inside if it is not lockkit's) and stat; `None` if
 /// the node does not exist.
 pub(crate) async fn read(client: &Client, path: &str) -> ZkResult<Option<(Option<NodeData>, Stat)>> {
+    let mut lost = Reconnect::new(client);
     loop {
         match client.get_data(path).await {
             Ok((data, stat)) => return Ok(Some((NodeData::decode(&data), stat))),
             Err(ZkError::NoNode) => return Ok(None),
-            Err(e) if is_connection_loss(&e) => continue,
+            Err(e) if is_connection_loss(&e) => lost.wait(e).await?,
             Err(e) => return Err(e),
         }
     }
@@ -146,6 +150,7 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
     let data = NodeData::contender(owner, attempt);
     let encoded = data.encode();
     let client = &session.client;
+    let mut lost = Reconnect::new(client);
     loop {
         let epoch = session.epoch();
         // Sent now, answered in order: the listing includes our node. The
@@ -195,7 +200,10 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
             }
             Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options()).await {
                 Ok(_) | Err(ZkError::NodeExists) => continue,
-                Err(e) if is_connection_loss(&e) => continue,
+                Err(e) if is_connection_loss(&e) => {
+                    lost.wait(e).await?;
+                    continue;
+                }
                 Err(e) => return Err(e),
             },
             Err(e) if is_connection_loss(&e) => {
@@ -324,6 +332,7 @@ pub(crate) async fn change(
     let mut raced = false;
     let mut czxid = known.as_ref().map_or(0, |k| k.czxid);
     let started = known.as_ref().map(|k| k.version);
+    let mut lost = Reconnect::new(client);
     loop {
         let current = match known.take() {
             Some(k) => k,
@@ -350,7 +359,10 @@ pub(crate) async fn change(
                     });
                     return Ok((deleted, None));
                 }
-                Err(e) if is_connection_loss(&e) => continue,
+                Err(e) if is_connection_loss(&e) => {
+                    lost.wait(e).await?;
+                    continue;
+                }
                 Err(e) => return Err(e),
             },
         };
@@ -416,6 +428,7 @@ pub(crate) async fn change(
             Err(e) if is_connection_loss(&e) => {
                 deleted_lost |= deleting;
                 raced = true;
+                lost.wait(e).await?;
             }
             Err(e) => return Err(e),
         }

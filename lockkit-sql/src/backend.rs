@@ -78,6 +78,7 @@ use crate::db::{Arg, Col, Db, Val};
 use crate::error::{Class, backend_error, classify, schema_error};
 use crate::listener::{InLine, Waiters};
 use crate::queue::{Place, Places};
+use crate::sent;
 #[cfg(feature = "mysql")]
 use crate::sql::mysql_inline;
 use crate::sql::{ClaimShape, Statements};
@@ -1040,8 +1041,10 @@ impl Inner {
         queued: bool,
     ) -> Result<(TryAcquire, bool), LockError> {
         let ttl = Duration::from_millis(ttl_millis(ttl));
-        let sent_at = Instant::now();
-        Ok(match self.claim(name, owner, ttl, attempt, fair, queued).await? {
+        let called = Instant::now();
+        let (claimed, sent) = sent::timed(self.claim(name, owner, ttl, attempt, fair, queued)).await;
+        let sent_at = sent.unwrap_or(called);
+        Ok(match claimed? {
             Claim::Held {
                 count,
                 token,
@@ -1275,17 +1278,21 @@ impl Inner {
         let [a, b, c] = Self::hold_args(hold);
         let args = [Arg::Int(us(ttl)), a, b, c];
         let n = Some(hold.name.as_str());
-        let sent_at = Instant::now();
-        let remaining = if self.sql.updates_return_rows {
-            self.retry("extend", n, || self.db.fetch_one(&self.sql.extend, &args, &[Col::Int]))
-                .await?
-                .map(|r| from_us(r[0].int()))
-        } else {
-            let done = self
-                .retry("extend", n, || self.db.exec(&self.sql.extend, &args))
-                .await?;
-            (done.rows == 1).then(|| Duration::from_micros(done.last_id))
-        };
+        let called = Instant::now();
+        let (remaining, sent) = sent::timed(async {
+            Ok::<_, LockError>(if self.sql.updates_return_rows {
+                self.retry("extend", n, || self.db.fetch_one(&self.sql.extend, &args, &[Col::Int]))
+                    .await?
+                    .map(|r| from_us(r[0].int()))
+            } else {
+                let done = self
+                    .retry("extend", n, || self.db.exec(&self.sql.extend, &args))
+                    .await?;
+                (done.rows == 1).then(|| Duration::from_micros(done.last_id))
+            })
+        })
+        .await;
+        let (remaining, sent_at) = (remaining?, sent.unwrap_or(called));
         Ok(match remaining {
             Some(r) => ExtendOutcome::Extended {
                 valid_until: Some(lease::valid_until(sent_at, r)),
@@ -1461,8 +1468,10 @@ impl LockBackend for SqlBackend {
                 .collect();
             for chunk in group.chunks(EXTEND_CHUNK) {
                 let chunk_holds: Vec<&Hold> = chunk.iter().map(|&i| &holds[i].0).collect();
-                let sent_at = Instant::now();
-                match inner.extend_chunk(ttl, &chunk_holds).await {
+                let called = Instant::now();
+                let (extended, sent) = sent::timed(inner.extend_chunk(ttl, &chunk_holds)).await;
+                let sent_at = sent.unwrap_or(called);
+                match extended {
                     Ok(remaining) => {
                         for (&i, r) in chunk.iter().zip(remaining) {
                             out[i] = Some(Ok(match r {

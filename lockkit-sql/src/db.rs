@@ -317,7 +317,9 @@ impl Db {
         match self {
             #[cfg(feature = "mysql")]
             Db::Mysql(pool) => {
-                let r = query!().execute(pool).await?;
+                let mut conn = pool.acquire().await?;
+                crate::sent::mark();
+                let r = query!().execute(&mut *conn).await?;
                 Ok(Done {
                     rows: r.rows_affected(),
                     last_id: r.last_insert_id(),
@@ -325,7 +327,9 @@ impl Db {
             }
             #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
-                let r = query!().execute(pool).await?;
+                let mut conn = pool.acquire().await?;
+                crate::sent::mark();
+                let r = query!().execute(&mut *conn).await?;
                 Ok(Done {
                     rows: r.rows_affected(),
                     last_id: 0,
@@ -334,7 +338,9 @@ impl Db {
             #[cfg(feature = "sqlite")]
             Db::Sqlite(pool, gate) => {
                 let _turn = gate.lock().await;
-                let r = query!().execute(pool).await?;
+                let mut conn = pool.acquire().await?;
+                crate::sent::mark();
+                let r = query!().execute(&mut *conn).await?;
                 Ok(Done {
                     rows: r.rows_affected(),
                     last_id: 0,
@@ -356,7 +362,9 @@ impl Db {
         };
         with_pool!(self, pool => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
-            let rows = bind_all!(query, args).fetch_all(pool).await?;
+            let mut conn = pool.acquire().await?;
+            crate::sent::mark();
+            let rows = bind_all!(query, args).fetch_all(&mut *conn).await?;
             let mut out = Vec::with_capacity(rows.len());
             for row in rows {
                 out.push(decode_row!(row, cols));
@@ -380,6 +388,7 @@ impl Db {
             return Err(sqlx::Error::Configuration("a MySQL batch on another database".into()));
         };
         let mut conn = pool.acquire().await?;
+        crate::sent::mark();
         let mut done = Vec::new();
         let mut rows = Vec::new();
         let result: Result<(), sqlx::Error> = async {
@@ -422,12 +431,14 @@ impl Db {
                 "a Postgres query on another database".into(),
             ));
         };
+        let mut conn = pool.acquire().await?;
+        crate::sent::mark();
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
             .bind(int)
             .bind(lists.0)
             .bind(lists.1)
             .bind(lists.2)
-            .fetch_all(pool)
+            .fetch_all(&mut *conn)
             .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {

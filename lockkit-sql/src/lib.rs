@@ -199,6 +199,7 @@ mod db;
 mod error;
 mod listener;
 mod queue;
+mod sent;
 mod sql;
 mod sweeper;
 #[cfg(feature = "postgres")]

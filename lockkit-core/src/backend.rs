@@ -168,6 +168,33 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// A TTL-lease backend that declares nothing else yet; add what it
+    /// supports with the `with_*` methods, e.g.
+    /// `Capabilities::ttl_leases().with_batch_extend().with_admin()`.
+    pub const fn ttl_leases() -> Self {
+        Self::ttl(false, false)
+    }
+
+    /// A session-lease backend that declares nothing else yet (see
+    /// [`ttl_leases`](Self::ttl_leases)).
+    pub const fn session_leases() -> Self {
+        Self::session(false)
+    }
+
+    /// The same, declaring `extend_many` in O(1) round trips (see
+    /// [`batch_extend`](Self::batch_extend)).
+    pub const fn with_batch_extend(mut self) -> Self {
+        self.batch_extend = true;
+        self
+    }
+
+    /// The same, declaring tokens that keep growing across a server
+    /// restart (see [`durable_tokens`](Self::durable_tokens)).
+    pub const fn with_durable_tokens(mut self) -> Self {
+        self.durable_tokens = true;
+        self
+    }
+
     /// Capabilities of a TTL-lease backend.
     pub const fn ttl(batch_extend: bool, durable_tokens: bool) -> Self {
         Capabilities {

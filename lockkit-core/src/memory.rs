@@ -250,7 +250,8 @@ impl LockBackend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, false)
+        Capabilities::ttl_leases()
+            .with_batch_extend()
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()

@@ -1,0 +1,36 @@
+//! Everything a backend author needs, in one place.
+//!
+//! Applications never need this module: they use
+//! [`LockClient`](crate::LockClient). A backend implements
+//! [`LockBackend`] — one short-lived request per method, the client does
+//! the rest (validation, guards, the watchdog, traces) — and runs the
+//! conformance kit (`lockkit_core::testkit`, feature `testkit`) against a
+//! real server. `docs/writing-a-backend.md` in the repository walks
+//! through one.
+//!
+//! - the trait and its types: [`LockBackend`], [`AcquireRequest`],
+//!   [`TryAcquire`], [`Lease`], [`Hold`], [`ReleaseOutcome`],
+//!   [`ExtendOutcome`], [`LockInfo`], and [`Capabilities`] (declare what
+//!   the backend supports: `Capabilities::ttl_leases().with_admin()`);
+//! - cancel safety: [`detach`] runs one network attempt so that a caller
+//!   who stops waiting cannot leave a hold behind;
+//! - waiting: [`Backoff`] and [`bounded_delay`] for backends that must
+//!   look again rather than be told;
+//! - lease arithmetic: [`valid_until`] turns a server's remaining lease
+//!   into a local deadline (with the clock-drift allowance);
+//!   [`SessionDeadline`] for session leases;
+//! - names and attempt ids: [`validate_name`], [`check_attempt_id`];
+//! - configuration: [`ConnectUrl`] parses a backend's URL.
+
+pub use crate::async_trait;
+pub use crate::backend::{
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, ReleaseOutcome,
+    TryAcquire,
+};
+pub use crate::backoff::{Backoff, bounded_delay};
+pub use crate::detach::detach;
+pub use crate::error::{BoxError, LockError};
+pub use crate::lease::{SessionDeadline, drift_allowance, valid_until};
+pub use crate::name::{check_attempt_id, is_attempt_id, validate_name, validate_owner};
+pub use crate::options::ttl_millis;
+pub use crate::url::ConnectUrl;

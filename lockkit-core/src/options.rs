@@ -169,11 +169,6 @@ impl LockOptions {
         }
         Ok(())
     }
-
-    /// The ttl rounded up to whole milliseconds, as backends store it.
-    pub fn ttl_ms(&self) -> u64 {
-        ttl_millis(self.ttl)
-    }
 }
 
 /// A duration in whole milliseconds, rounded up (so a lease is never shorter

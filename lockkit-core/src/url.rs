@@ -235,6 +235,15 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// A URL component (user name, password, path segment) percent-decoded;
+/// `part` names it in the error when the decoded bytes are not UTF-8.
+pub fn decode_component(s: &str, part: &str) -> Result<String, LockError> {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| LockError::config(part.to_owned(), "not valid UTF-8 after percent-decoding"))
+}
+
 /// The `url` crate resolves `.` and `..` in paths, which would silently
 /// change a database name or a ZooKeeper chroot; refuse them instead.
 fn refuse_dot_segments(url: &str) -> Result<(), LockError> {
@@ -365,6 +374,14 @@ mod tests {
         assert_eq!(part(u.finish().unwrap_err()), "query parameter x");
         assert_eq!(u.take_u64("x").unwrap(), Some(1));
         assert!(u.finish().is_ok());
+    }
+
+    #[test]
+    fn component_decoding() {
+        assert_eq!(decode_component("a%2Fb%20c", "path").unwrap(), "a/b c");
+        assert_eq!(decode_component("plain", "path").unwrap(), "plain");
+        let e = decode_component("%ff", "password").unwrap_err();
+        assert!(e.to_string().contains("password"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::LockError;
+use crate::backend::{Hold, ReleaseOutcome};
 
 /// Runs `work` so that a request that reached the server always has its
 /// answer read, even if the caller stops waiting (a timeout, a `select!`):
@@ -36,6 +37,40 @@ where
     .await;
     running.work = None; // finished and read: nothing to hand over
     Ok(result)
+}
+
+/// [`detach`] for an acquisition attempt: if the caller stops waiting
+/// before the answer came and the answer turns out to be a hold
+/// (`hold_of` says which), `release` gives that attempt's share back in the
+/// background — a hold nobody will ever use must not wait for its lease to
+/// end. `release` is the backend's own release of that attempt (called
+/// with the hold; it knows the attempt id); a failure is logged, and the
+/// hold then ends with its lease or session.
+pub async fn detach_acquisition<T, W, H, R, RF>(
+    backend: &'static str,
+    work: W,
+    hold_of: H,
+    release: R,
+) -> Result<T, LockError>
+where
+    T: Send + 'static,
+    W: Future<Output = T> + Send + 'static,
+    H: FnOnce(&T) -> Option<Hold> + Send + 'static,
+    R: FnOnce(Hold) -> RF + Send + 'static,
+    RF: Future<Output = Result<ReleaseOutcome, LockError>> + Send + 'static,
+{
+    detach(backend, work, move |out| async move {
+        let Some(hold) = hold_of(&out) else {
+            return;
+        };
+        let name = hold.name.clone();
+        match release(hold).await {
+            Ok(_) => tracing::debug!(backend, lock = %name, "released the hold of a cancelled acquisition"),
+            Err(error) => tracing::warn!(backend, lock = %name, %error,
+                "releasing the hold of a cancelled acquisition failed; it ends with its lease or session"),
+        }
+    })
+    .await
 }
 
 /// The work of a [`detach`] while it runs. Dropped before the work finished,
@@ -108,6 +143,42 @@ mod tests {
 
         let kept = detach("test", async { 5 }, |_| async { panic!("not orphaned") }).await;
         assert_eq!(kept.unwrap(), 5);
+    }
+
+    /// A cancelled acquisition that got a hold releases it; one that got
+    /// none, or whose caller waited, releases nothing.
+    #[tokio::test]
+    async fn a_cancelled_acquisition_releases_what_it_got() {
+        let (released_tx, released_rx) = oneshot::channel();
+        let hold = |token| Hold {
+            name: "n".to_owned(),
+            owner: "o".to_owned(),
+            token,
+        };
+        let attempt = detach_acquisition(
+            "test",
+            async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Some(7u64)
+            },
+            move |got: &Option<u64>| got.map(hold),
+            move |h: Hold| async move {
+                let _ = released_tx.send(h.token);
+                Ok(ReleaseOutcome::Released { remaining: 0 })
+            },
+        );
+        assert!(tokio::time::timeout(Duration::from_millis(1), attempt).await.is_err());
+        let token = tokio::time::timeout(Duration::from_secs(10), released_rx).await.unwrap();
+        assert_eq!(token.unwrap(), 7);
+
+        let kept = detach_acquisition(
+            "test",
+            async { Some(5u64) },
+            move |got: &Option<u64>| got.map(hold),
+            |_| async { panic!("not orphaned") },
+        )
+        .await;
+        assert_eq!(kept.unwrap(), Some(5));
     }
 
     /// The work runs in the caller's task, and a finished answer is the

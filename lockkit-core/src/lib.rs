@@ -66,7 +66,7 @@ pub use backend::{
     TryAcquire,
 };
 pub use client::LockClient;
-pub use detach::detach;
+pub use detach::{detach, detach_acquisition};
 pub use error::{BoxError, LockError, Result, one_line};
 pub use guard::{LockGuard, Unlocked};
 pub use held::{LostReason, LostSignal};

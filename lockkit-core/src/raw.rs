@@ -13,7 +13,8 @@
 //!   [`ExtendOutcome`], [`LockInfo`], and [`Capabilities`] (declare what
 //!   the backend supports: `Capabilities::ttl_leases().with_admin()`);
 //! - cancel safety: [`detach`] runs one network attempt so that a caller
-//!   who stops waiting cannot leave a hold behind;
+//!   who stops waiting cannot leave a hold behind, and
+//!   [`detach_acquisition`] releases what such an acquisition got;
 //! - waiting: [`Backoff`] and [`bounded_delay`] for backends that must
 //!   look again rather than be told;
 //! - lease arithmetic: [`valid_until`] turns a server's remaining lease
@@ -28,7 +29,7 @@ pub use crate::backend::{
     TryAcquire,
 };
 pub use crate::backoff::{Backoff, bounded_delay};
-pub use crate::detach::detach;
+pub use crate::detach::{detach, detach_acquisition};
 pub use crate::error::{BoxError, LockError};
 pub use crate::lease::{SessionDeadline, drift_allowance, valid_until};
 pub use crate::name::{check_attempt_id, is_attempt_id, validate_name, validate_owner};

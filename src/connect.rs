@@ -17,6 +17,10 @@ use lockkit_core::{LockBackend, LockClient, LockError, memory::MemoryBackend};
 /// # Ok(()) }
 /// ```
 ///
+/// A backend of another crate registered with
+/// [`register_scheme`](lockkit_core::url::register_scheme) is reached the
+/// same way.
+///
 /// Errors: [`LockError::InvalidConfig`] for a malformed URL or an unknown
 /// scheme or parameter (naming the part), [`LockError::FeatureDisabled`] for
 /// a backend not compiled in, [`LockError::Backend`] if the server cannot be
@@ -38,6 +42,10 @@ pub async fn connect(url: &str) -> Result<LockClient, LockError> {
         Scheme::Postgres => lockkit_sql::connect(&mut url).await?,
         #[cfg(feature = "zookeeper")]
         Scheme::Zookeeper => lockkit_zk::connect(&mut url).await?,
+        Scheme::Registered(_) => match url.scheme.connector() {
+            Some(connect) => connect(&mut url).await?,
+            None => return Err(LockError::config("url scheme", "its registration is gone")),
+        },
         #[allow(unreachable_patterns)]
         other => {
             return Err(LockError::FeatureDisabled {
@@ -73,5 +81,43 @@ pub trait Connect: Sized {
 impl Connect for LockClient {
     fn connect(url: &str) -> impl Future<Output = Result<Self, LockError>> + Send {
         connect(url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockkit_core::url::register_scheme;
+
+    fn inproc(url: &mut ConnectUrl) -> lockkit_core::url::Connecting<'_> {
+        let named = url.take("store");
+        Box::pin(async move {
+            let backend = match named {
+                Some(name) => MemoryBackend::shared(&name),
+                None => MemoryBackend::new(),
+            };
+            Ok(Arc::new(backend) as Arc<dyn LockBackend>)
+        })
+    }
+
+    /// A backend of another crate, registered under its own scheme, is
+    /// reached through `connect` with its own parameter and the common
+    /// ones; a typo is still refused.
+    #[tokio::test]
+    async fn a_registered_scheme_connects() {
+        register_scheme("inproc-test", inproc).unwrap();
+        let a = connect("inproc-test://?store=reg&ttl=5s").await.unwrap();
+        let b = connect("INPROC-TEST://?store=reg").await.unwrap();
+        assert_eq!(a.options().ttl_value(), std::time::Duration::from_secs(5));
+        let held = a.lock("registered/x").await.unwrap();
+        assert!(
+            b.try_lock("registered/x").await.unwrap().is_none(),
+            "one store behind both"
+        );
+        held.unlock().await.unwrap();
+        let typo = connect("inproc-test://?stor=reg").await.unwrap_err();
+        assert!(matches!(typo, LockError::InvalidConfig { .. }), "{typo:?}");
+        assert!(register_scheme("inproc-test", inproc).is_err(), "registered twice");
+        assert!(register_scheme("zk", inproc).is_err(), "a built-in scheme");
     }
 }

@@ -168,7 +168,9 @@ mod tests {
             },
         );
         assert!(tokio::time::timeout(Duration::from_millis(1), attempt).await.is_err());
-        let token = tokio::time::timeout(Duration::from_secs(10), released_rx).await.unwrap();
+        let token = tokio::time::timeout(Duration::from_secs(10), released_rx)
+            .await
+            .unwrap();
         assert_eq!(token.unwrap(), 7);
 
         let kept = detach_acquisition(

@@ -15,7 +15,8 @@
 //! - cancel safety: [`detach`] runs one network attempt so that a caller
 //!   who stops waiting cannot leave a hold behind, and
 //!   [`detach_acquisition`] releases what such an acquisition got;
-//! - waiting: [`Backoff`] and [`bounded_delay`] for backends that must
+//! - waiting: [`acquire_with_backoff`], [`Backoff`] and [`bounded_delay`] for
+//!   backends that must
 //!   look again rather than be told;
 //! - lease arithmetic: [`valid_until`] turns a server's remaining lease
 //!   into a local deadline (with the clock-drift allowance);
@@ -28,7 +29,7 @@ pub use crate::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, ReleaseOutcome,
     TryAcquire,
 };
-pub use crate::backoff::{Backoff, bounded_delay};
+pub use crate::backoff::{Backoff, acquire_with_backoff, bounded_delay};
 pub use crate::detach::{detach, detach_acquisition};
 pub use crate::error::{BoxError, LockError};
 pub use crate::lease::{SessionDeadline, drift_allowance, valid_until};

@@ -1,11 +1,14 @@
 //! Connection URLs: the scheme table and the query parameters every backend
 //! shares (`ttl`, `wait`, `auto_extend`, `owner`, `fair`).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use url::Url;
 
-use crate::{LockError, LockOptions};
+use crate::{LockBackend, LockError, LockOptions};
 
 /// The backends a URL can name. Dispatch is one `match` over this enum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,11 +32,19 @@ pub enum Scheme {
     Postgres,
     /// `zk://`, `zookeeper://`
     Zookeeper,
+    /// A scheme a backend outside lockkit registered with
+    /// [`register_scheme`].
+    Registered(&'static str),
 }
 
 impl Scheme {
     /// The scheme of a URL string, by its text before `:`.
     pub fn of(scheme: &str) -> Option<Scheme> {
+        Scheme::builtin(scheme).or_else(|| registered(scheme).map(|(name, _)| Scheme::Registered(name)))
+    }
+
+    /// One of lockkit's own schemes.
+    fn builtin(scheme: &str) -> Option<Scheme> {
         Some(match scheme.to_ascii_lowercase().as_str() {
             "memory" => Scheme::Memory,
             "sqlite" => Scheme::Sqlite,
@@ -57,6 +68,67 @@ impl Scheme {
             Scheme::Mysql => "mysql",
             Scheme::Postgres => "postgres",
             Scheme::Zookeeper => "zookeeper",
+            Scheme::Registered(_) => "(registered)",
+        }
+    }
+}
+
+/// How a registered backend connects: it takes its own query parameters
+/// from the URL (see [`ConnectUrl::take`]) and returns the backend.
+pub type Connector = for<'a> fn(&'a mut ConnectUrl) -> Connecting<'a>;
+
+/// A registered backend's connect in progress.
+pub type Connecting<'a> = Pin<Box<dyn Future<Output = Result<Arc<dyn LockBackend>, LockError>> + Send + 'a>>;
+
+static REGISTERED: RwLock<Vec<(&'static str, Connector)>> = RwLock::new(Vec::new());
+
+fn registered(scheme: &str) -> Option<(&'static str, Connector)> {
+    let table = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+    table
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(scheme))
+        .copied()
+}
+
+/// Registers a backend of another crate under `scheme`, so that
+/// `lockkit::connect("SCHEME://…")` (and the CLI, and the config file)
+/// reach it like a built-in one. Call it once at start-up, before the
+/// first connect. Fails for a scheme lockkit has (or another crate
+/// registered already) and for a name that is not a URL scheme.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lockkit_core::url::{ConnectUrl, Connecting, register_scheme};
+/// use lockkit_core::{LockBackend, memory::MemoryBackend};
+///
+/// fn connect(url: &mut ConnectUrl) -> Connecting<'_> {
+///     Box::pin(async move { Ok(Arc::new(MemoryBackend::from_url(&url.url)?) as Arc<dyn LockBackend>) })
+/// }
+/// register_scheme("inproc", connect).unwrap();
+/// assert!(register_scheme("redis", connect).is_err());
+/// ```
+pub fn register_scheme(scheme: &'static str, connect: Connector) -> Result<(), LockError> {
+    let valid = scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !valid {
+        return Err(LockError::config("scheme", format!("{scheme:?} is not a URL scheme")));
+    }
+    let mut table = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    let taken = table.iter().any(|(name, _)| name.eq_ignore_ascii_case(scheme));
+    if taken || Scheme::builtin(scheme).is_some() {
+        return Err(LockError::config("scheme", format!("{scheme:?} is taken")));
+    }
+    table.push((scheme, connect));
+    Ok(())
+}
+
+impl Scheme {
+    /// The connect function registered for this scheme (see
+    /// [`register_scheme`]); `None` for lockkit's own schemes.
+    pub fn connector(self) -> Option<Connector> {
+        match self {
+            Scheme::Registered(name) => registered(name).map(|(_, connect)| connect),
+            _ => None,
         }
     }
 }

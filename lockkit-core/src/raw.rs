@@ -16,8 +16,7 @@
 //!   who stops waiting cannot leave a hold behind, and
 //!   [`detach_acquisition`] releases what such an acquisition got;
 //! - waiting: [`acquire_with_backoff`], [`Backoff`] and [`bounded_delay`] for
-//!   backends that must
-//!   look again rather than be told;
+//!   backends that must look again rather than be told;
 //! - lease arithmetic: [`valid_until`] turns a server's remaining lease
 //!   into a local deadline (with the clock-drift allowance);
 //!   [`SessionDeadline`] for session leases;

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lockkit_core::backoff::acquire_with_backoff;
 use lockkit_core::raw::{
     AcquireRequest, Backoff, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockError, LockInfo,
-    ReleaseOutcome, TryAcquire, async_trait, check_attempt_id, detach, ttl_millis, valid_until,
+    ReleaseOutcome, TryAcquire, async_trait, check_attempt_id, detach_acquisition, ttl_millis, valid_until,
 };
 use lockkit_core::{LockClient, LockOptions};
 
@@ -56,8 +56,8 @@ impl FileLockBackend {
     }
 
     /// One acquisition attempt, cancel safe: the file work runs through
-    /// [`detach`], and a hold granted to a caller who stopped waiting is
-    /// released by the orphan handler (only this attempt's share of it).
+    /// [`detach_acquisition`], which releases a hold granted to a caller
+    /// who stopped waiting (only this attempt's share of it).
     fn attempt(&self, req: &AcquireRequest<'_>) -> impl Future<Output = Result<TryAcquire, LockError>> + use<> {
         let store = self.store.clone();
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
@@ -73,20 +73,21 @@ impl FileLockBackend {
                     store.run("acquire", Some(&op_name), op).await
                 }
             };
-            let orphan = move |result: Result<Granted, LockError>| async move {
-                let Ok(Granted::Yes { token, .. }) = result else {
-                    return;
-                };
-                let hold = Hold { name, owner, token };
-                let op_name = hold.name.clone();
-                let released = store
-                    .run("release", Some(&op_name), move |s, now| s.release(&hold, &attempt, now))
-                    .await;
-                if let Err(e) = released {
-                    eprintln!("{KIND}: releasing a cancelled acquisition failed; it ends with its lease: {e}");
-                }
+            // Which hold the answer is, if it is one.
+            let hold_of = move |answer: &Result<Granted, LockError>| match answer {
+                Ok(Granted::Yes { token, .. }) => Some(Hold {
+                    name,
+                    owner,
+                    token: *token,
+                }),
+                _ => None,
             };
-            Ok(match detach(KIND, work, orphan).await?? {
+            let release = move |hold: Hold| async move {
+                let op_name = hold.name.clone();
+                let op = move |s: &Store, now| s.release(&hold, &attempt, now);
+                store.run("release", Some(&op_name), op).await
+            };
+            Ok(match detach_acquisition(KIND, work, hold_of, release).await?? {
                 Granted::Yes {
                     token,
                     hold_count,

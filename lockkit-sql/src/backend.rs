@@ -74,14 +74,14 @@ use lockkit_core::{LockError, detach, lease, ttl_millis};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Dialect, SqlConfig};
-use crate::db::{Arg, Col, Db, Val};
+use crate::conn::sent;
+use crate::conn::{Arg, Col, Db, Val};
 use crate::error::{Class, backend_error, classify, schema_error};
-use crate::listener::{InLine, Waiters};
-use crate::queue::{Place, Places};
-use crate::sent;
 #[cfg(feature = "mysql")]
 use crate::sql::mysql_inline;
 use crate::sql::{ClaimShape, Statements};
+use crate::wait::listener::{InLine, Waiters};
+use crate::wait::queue::{Place, Places};
 
 /// Connects to the database a `mysql://`, `mariadb://`, `postgres://` or
 /// `sqlite://` URL names, taking this backend's query parameters from it
@@ -116,7 +116,7 @@ struct Inner {
     places: Arc<Places>,
     /// Postgres: this backend's places on the wait lists of names.
     #[cfg(feature = "postgres")]
-    wait_list: std::sync::OnceLock<crate::waitlist::WaitList>,
+    wait_list: std::sync::OnceLock<crate::wait::waitlist::WaitList>,
     stop: CancellationToken,
 }
 
@@ -315,7 +315,7 @@ impl SqlBackend {
                 inner.stop.clone(),
             );
         }
-        crate::queue::spawn_renewer(
+        crate::wait::queue::spawn_renewer(
             inner.line_db.clone(),
             inner.sql.clone(),
             inner.places.clone(),
@@ -332,7 +332,7 @@ impl SqlBackend {
                 .waiters
                 .listen_pg(options.clone(), inner.config.connect_timeout, inner.sql.channel());
             if let (Some(join), Some(leave)) = (&inner.sql.wait_join, &inner.sql.wait_leave) {
-                let list = crate::waitlist::WaitList::spawn(
+                let list = crate::wait::waitlist::WaitList::spawn(
                     options.application_name("lockkit-waitlist"),
                     inner.config.connect_timeout,
                     join.clone(),

@@ -195,15 +195,11 @@
 
 mod backend;
 mod config;
-mod db;
+mod conn;
 mod error;
-mod listener;
-mod queue;
-mod sent;
 mod sql;
 mod sweeper;
-#[cfg(feature = "postgres")]
-mod waitlist;
+mod wait;
 
 pub use backend::{SqlBackend, connect};
 pub use config::{

@@ -176,8 +176,8 @@ fn hex(bytes: &[u8]) -> String {
 /// letters, digits and `_`), and the literals cannot change a statement:
 /// nothing but `[0-9A-F]`, digits and `-`.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-pub(crate) fn mysql_inline(statement: &str, args: &[crate::db::Arg<'_>]) -> String {
-    use crate::db::Arg;
+pub(crate) fn mysql_inline(statement: &str, args: &[crate::conn::Arg<'_>]) -> String {
+    use crate::conn::Arg;
     let mut args = args.iter();
     let mut out = String::with_capacity(statement.len() + 64);
     for (i, part) in statement.split('?').enumerate() {
@@ -1118,7 +1118,7 @@ mod tests {
 
     #[test]
     fn mysql_inline_fills_each_placeholder_in_order() {
-        use crate::db::Arg;
+        use crate::conn::Arg;
         let sql = mysql_inline(
             "DELETE FROM `t` WHERE name = ? AND token = ? AND attempts = ? AND memo = ?",
             &[Arg::Bytes(b"a'?"), Arg::Int(-7), Arg::Text(Some("0f")), Arg::Text(None)],

@@ -2,9 +2,9 @@
 //!
 //! Every statement takes the same arguments in the same order on every
 //! database (listed on each field), so the logic (`acquire.rs`,
-//! `release.rs`, …) is written once. MySQL's `?` placeholders bind by position, so its texts use each
-//! argument exactly once, in order; Postgres (`$n`) and SQLite (`?n`) may
-//! repeat them.
+//! `release.rs`, …) is written once. MySQL's `?` placeholders bind by
+//! position, so its texts use each argument exactly once, in order;
+//! Postgres (`$n`) and SQLite (`?n`) may repeat them.
 //!
 //! Times are always the database's clock: MySQL `UTC_TIMESTAMP(6)`,
 //! Postgres `now()`, SQLite `julianday('now')` (microseconds since the epoch

@@ -1,7 +1,8 @@
 //! Waiting for a lock: the fair line's loop (`acquire_fair`) and a
-//! waiter's place in it; this process's registry of waiters and the
-//! Postgres listener (`listener.rs`), the Postgres wait lists
-//! (`waitlist.rs`), and the renewal of places in the line (`queue.rs`).
+//! waiter's place in it; this process's registry of waiters
+//! (`listener.rs`), the Postgres `LISTEN` connection that feeds it
+//! (`pg_listener.rs`), the Postgres wait lists (`waitlist.rs`), and the
+//! renewal of places in the line (`queue.rs`).
 //!
 //! # The fair line
 //!
@@ -25,6 +26,7 @@
 //! [`Statements::claim_fair`]: crate::sql::Statements
 
 pub(crate) mod listener;
+mod pg_listener;
 pub(crate) mod queue;
 #[cfg(feature = "postgres")]
 pub(crate) mod waitlist;

@@ -189,53 +189,7 @@ impl Inner {
         };
         Ok(match sql.claim_shape {
             #[cfg(feature = "mysql")]
-            ClaimShape::Batch => {
-                let buckets = sql.buckets;
-                let cols: &[Col] = &[Col::Int, Col::Int, Col::Int];
-                // The fair batch reads the line only for an attempt in it,
-                // or when the name is free but marked (see
-                // `mysql_claim_batch_fair`).
-                let run = |line: bool| {
-                    self.retry_idempotent(op, n, move || {
-                        let (name, owner, bucket) = (name.as_bytes(), owner.as_bytes(), bucket(name, buckets));
-                        let batch = if fair {
-                            sql.mysql_claim_batch_fair(name, owner, us(ttl), memo, attempt, bucket, line, queued)
-                        } else {
-                            sql.mysql_claim_batch(name, owner, us(ttl), memo, attempt, bucket)
-                        };
-                        self.db.mysql_batch(batch, cols)
-                    })
-                };
-                let (mut done, mut rows) = run(queued).await?;
-                // The claim is the statement after BEGIN.
-                if fair && !queued && rows.is_empty() && done.get(1).is_some_and(|c| c.rows > 0 && c.last_id == 1) {
-                    (done, rows) = run(true).await?;
-                }
-                match (rows.first().map(Vec::as_slice), done.get(1)) {
-                    // Ours: fresh, taken over or re-entered, stamped in the batch.
-                    (Some([c, t, r]), _) => Claim::Held {
-                        count: count(c.int()),
-                        token: t.int() as u64,
-                        remaining: from_us(r.int()),
-                    },
-                    // The fair claim left the name to another (maybe marking
-                    // its row): twice the remaining lease, plus whether the
-                    // attempt heads the line.
-                    (_, Some(claim)) if fair && claim.rows > 0 && claim.last_id > 0 => Claim::Busy {
-                        retry_in: Some(Duration::from_micros(claim.last_id / 2)),
-                        head: claim.last_id % 2 == 1,
-                    },
-                    // The claim left the holder's row unchanged: its remaining lease.
-                    (_, Some(claim)) if claim.rows == 1 && claim.last_id > 0 => Claim::Busy {
-                        retry_in: Some(Duration::from_micros(claim.last_id)),
-                        head: true,
-                    },
-                    _ => Claim::Busy {
-                        retry_in: None,
-                        head: !fair,
-                    },
-                }
-            }
+            ClaimShape::Batch => self.claim_batch(name, owner, ttl, attempt, fair, queued).await?,
             #[cfg(not(feature = "mysql"))]
             ClaimShape::Batch => {
                 let _ = (queued, statement);
@@ -311,6 +265,69 @@ impl Inner {
                     }
                 }
             }
+        })
+    }
+
+    /// MySQL's claim (see [`ClaimShape::Batch`]): one batch, and for a fair
+    /// attempt not in line that found the name free but marked, the batch
+    /// again reading the line.
+    #[cfg(feature = "mysql")]
+    async fn claim_batch(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        attempt: &str,
+        fair: bool,
+        queued: bool,
+    ) -> Result<Claim, LockError> {
+        let sql = &self.sql;
+        let memo = self.config.memo.as_deref();
+        let (op, n) = ("acquire", Some(name));
+        let buckets = sql.buckets;
+        let cols: &[Col] = &[Col::Int, Col::Int, Col::Int];
+        // The fair batch reads the line only for an attempt in it,
+        // or when the name is free but marked (see
+        // `mysql_claim_batch_fair`).
+        let run = |line: bool| {
+            self.retry_idempotent(op, n, move || {
+                let (name, owner, bucket) = (name.as_bytes(), owner.as_bytes(), bucket(name, buckets));
+                let batch = if fair {
+                    sql.mysql_claim_batch_fair(name, owner, us(ttl), memo, attempt, bucket, line, queued)
+                } else {
+                    sql.mysql_claim_batch(name, owner, us(ttl), memo, attempt, bucket)
+                };
+                self.db.mysql_batch(batch, cols)
+            })
+        };
+        let (mut done, mut rows) = run(queued).await?;
+        // The claim is the statement after BEGIN.
+        if fair && !queued && rows.is_empty() && done.get(1).is_some_and(|c| c.rows > 0 && c.last_id == 1) {
+            (done, rows) = run(true).await?;
+        }
+        Ok(match (rows.first().map(Vec::as_slice), done.get(1)) {
+            // Ours: fresh, taken over or re-entered, stamped in the batch.
+            (Some([c, t, r]), _) => Claim::Held {
+                count: count(c.int()),
+                token: t.int() as u64,
+                remaining: from_us(r.int()),
+            },
+            // The fair claim left the name to another (maybe marking
+            // its row): twice the remaining lease, plus whether the
+            // attempt heads the line.
+            (_, Some(claim)) if fair && claim.rows > 0 && claim.last_id > 0 => Claim::Busy {
+                retry_in: Some(Duration::from_micros(claim.last_id / 2)),
+                head: claim.last_id % 2 == 1,
+            },
+            // The claim left the holder's row unchanged: its remaining lease.
+            (_, Some(claim)) if claim.rows == 1 && claim.last_id > 0 => Claim::Busy {
+                retry_in: Some(Duration::from_micros(claim.last_id)),
+                head: true,
+            },
+            _ => Claim::Busy {
+                retry_in: None,
+                head: !fair,
+            },
         })
     }
 

@@ -31,6 +31,8 @@ pub struct SqlBackend {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// What the clones of a [`SqlBackend`] share: settings, pools, statements,
+/// this process's waiters, and the stop signal of the background tasks.
 pub(crate) struct Inner {
     pub(crate) kind: &'static str,
     pub(crate) config: SqlConfig,

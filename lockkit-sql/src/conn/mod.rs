@@ -19,18 +19,22 @@ use crate::sql::Statements;
 use crate::wait::listener::Waiters;
 pub(crate) use db::{Arg, Col, Db, Val};
 
+/// A duration in whole microseconds, as statements take it.
 pub(crate) fn us(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// Microseconds a statement returned, as a duration (below zero: zero).
 pub(crate) fn from_us(v: i64) -> Duration {
     Duration::from_micros(v.max(0) as u64)
 }
 
+/// A text or bytes value as a string (lossy where not UTF-8).
 pub(crate) fn text(v: Val) -> String {
     String::from_utf8(v.into_bytes()).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
+/// A count a statement returned, as a `u32` (clamped).
 pub(crate) fn count(v: i64) -> u32 {
     u32::try_from(v.max(0)).unwrap_or(u32::MAX)
 }

@@ -18,17 +18,6 @@ pub enum Dialect {
     Sqlite,
 }
 
-impl Dialect {
-    /// The backend's short name: `mysql`, `postgres` or `sqlite`.
-    pub fn kind(self) -> &'static str {
-        match self {
-            Dialect::Mysql => "mysql",
-            Dialect::Postgres => "postgres",
-            Dialect::Sqlite => "sqlite",
-        }
-    }
-}
-
 /// Default lock table name.
 pub const DEFAULT_TABLE: &str = "lockkit_locks";
 /// Default pause between two sweeps of expired rows.

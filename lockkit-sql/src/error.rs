@@ -1,6 +1,20 @@
-//! sqlx errors → [`LockError`], and which of them are safe to retry.
+//! The backend's name (one per dialect: [`Dialect::kind`]), and sqlx
+//! errors → [`LockError`], and which of them are safe to retry.
 
 use lockkit_core::LockError;
+
+use crate::config::Dialect;
+
+impl Dialect {
+    /// The backend's short name: `mysql`, `postgres` or `sqlite`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Dialect::Mysql => "mysql",
+            Dialect::Postgres => "postgres",
+            Dialect::Sqlite => "sqlite",
+        }
+    }
+}
 
 /// How a failed statement may be treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

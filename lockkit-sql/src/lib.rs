@@ -193,20 +193,39 @@
 // Without a driver feature the crate has no database to talk to.
 #![cfg_attr(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")), allow(unused))]
 
+mod acquire;
 mod backend;
 mod config;
-mod db;
+mod conn;
 mod error;
-mod listener;
-mod queue;
-mod sent;
+mod extend;
+mod inspect;
+mod layout;
+mod release;
+mod retry;
 mod sql;
 mod sweeper;
-#[cfg(feature = "postgres")]
-mod waitlist;
+mod wait;
 
-pub use backend::{SqlBackend, connect};
+use std::sync::Arc;
+
+use lockkit_core::LockError;
+use lockkit_core::backend::LockBackend;
+use lockkit_core::url::ConnectUrl;
+
+pub use backend::SqlBackend;
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_LEASE, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
     DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, SqlConfig, validate_table,
 };
+
+/// Connects to the database a `mysql://`, `mariadb://`, `postgres://` or
+/// `sqlite://` URL names, taking this backend's query parameters from it
+/// (see [`SqlConfig`]); creates or checks the lock table and starts the
+/// sweeper. A query parameter left over is refused with
+/// [`ConnectUrl::finish`] before any connection is tried.
+pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
+    let config = SqlConfig::from_url(url)?;
+    url.finish()?;
+    Ok(Arc::new(SqlBackend::connect(config).await?))
+}

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::db::{Arg, Db};
+use crate::conn::{Arg, Db};
 
 /// Sweeps in a row without a pause at most, when every batch comes back full.
 const MAX_BATCHES_PER_SWEEP: u32 = 100;

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::db::{Arg, Db};
+use crate::conn::{Arg, Db};
 use crate::sql::Statements;
 
 /// Waiter rows per renewal statement.

@@ -81,13 +81,13 @@ macro_rules! with_pool {
     ($db:expr, $pool:ident => $body:expr) => {
         match $db {
             #[cfg(feature = "mysql")]
-            $crate::db::Db::Mysql($pool) => $body,
+            $crate::conn::Db::Mysql($pool) => $body,
             #[cfg(feature = "postgres")]
-            $crate::db::Db::Postgres($pool) => $body,
+            $crate::conn::Db::Postgres($pool) => $body,
             #[cfg(feature = "sqlite")]
-            $crate::db::Db::Sqlite($pool, _) => $body,
+            $crate::conn::Db::Sqlite($pool, _) => $body,
             #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
-            $crate::db::Db::None(never) => match *never {},
+            $crate::conn::Db::None(never) => match *never {},
         }
     };
 }
@@ -134,7 +134,7 @@ macro_rules! decode_row {
 /// never held across an await of anything but its own statement.
 #[cfg(feature = "sqlite")]
 fn sqlite_gate(database: &str) -> Arc<tokio::sync::Mutex<()>> {
-    static GATES: crate::listener::SharedByKey<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
+    static GATES: crate::wait::listener::SharedByKey<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
     // The directory resolved (the file may not exist yet).
     let path = std::path::Path::new(database);
     let dir = match path.parent() {
@@ -145,7 +145,7 @@ fn sqlite_gate(database: &str) -> Arc<tokio::sync::Mutex<()>> {
         (Ok(dir), Some(file)) => dir.join(file).to_string_lossy().into_owned(),
         _ => database.to_owned(),
     };
-    crate::listener::shared_by_key(&GATES, key)
+    crate::wait::listener::shared_by_key(&GATES, key)
 }
 
 /// How long a pooled connection may sit idle before it is pinged on
@@ -318,7 +318,7 @@ impl Db {
             #[cfg(feature = "mysql")]
             Db::Mysql(pool) => {
                 let mut conn = pool.acquire().await?;
-                crate::sent::mark();
+                super::sent::mark();
                 let r = query!().execute(&mut *conn).await?;
                 Ok(Done {
                     rows: r.rows_affected(),
@@ -328,7 +328,7 @@ impl Db {
             #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
                 let mut conn = pool.acquire().await?;
-                crate::sent::mark();
+                super::sent::mark();
                 let r = query!().execute(&mut *conn).await?;
                 Ok(Done {
                     rows: r.rows_affected(),
@@ -339,7 +339,7 @@ impl Db {
             Db::Sqlite(pool, gate) => {
                 let _turn = gate.lock().await;
                 let mut conn = pool.acquire().await?;
-                crate::sent::mark();
+                super::sent::mark();
                 let r = query!().execute(&mut *conn).await?;
                 Ok(Done {
                     rows: r.rows_affected(),
@@ -363,7 +363,7 @@ impl Db {
         with_pool!(self, pool => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
             let mut conn = pool.acquire().await?;
-            crate::sent::mark();
+            super::sent::mark();
             let rows = bind_all!(query, args).fetch_all(&mut *conn).await?;
             let mut out = Vec::with_capacity(rows.len());
             for row in rows {
@@ -388,7 +388,7 @@ impl Db {
             return Err(sqlx::Error::Configuration("a MySQL batch on another database".into()));
         };
         let mut conn = pool.acquire().await?;
-        crate::sent::mark();
+        super::sent::mark();
         let mut done = Vec::new();
         let mut rows = Vec::new();
         let result: Result<(), sqlx::Error> = async {
@@ -432,7 +432,7 @@ impl Db {
             ));
         };
         let mut conn = pool.acquire().await?;
-        crate::sent::mark();
+        super::sent::mark();
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
             .bind(int)
             .bind(lists.0)

@@ -8,7 +8,7 @@
 //! call's start it was granted already lost.
 //!
 //! [`timed`] runs a claim or an extension and says when its last statement
-//! got its connection; [`Db`](crate::db::Db) notes that with [`mark`]
+//! got its connection; [`Db`](crate::conn::Db) notes that with [`mark`]
 //! right after taking a connection from the pool. Only the last statement
 //! counts: in every claim and extension the statement that reports the
 //! remaining lease (the expiry less the server's clock as it ran) is the

@@ -1,0 +1,390 @@
+//! Taking a lock: one claim (`claim`), one attempt on its own task
+//! (`detached_attempt`), and the unfair acquire loop; the fair line's loop
+//! is in `wait/`.
+//!
+//! # How a lock is taken
+//!
+//! One **claim** inserts the row, takes over an expired row or re-enters
+//! one's own (count + 1, lease never shortened), and reports the hold count,
+//! token and remaining lease — or the holder's remaining lease when busy.
+//!
+//! A new hold's fencing token comes from a durable counter (a Postgres
+//! sequence; `<table>_tokens` rows on MySQL and SQLite), and *when* it is
+//! drawn is what makes tokens strictly grow per name: it must be drawn while
+//! the name is held against every other acquirer, through the commit. A value
+//! drawn before the row is reached could be overtaken by another client's
+//! whole acquire + release in between. So each dialect draws under a lock on
+//! the name that lasts to the commit:
+//!
+//! - **MySQL**: claim, draw (from one of 64 counter rows, by the name's
+//!   hash) and stamp run as one transaction, sent as one multi-statement
+//!   round trip; the claim's row lock on the name comes first.
+//! - **Postgres**: one statement; it takes a transaction-scoped advisory lock
+//!   on the name before `nextval`.
+//! - **SQLite**: one statement; SQLite runs one writer at a time, and a
+//!   trigger moves the counter as the token is written.
+//!
+//! Release deletes the row (last hold) or decrements it, only where name,
+//! owner and token match and the lease runs; extend moves the expiry out,
+//! never in, under the same condition.
+//!
+//! # Attempts
+//!
+//! The row's `attempts` column holds the attempt id of every share of the
+//! hold (space-separated; `hold_count` is their number). A claim whose
+//! attempt is already there is a repeat — lockkit's retry after a lost
+//! connection, whose first try committed unseen — and changes nothing; a
+//! release takes out exactly its attempt's share, and a repeated release
+//! finds it gone and changes nothing. So every statement that changes a
+//! hold can be sent again after a lost connection, and is.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use lockkit_core::backend::{AcquireRequest, Hold, Lease, TryAcquire};
+use lockkit_core::backoff::Backoff;
+use lockkit_core::name::check_attempt_id;
+use lockkit_core::{LockError, detach, lease, ttl_millis};
+
+use crate::backend::{Inner, SqlBackend};
+use crate::conn::sent;
+use crate::conn::{Arg, Col, count, from_us, us};
+use crate::sql::ClaimShape;
+
+/// What a claim found.
+pub(crate) enum Claim {
+    /// Another owner holds the name for this long (if known); `head`: the
+    /// attempt is first in line (or, unfair, any attempt), so it is the one
+    /// to try again when the name comes free.
+    Busy { retry_in: Option<Duration>, head: bool },
+    /// We hold it `count` times under `token`, for `remaining`.
+    Held {
+        count: u32,
+        token: u64,
+        remaining: Duration,
+    },
+}
+
+/// FNV-1a: a stable hash of a name, for its token counter bucket.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+fn bucket(name: &str, buckets: u64) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % buckets.max(1)) as i64
+}
+
+impl SqlBackend {
+    /// One attempt, on its own task so a cancelled caller leaves no hold.
+    /// `queued`: the attempt has a row in the fair line (taken out by the
+    /// claim that gives it the name). Says whether the attempt is the one
+    /// to try again when the name comes free (see [`Claim::Busy`]).
+    pub(crate) fn detached_attempt(
+        &self,
+        req: &AcquireRequest<'_>,
+        queued: bool,
+    ) -> impl Future<Output = Result<(TryAcquire, bool), LockError>> + use<> {
+        let inner = self.inner.clone();
+        let (name, owner, ttl, fair) = (req.name.to_owned(), req.owner.to_owned(), req.ttl, req.fair);
+        let attempt = req.attempt.to_owned();
+        async move {
+            let kind = inner.kind;
+            check_attempt_id(&attempt)?;
+            let work_inner = inner.clone();
+            let (work_name, work_owner, work_attempt) = (name.clone(), owner.clone(), attempt.clone());
+            let work = async move {
+                work_inner
+                    .attempt(&work_name, &work_owner, ttl, &work_attempt, fair, queued)
+                    .await
+            };
+            let orphan = move |result: Result<(TryAcquire, bool), LockError>| async move {
+                if let Ok((TryAcquire::Acquired(lease), _)) = result {
+                    let hold = Hold {
+                        name,
+                        owner,
+                        token: lease.token,
+                    };
+                    // Only this attempt's share: a re-entry's orphan leaves
+                    // the holds it re-entered as they were.
+                    if let Err(e) = inner.release(&hold, &attempt).await {
+                        tracing::warn!(backend = inner.kind, lock = %hold.name, error = %e,
+                            "releasing the hold of a cancelled acquisition failed; it ends with its lease");
+                    }
+                }
+            };
+            detach(kind, work, orphan).await?
+        }
+    }
+
+    /// An unfair `lock`: attempts on a backoff, woken by releases of the
+    /// name (see `wait/`).
+    pub(crate) async fn acquire_unfair(
+        &self,
+        req: &AcquireRequest<'_>,
+        wait: Option<Duration>,
+    ) -> Result<Option<Lease>, LockError> {
+        let subscription = self.inner.waiters.subscribe(req.name.as_bytes());
+        let backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_backoff);
+        let attempt = || {
+            let attempt = self.detached_attempt(req, false);
+            async move { attempt.await.map(|(r, _)| r) }
+        };
+        // Postgres: an uncontended acquisition costs one attempt; a busy one
+        // joins the name's wait list before its next attempt, so that the
+        // release it waits for notifies (see `wait/waitlist.rs`).
+        #[cfg(feature = "postgres")]
+        let (wait, _joined) = match self.inner.wait_list.get() {
+            Some(list) => {
+                let started = tokio::time::Instant::now();
+                if let Ok(TryAcquire::Acquired(lease)) = attempt().await {
+                    return Ok(Some(lease));
+                }
+                let (joined, confirmed) = list.join(req.name.as_bytes());
+                let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+                match left {
+                    Some(left) => {
+                        let _ = tokio::time::timeout(left, confirmed).await;
+                    }
+                    None => {
+                        let _ = confirmed.await;
+                    }
+                }
+                (wait.map(|w| w.saturating_sub(started.elapsed())), Some(joined))
+            }
+            None => (wait, None),
+        };
+        lockkit_core::backoff::acquire_with_backoff(wait, backoff, Some(subscription.notify()), attempt).await
+    }
+}
+
+impl Inner {
+    /// One claim (see [`Statements::claim`](crate::sql::Statements::claim) and
+    /// [`Statements::claim_fair`](crate::sql::Statements::claim_fair)).
+    pub(crate) async fn claim(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        attempt: &str,
+        fair: bool,
+        queued: bool,
+    ) -> Result<Claim, LockError> {
+        let sql = &self.sql;
+        let memo = self.config.memo.as_deref();
+        let args = [
+            Arg::Bytes(name.as_bytes()),
+            Arg::Bytes(owner.as_bytes()),
+            Arg::Int(us(ttl)),
+            Arg::Text(memo),
+            Arg::Text(Some(attempt)),
+        ];
+        let op = "acquire";
+        let n = Some(name);
+        let statement = match &sql.claim_fair_contended {
+            Some(contended) if fair && (queued || self.waiters.has_line(name.as_bytes())) => contended,
+            _ if fair => &sql.claim_fair,
+            _ => &sql.claim,
+        };
+        Ok(match sql.claim_shape {
+            #[cfg(feature = "mysql")]
+            ClaimShape::Batch => self.claim_batch(name, owner, ttl, attempt, fair, queued).await?,
+            #[cfg(not(feature = "mysql"))]
+            ClaimShape::Batch => {
+                let _ = (queued, statement);
+                Claim::Busy {
+                    retry_in: None,
+                    head: true,
+                }
+            }
+            ClaimShape::Rows => {
+                // The fair claim adds a fifth column: whether the attempt
+                // heads the line.
+                let cols = [Col::Int, Col::Int, Col::Int, Col::Int, Col::Int];
+                let cols = if fair { &cols[..] } else { &cols[..4] };
+                let row = self
+                    .retry_idempotent(op, n, || self.db.fetch_one(statement, &args, cols))
+                    .await?;
+                match row.as_deref() {
+                    Some([acquired, c, t, r, ..]) if acquired.int() == 1 => Claim::Held {
+                        count: count(c.int()),
+                        token: t.int() as u64,
+                        remaining: from_us(r.int()),
+                    },
+                    Some([_, _, _, r, rest @ ..]) => Claim::Busy {
+                        retry_in: Some(from_us(r.int())),
+                        head: rest.first().is_none_or(|h| h.int() != 0),
+                    },
+                    // Free, but another waiter is first in line (fair), or
+                    // the holder's row went meanwhile.
+                    _ => Claim::Busy {
+                        retry_in: None,
+                        head: !fair,
+                    },
+                }
+            }
+            ClaimShape::RowsOrHolder => {
+                let cols = [Col::Int, Col::Int, Col::Int];
+                let row = self
+                    .retry_idempotent(op, n, || self.db.fetch_one(statement, &args, &cols))
+                    .await?;
+                match row.as_deref() {
+                    Some([c, t, r]) => Claim::Held {
+                        count: count(c.int()),
+                        token: t.int() as u64,
+                        remaining: from_us(r.int()),
+                    },
+                    _ if fair => {
+                        let args = [Arg::Bytes(name.as_bytes()), Arg::Text(Some(attempt))];
+                        let row = self
+                            .retry(op, n, || {
+                                self.db.fetch_one(&sql.holder_fair, &args, &[Col::Int, Col::Int])
+                            })
+                            .await?;
+                        match row.as_deref() {
+                            Some([r, head]) => Claim::Busy {
+                                retry_in: (r.int() >= 0).then(|| from_us(r.int())),
+                                head: head.int() != 0,
+                            },
+                            _ => Claim::Busy {
+                                retry_in: None,
+                                head: false,
+                            },
+                        }
+                    }
+                    _ => {
+                        let args = [Arg::Bytes(name.as_bytes())];
+                        let row = self
+                            .retry(op, n, || self.db.fetch_one(&sql.holder, &args, &[Col::Int]))
+                            .await?;
+                        Claim::Busy {
+                            retry_in: row.map(|r| from_us(r[0].int())),
+                            head: true,
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// MySQL's claim (see [`ClaimShape::Batch`]): one batch, and for a fair
+    /// attempt not in line that found the name free but marked, the batch
+    /// again reading the line.
+    #[cfg(feature = "mysql")]
+    async fn claim_batch(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        attempt: &str,
+        fair: bool,
+        queued: bool,
+    ) -> Result<Claim, LockError> {
+        let sql = &self.sql;
+        let memo = self.config.memo.as_deref();
+        let (op, n) = ("acquire", Some(name));
+        let buckets = sql.buckets;
+        let cols: &[Col] = &[Col::Int, Col::Int, Col::Int];
+        // The fair batch reads the line only for an attempt in it,
+        // or when the name is free but marked (see
+        // `mysql_claim_batch_fair`).
+        let run = |line: bool| {
+            self.retry_idempotent(op, n, move || {
+                let (name, owner, bucket) = (name.as_bytes(), owner.as_bytes(), bucket(name, buckets));
+                let batch = if fair {
+                    sql.mysql_claim_batch_fair(name, owner, us(ttl), memo, attempt, bucket, line, queued)
+                } else {
+                    sql.mysql_claim_batch(name, owner, us(ttl), memo, attempt, bucket)
+                };
+                self.db.mysql_batch(batch, cols)
+            })
+        };
+        let (mut done, mut rows) = run(queued).await?;
+        // The claim is the statement after BEGIN.
+        if fair && !queued && rows.is_empty() && done.get(1).is_some_and(|c| c.rows > 0 && c.last_id == 1) {
+            (done, rows) = run(true).await?;
+        }
+        Ok(match (rows.first().map(Vec::as_slice), done.get(1)) {
+            // Ours: fresh, taken over or re-entered, stamped in the batch.
+            (Some([c, t, r]), _) => Claim::Held {
+                count: count(c.int()),
+                token: t.int() as u64,
+                remaining: from_us(r.int()),
+            },
+            // The fair claim left the name to another (maybe marking
+            // its row): twice the remaining lease, plus whether the
+            // attempt heads the line.
+            (_, Some(claim)) if fair && claim.rows > 0 && claim.last_id > 0 => Claim::Busy {
+                retry_in: Some(Duration::from_micros(claim.last_id / 2)),
+                head: claim.last_id % 2 == 1,
+            },
+            // The claim left the holder's row unchanged: its remaining lease.
+            (_, Some(claim)) if claim.rows == 1 && claim.last_id > 0 => Claim::Busy {
+                retry_in: Some(Duration::from_micros(claim.last_id)),
+                head: true,
+            },
+            _ => Claim::Busy {
+                retry_in: None,
+                head: !fair,
+            },
+        })
+    }
+
+    /// One acquisition attempt: one claim. Also says whether the attempt is
+    /// the one to try again when the name comes free (see [`Claim::Busy`]).
+    pub(crate) async fn attempt(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        attempt: &str,
+        fair: bool,
+        queued: bool,
+    ) -> Result<(TryAcquire, bool), LockError> {
+        let ttl = Duration::from_millis(ttl_millis(ttl));
+        let called = Instant::now();
+        let (claimed, sent) = sent::timed(self.claim(name, owner, ttl, attempt, fair, queued)).await;
+        let sent_at = sent.unwrap_or(called);
+        Ok(match claimed? {
+            Claim::Held {
+                count,
+                token,
+                remaining,
+            } if token > 0 => (
+                TryAcquire::Acquired(Lease {
+                    token,
+                    hold_count: count,
+                    valid_until: Some(lease::valid_until(sent_at, remaining)),
+                    lost: None,
+                    session_deadline: None,
+                }),
+                true,
+            ),
+            // Every claim stamps its hold in the same transaction; a row
+            // without a token is not a hold this version of lockkit made.
+            Claim::Held { .. } => (TryAcquire::Busy { retry_in: None }, true),
+            Claim::Busy { retry_in, head } => (TryAcquire::Busy { retry_in }, head),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::prefix_end;
+
+    #[test]
+    fn buckets_and_prefixes() {
+        assert_eq!(bucket("order:42", 64), bucket("order:42", 64));
+        assert!((0..64).contains(&bucket("x", 64)));
+        assert_eq!(bucket("anything", 1), 0);
+        assert_eq!(prefix_end("ab"), b"ac".to_vec());
+        assert_eq!(prefix_end(""), vec![0xFF]);
+        assert_eq!(prefix_end("锁"), {
+            let mut v = "锁".as_bytes().to_vec();
+            *v.last_mut().unwrap() += 1;
+            v
+        });
+    }
+}

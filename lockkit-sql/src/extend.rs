@@ -1,0 +1,166 @@
+//! Extending leases: one hold, or many in chunks of one statement each
+//! (the watchdog's `extend_many`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lockkit_core::backend::{ExtendOutcome, Hold};
+use lockkit_core::{LockError, lease, ttl_millis};
+
+use crate::backend::{Inner, SqlBackend};
+#[cfg(feature = "postgres")]
+use crate::config::Dialect;
+use crate::conn::sent;
+use crate::conn::{Arg, Col, Val, from_us, us};
+
+/// Holds per `extend_many` statement.
+pub(crate) const EXTEND_CHUNK: usize = 256;
+
+impl Inner {
+    pub(crate) async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
+        let ttl = Duration::from_millis(ttl_millis(ttl));
+        let [a, b, c] = Self::hold_args(hold);
+        let args = [Arg::Int(us(ttl)), a, b, c];
+        let n = Some(hold.name.as_str());
+        let called = Instant::now();
+        let (remaining, sent) = sent::timed(async {
+            Ok::<_, LockError>(if self.sql.updates_return_rows {
+                self.retry("extend", n, || self.db.fetch_one(&self.sql.extend, &args, &[Col::Int]))
+                    .await?
+                    .map(|r| from_us(r[0].int()))
+            } else {
+                let done = self
+                    .retry("extend", n, || self.db.exec(&self.sql.extend, &args))
+                    .await?;
+                (done.rows == 1).then(|| Duration::from_micros(done.last_id))
+            })
+        })
+        .await;
+        let (remaining, sent_at) = (remaining?, sent.unwrap_or(called));
+        Ok(match remaining {
+            Some(r) => ExtendOutcome::Extended {
+                valid_until: Some(lease::valid_until(sent_at, r)),
+            },
+            None => ExtendOutcome::NotHeld,
+        })
+    }
+
+    /// Extends `holds` (one ttl) in one statement (MySQL: an update and a
+    /// read-back); the remaining lease of each hold that is still ours.
+    pub(crate) async fn extend_chunk(
+        &self,
+        ttl: Duration,
+        holds: &[&Hold],
+    ) -> Result<Vec<Option<Duration>>, LockError> {
+        let (update, select) = self.sql.extend_many(holds.len());
+        let (update, select): (Arc<str>, Option<Arc<str>>) = (update.into(), select.map(Into::into));
+        let mut triples = Vec::with_capacity(holds.len() * 3);
+        for h in holds {
+            triples.extend(Self::hold_args(h));
+        }
+        let mut args = vec![Arg::Int(us(ttl))];
+        args.extend(triples.iter().copied());
+        let cols = [Col::Bytes, Col::Bytes, Col::Int, Col::Int];
+        let rows = match &select {
+            #[cfg(feature = "postgres")]
+            None if self.config.dialect == Dialect::Postgres => {
+                let lists = || {
+                    (
+                        holds.iter().map(|h| h.name.as_bytes()).collect(),
+                        holds.iter().map(|h| h.owner.as_bytes()).collect(),
+                        holds.iter().map(|h| h.token as i64).collect(),
+                    )
+                };
+                self.retry("extend", None, || {
+                    self.db.pg_fetch_lists(&update, us(ttl), lists(), &cols)
+                })
+                .await?
+            }
+            None => {
+                self.retry("extend", None, || self.db.fetch(&update, &args, &cols))
+                    .await?
+            }
+            Some(select) => {
+                self.retry("extend", None, || self.db.exec(&update, &args)).await?;
+                self.retry("extend", None, || self.db.fetch(select, &triples, &cols))
+                    .await?
+            }
+        };
+        let found: Vec<(Vec<u8>, Vec<u8>, u64, Duration)> = rows
+            .into_iter()
+            .map(|r| {
+                let mut r = r.into_iter();
+                let name = r.next().map(Val::into_bytes).unwrap_or_default();
+                let owner = r.next().map(Val::into_bytes).unwrap_or_default();
+                let token = r.next().map_or(0, |v| v.int() as u64);
+                let remaining = from_us(r.next().map_or(0, |v| v.int()));
+                (name, owner, token, remaining)
+            })
+            .collect();
+        Ok(holds
+            .iter()
+            .map(|h| {
+                found
+                    .iter()
+                    .find(|(n, o, t, _)| n == h.name.as_bytes() && o == h.owner.as_bytes() && *t == h.token)
+                    .map(|f| f.3)
+            })
+            .collect())
+    }
+}
+
+impl SqlBackend {
+    /// `extend_many`: the holds grouped by ttl, each group extended in
+    /// chunks of [`EXTEND_CHUNK`], one statement each.
+    pub(crate) async fn extend_batches(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
+        let inner = &self.inner;
+        let mut out: Vec<Option<Result<ExtendOutcome, LockError>>> = holds.iter().map(|_| None).collect();
+        // Group by ttl (a client's holds usually share one), then chunk.
+        let mut ttls: Vec<Duration> = holds
+            .iter()
+            .map(|(_, ttl)| Duration::from_millis(ttl_millis(*ttl)))
+            .collect();
+        ttls.sort();
+        ttls.dedup();
+        for ttl in ttls {
+            let group: Vec<usize> = (0..holds.len())
+                .filter(|&i| Duration::from_millis(ttl_millis(holds[i].1)) == ttl)
+                .collect();
+            for chunk in group.chunks(EXTEND_CHUNK) {
+                let chunk_holds: Vec<&Hold> = chunk.iter().map(|&i| &holds[i].0).collect();
+                let called = Instant::now();
+                let (extended, sent) = sent::timed(inner.extend_chunk(ttl, &chunk_holds)).await;
+                let sent_at = sent.unwrap_or(called);
+                match extended {
+                    Ok(remaining) => {
+                        for (&i, r) in chunk.iter().zip(remaining) {
+                            out[i] = Some(Ok(match r {
+                                Some(r) => ExtendOutcome::Extended {
+                                    valid_until: Some(lease::valid_until(sent_at, r)),
+                                },
+                                None => ExtendOutcome::NotHeld,
+                            }));
+                        }
+                    }
+                    Err(e) => {
+                        let retryable = e.is_retryable();
+                        let message = e.to_string();
+                        for &i in chunk {
+                            let name = Some(holds[i].0.name.as_str());
+                            out[i] = Some(Err(LockError::backend(
+                                inner.kind,
+                                "extend",
+                                name,
+                                retryable,
+                                message.clone(),
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or(Ok(ExtendOutcome::NotHeld)))
+            .collect()
+    }
+}

@@ -1,0 +1,243 @@
+//! The storage layout at connect: creating the lock table and its
+//! companions (`<table>_tokens`, `<table>_waiters`; the DDL is in `sql/`),
+//! adding the columns an older lockkit's table lacks, and checking the
+//! schema and the user's rights.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::LockError;
+
+use crate::backend::SqlBackend;
+use crate::conn::{Arg, Col, Val, text};
+use crate::error::{Class, backend_error, classify, schema_error};
+
+impl SqlBackend {
+    /// Creates the lock table and its token counter if they are missing
+    /// (unless `create_table=false`), then checks that the lock table has
+    /// every column lockkit uses and that names compare as exact bytes.
+    /// Never alters or drops an existing table. Run by
+    /// [`connect`](Self::connect); safe to run again, also concurrently.
+    pub async fn migrate(&self) -> Result<(), LockError> {
+        let inner = &self.inner;
+        let table = &inner.config.table;
+        if inner.config.create_table {
+            for (object, stmt) in &inner.sql.create {
+                // Only what is missing: a least-privilege user (no CREATE)
+                // can use tables an administrator created.
+                // Retried while busy: processes opening a new SQLite file at
+                // once can meet on its switch to WAL (SQLITE_BUSY at once,
+                // without waiting for the busy timeout).
+                let args = [Arg::Text(Some(object))];
+                let found = inner
+                    .retry("connect", None, || {
+                        inner.db.fetch(&inner.sql.exists, &args, &[Col::Int])
+                    })
+                    .await?;
+                if found.first().and_then(|r| r.first()).is_some_and(|v| v.int() > 0) {
+                    continue;
+                }
+                // Concurrent CREATE ... IF NOT EXISTS can still collide on
+                // Postgres (duplicate catalog rows): a second try sees the table.
+                let mut tries = 0;
+                loop {
+                    match inner.db.exec(stmt, &[]).await {
+                        Ok(_) => break,
+                        Err(e) if tries < 5 && (is_duplicate(&e) || classify(&e) == Class::Transient) => {
+                            tries += 1;
+                            tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                        }
+                        Err(e) if is_permission_denied(&e) => {
+                            let source = MissingObject {
+                                object: object.clone(),
+                                cause: e,
+                            };
+                            return Err(LockError::backend(inner.kind, "create table", None, false, source));
+                        }
+                        Err(e) => return Err(backend_error(inner.kind, "create table", None, e)),
+                    }
+                }
+            }
+        }
+        let args = [Arg::Text(Some(table))];
+        let rows = inner
+            .retry("connect", None, || {
+                inner.db.fetch(&inner.sql.columns, &args, &[Col::Text, Col::Text])
+            })
+            .await?;
+        if rows.is_empty() {
+            let why = if inner.config.create_table {
+                "was not found after CREATE TABLE IF NOT EXISTS (is it visible to this user and schema?)"
+            } else {
+                "does not exist (and create_table=false)"
+            };
+            return Err(schema_error(table, why.to_owned()));
+        }
+        let columns: Vec<(String, String)> = rows
+            .into_iter()
+            .map(|mut r| {
+                let ty = text(r.pop().unwrap_or(Val::Int(0)));
+                (
+                    text(r.pop().unwrap_or(Val::Int(0))).to_ascii_lowercase(),
+                    ty.to_ascii_lowercase(),
+                )
+            })
+            .collect();
+        let missing: Vec<&str> = [
+            "name",
+            "owner",
+            "hold_count",
+            "token",
+            "expires_at",
+            "acquired_at",
+            "memo",
+        ]
+        .into_iter()
+        .filter(|c| !columns.iter().any(|(name, _)| name == c))
+        .collect();
+        if !missing.is_empty() {
+            return Err(schema_error(
+                table,
+                format!(
+                    "exists but is not a lockkit lock table: missing columns {}",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        for (column, ddl) in &inner.sql.added_columns {
+            if !columns.iter().any(|(name, _)| name == column) {
+                self.add_column(column, ddl).await?;
+            }
+        }
+        self.check_waiters_table().await?;
+        if !inner.sql.name_types.is_empty()
+            && let Some((_, ty)) = columns.iter().find(|(name, _)| name == "name")
+            && !inner.sql.name_types.contains(&ty.as_str())
+        {
+            return Err(schema_error(
+                table,
+                format!(
+                    "has a `name` column of type {ty}; lockkit needs {} so names compare as exact bytes",
+                    inner.sql.name_types.join(" or ")
+                ),
+            ));
+        }
+        for stmt in &inner.sql.prepare {
+            inner.retry("create table", None, || inner.db.exec(stmt, &[])).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds a column that a lock table made by an older lockkit lacks
+    /// (`attempts`, `queued`: the only change `migrate` makes to an
+    /// existing table; its rows keep their holds, which end with their
+    /// lease). A client that finds it added meanwhile by another is content.
+    async fn add_column(&self, column: &str, ddl: &Arc<str>) -> Result<(), LockError> {
+        let inner = &self.inner;
+        let table = &inner.config.table;
+        let refused = |why: String| {
+            schema_error(
+                table,
+                format!("has no `{column}` column (made by an older lockkit) and {why}; add it with: {ddl}"),
+            )
+        };
+        if !inner.config.create_table {
+            return Err(refused("create_table=false".to_owned()));
+        }
+        match inner.db.exec(ddl, &[]).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let args = [Arg::Text(Some(table))];
+                let columns = inner
+                    .retry("connect", None, || {
+                        inner.db.fetch(&inner.sql.columns, &args, &[Col::Text, Col::Text])
+                    })
+                    .await?;
+                if columns
+                    .into_iter()
+                    .any(|mut r| text(r.swap_remove(0)).eq_ignore_ascii_case(column))
+                {
+                    return Ok(());
+                }
+                Err(refused(format!("adding it failed: {e}")))
+            }
+        }
+    }
+
+    /// Checks that the waiter table (`<table>_waiters`, the fair line) is
+    /// there: `migrate` created it with the other tables unless
+    /// `create_table=false`, or a user without CREATE rights connects to
+    /// tables an older lockkit made; the error then names the statement to
+    /// run.
+    async fn check_waiters_table(&self) -> Result<(), LockError> {
+        let inner = &self.inner;
+        let waiters = inner.sql.waiters_table();
+        let args = [Arg::Text(Some(&waiters))];
+        let found = inner
+            .retry("connect", None, || {
+                inner.db.fetch(&inner.sql.exists, &args, &[Col::Int])
+            })
+            .await?;
+        if found.first().and_then(|r| r.first()).is_some_and(|v| v.int() > 0) {
+            return Ok(());
+        }
+        let why = if inner.config.create_table {
+            "was not found after CREATE TABLE IF NOT EXISTS (is it visible to this user and schema?)"
+        } else {
+            "does not exist (made by an older lockkit, and create_table=false)"
+        };
+        let create = inner.sql.create_waiters().map_or("", |c| c);
+        Err(schema_error(
+            &inner.config.table,
+            format!("has no waiter table {waiters:?} (fair queues need it): it {why}; create it with: {create}"),
+        ))
+    }
+}
+
+/// A table (or sequence) lockkit needs is missing and this database user may
+/// not create it.
+#[derive(Debug)]
+struct MissingObject {
+    object: String,
+    cause: sqlx::Error,
+}
+
+impl fmt::Display for MissingObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} does not exist (or this user has no rights on it) and this database user may not create it \
+             (connect once as a user with CREATE rights, e.g. the table's owner, or grant CREATE)",
+            self.object
+        )
+    }
+}
+
+impl std::error::Error for MissingObject {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.cause {
+            sqlx::Error::Database(db) => Some(db.as_ref()),
+            other => Some(other),
+        }
+    }
+}
+
+/// The database refused a statement for lack of a privilege: MySQL's
+/// table/database/specific access denied (1142, 1044, 1227), Postgres's
+/// `insufficient_privilege` (42501).
+fn is_permission_denied(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else { return false };
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return matches!(my.number(), 1142 | 1044 | 1227);
+    }
+    db.code().as_deref() == Some("42501")
+}
+
+fn is_duplicate(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("23505" | "42P07" | "42710")),
+        _ => false,
+    }
+}

@@ -1,0 +1,408 @@
+//! MySQL/MariaDB's statements, and its multi-statement batches (claim,
+//! fair claim, join), whose values are spliced in as literals.
+
+use super::{ClaimShape, Statements, s};
+use crate::config::Dialect;
+
+/// A MySQL hex literal: `X'…'` (`X''` for no bytes).
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2 + 3);
+    out.push_str("X'");
+    for b in bytes {
+        out.push_str(&format!("{b:02X}"));
+    }
+    out.push('\'');
+    out
+}
+
+/// A MySQL statement with its `?` placeholders replaced, in order, by
+/// `args` as literals (hex for bytes and text, decimal for integers), for a
+/// text batch of several statements in one round trip. Only statements of
+/// this module go in, whose only `?` are placeholders (table names are
+/// letters, digits and `_`), and the literals cannot change a statement:
+/// nothing but `[0-9A-F]`, digits and `-`.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) fn mysql_inline(statement: &str, args: &[crate::conn::Arg<'_>]) -> String {
+    use crate::conn::Arg;
+    let mut args = args.iter();
+    let mut out = String::with_capacity(statement.len() + 64);
+    for (i, part) in statement.split('?').enumerate() {
+        if i > 0 {
+            match args.next() {
+                Some(Arg::Bytes(b)) => out.push_str(&hex(b)),
+                Some(Arg::Int(v)) => out.push_str(&v.to_string()),
+                Some(Arg::Text(Some(t))) => out.push_str(&hex(t.as_bytes())),
+                Some(Arg::Text(None)) | None => out.push_str("NULL"),
+            }
+        }
+        out.push_str(part);
+    }
+    out
+}
+
+/// MySQL: microseconds from now to `expires_at`, at least 1.
+pub(super) const MY_REMAINING: &str = "GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))";
+
+/// MySQL: a hold's row made free (expired, no owner) for the line.
+const MY_FREE: &str = "owner = X'', hold_count = 0, attempts = '', memo = NULL, expires_at = UTC_TIMESTAMP(6)";
+
+/// MySQL's `queued` column.
+const MY_QUEUED_COLUMN: &str = "queued TINYINT NOT NULL DEFAULT 0 \
+    COMMENT '1: a fair waiter joined the line while it was held; a release leaves the row free'";
+
+/// The number of attempt ids in `attempts` (each 16 characters, one space
+/// between two): the hold count. MySQL reads the column's new value when
+/// an earlier assignment of the same statement changed it.
+const MY_SHARES: &str = "(LENGTH(attempts) + 1) DIV 17";
+
+impl Statements {
+    /// MySQL's acquisition as one multi-statement round trip: claim, then —
+    /// only if the row is ours and unstamped — draw from the name's counter
+    /// bucket and stamp, then read our hold back, in one transaction. The
+    /// name's row lock is taken first and held to the commit, so the token is
+    /// drawn after every earlier holder's. Values are spliced in as hex and
+    /// decimal literals (the text protocol has no bind parameters), which
+    /// cannot change the statements: nothing but `[0-9A-F]` and digits.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub fn mysql_claim_batch(
+        &self,
+        name: &[u8],
+        owner: &[u8],
+        ttl_us: i64,
+        memo: Option<&str>,
+        attempt: &str,
+        bucket: i64,
+    ) -> String {
+        let t = &self.table;
+        let (n, o) = (hex(name), hex(owner));
+        let memo = memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes()));
+        let claim = self.claim.replacen(
+            "VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?)",
+            &format!(
+                "VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), \
+                 {memo}, {})",
+                hex(attempt.as_bytes())
+            ),
+            1,
+        );
+        format!(
+            "BEGIN; {claim}; \
+             INSERT INTO `{t}_tokens` (bucket, last_token) \
+               SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
+               ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
+             UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0; \
+             SELECT hold_count, token, {MY_REMAINING} FROM `{t}` WHERE name = {n} AND owner = {o}; \
+             COMMIT"
+        )
+    }
+
+    /// MySQL's fair acquisition, like [`mysql_claim_batch`](Self::mysql_claim_batch)
+    /// with the rules of [`claim_fair`](Self::claim_fair), in two forms.
+    ///
+    /// Without `line` (an attempt not in line yet: the uncontended case) the
+    /// batch names no other table than the unfair one does — a statement
+    /// that merely mentions the waiter table costs MariaDB ~10 % of an
+    /// uncontended cycle, used or not. It takes a free row or an expired one
+    /// not marked `queued`, re-enters a live hold, and marks a live row
+    /// another holds; an expired marked row it leaves alone and reports
+    /// with the insert id 1: ask the line (run the batch again with `line`).
+    ///
+    /// With `line` it also takes an expired marked row when the attempt
+    /// heads the name's line, clearing the mark when nobody else waits;
+    /// when `queued`, the attempt's waiter row goes in the same transaction
+    /// once the name is its.
+    ///
+    /// Either way the read-back is the unfair batch's, and a claim that
+    /// leaves the name to another puts `remaining_us × 2 + head` in its OK
+    /// packet's insert id (`head`: whether the attempt heads the line, read
+    /// only with `line`; 0 without).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    #[allow(clippy::too_many_arguments)]
+    pub fn mysql_claim_batch_fair(
+        &self,
+        name: &[u8],
+        owner: &[u8],
+        ttl_us: i64,
+        memo: Option<&str>,
+        attempt: &str,
+        bucket: i64,
+        line: bool,
+        queued: bool,
+    ) -> String {
+        let t = &self.table;
+        let (n, o, a) = (hex(name), hex(owner), hex(attempt.as_bytes()));
+        let memo = memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes()));
+        let now = "UTC_TIMESTAMP(6)";
+        let mine = format!("(owner = VALUES(owner) AND expires_at > {now})");
+        // `take`: decided in the first assignment, read by the rest;
+        // `busy`: the insert id of a claim that leaves the name to another;
+        // `unmark`: the mark a take leaves.
+        let (decide, take, busy, unmark) = if line {
+            let head = format!(
+                "(COALESCE((SELECT attempt FROM `{t}_waiters` WHERE name = {n} AND expires_at > {now} \
+                   ORDER BY id LIMIT 1), {a}) = {a})"
+            );
+            (
+                format!("(@lockkit_take := (expires_at <= {now} AND (queued = 0 OR {head})))"),
+                "@lockkit_take".to_owned(),
+                format!("{MY_REMAINING} * 2 + {head}"),
+                format!(
+                    "queued AND EXISTS (SELECT 1 FROM `{t}_waiters` WHERE name = {n} AND attempt <> {a} \
+                       AND expires_at > {now})"
+                ),
+            )
+        } else {
+            let take = format!("(expires_at <= {now} AND queued = 0)");
+            (
+                take.clone(),
+                take,
+                format!("IF(expires_at <= {now}, 1, {MY_REMAINING} * 2)"),
+                "queued".to_owned(),
+            )
+        };
+        let served = if queued {
+            format!(
+                "DELETE FROM `{t}_waiters` WHERE attempt = {a} AND EXISTS (SELECT 1 FROM `{t}` \
+                   WHERE name = {n} AND owner = {o} AND token > 0 AND expires_at > {now} AND LOCATE({a}, attempts) > 0); "
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "BEGIN; \
+             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+               VALUES ({n}, {o}, 1, 0, {now} + INTERVAL {ttl_us} MICROSECOND, {now}, {memo}, {a}) \
+             ON DUPLICATE KEY UPDATE \
+               attempts = IF({decide}, VALUES(attempts), \
+                  IF({mine} AND LOCATE(VALUES(attempts), attempts) = 0, CONCAT(attempts, ' ', VALUES(attempts)), attempts)), \
+               hold_count = IF({take} OR {mine}, LAST_INSERT_ID({MY_SHARES}), hold_count + 0 * LAST_INSERT_ID({busy})), \
+               token = IF({take}, 0, token), \
+               acquired_at = IF({take}, VALUES(acquired_at), acquired_at), \
+               memo = IF({take}, VALUES(memo), memo), \
+               queued = IF({take}, {unmark}, IF({mine} OR expires_at <= {now}, queued, 1)), \
+               owner = IF({take}, VALUES(owner), owner), \
+               expires_at = IF({take} OR {mine}, GREATEST(expires_at, VALUES(expires_at)), expires_at); \
+             INSERT INTO `{t}_tokens` (bucket, last_token) \
+               SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
+               ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
+             UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0; \
+             {served}\
+             SELECT hold_count, token, {MY_REMAINING} FROM `{t}` WHERE name = {n} AND owner = {o} AND expires_at > {now}; \
+             COMMIT"
+        )
+    }
+
+    /// MySQL's join (see [`join`](Self::join)) as one round trip: puts the
+    /// attempt in line or renews its place (the id is the second OK
+    /// packet's insert id), commits, then marks the name's row `queued` (a
+    /// free one if there is none) in a statement of its own. Not one
+    /// transaction: the mark's row lock would be held through the waiter
+    /// row's commit, and the next holder's claim, which needs it, would
+    /// wait for that flush; alone, a mark already set writes nothing and
+    /// lets go at once. A claim between the two that takes the name
+    /// without reading the line is one that came before the join (and a
+    /// fair claim that finds the name held marks it again). Values spliced
+    /// in as in [`mysql_claim_batch`](Self::mysql_claim_batch).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub fn mysql_join_batch(&self, name: &[u8], owner: &[u8], attempt: &str, lease_us: i64) -> String {
+        let t = &self.table;
+        let (n, o, a) = (hex(name), hex(owner), hex(attempt.as_bytes()));
+        let now = "UTC_TIMESTAMP(6)";
+        format!(
+            "BEGIN; \
+             INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at) \
+               VALUES ({n}, {o}, {a}, {now} + INTERVAL {lease_us} MICROSECOND) \
+             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at); \
+             COMMIT; \
+             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts, queued) \
+               VALUES ({n}, X'', 0, 0, {now}, {now}, NULL, '', 1) ON DUPLICATE KEY UPDATE queued = 1"
+        )
+    }
+}
+
+pub(super) fn mysql(t: &str) -> Statements {
+    // The ON DUPLICATE KEY UPDATE assignments run left to right and later ones
+    // see the new values: every test of the old row comes before `owner` and
+    // `expires_at` change.
+    let expired = "expires_at <= UTC_TIMESTAMP(6)";
+    Statements {
+        create: vec![
+            (
+                t.to_owned(),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS `{t}` (\
+                 name VARBINARY(255) NOT NULL COMMENT 'lock name: UTF-8 bytes, compared exactly', \
+                 owner VARBINARY(255) NOT NULL, \
+                 hold_count BIGINT NOT NULL, \
+                 token BIGINT NOT NULL COMMENT 'fencing token', \
+                 expires_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock', \
+                 acquired_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock', \
+                 memo VARCHAR(1024) NULL, \
+                 attempts MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ('') \
+                   COMMENT 'attempt ids of the shares of the hold, space-separated', \
+                 {MY_QUEUED_COLUMN}, \
+                 PRIMARY KEY (name)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin \
+                 COMMENT='lockkit: one row per held lock'"
+                )),
+            ),
+            (
+                format!("{t}_tokens"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS `{t}_tokens` (\
+                 bucket INT NOT NULL PRIMARY KEY, last_token BIGINT NOT NULL) ENGINE=InnoDB \
+                 COMMENT='lockkit: fencing token counters, one per bucket of names'"
+                )),
+            ),
+            (
+                format!("{t}_waiters"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS `{t}_waiters` (\
+                 id BIGINT NOT NULL AUTO_INCREMENT COMMENT 'place in line: lower waits longer', \
+                 name VARBINARY(255) NOT NULL, \
+                 owner VARBINARY(255) NOT NULL, \
+                 attempt VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+                 expires_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock; renewed while it waits', \
+                 PRIMARY KEY (id), UNIQUE KEY attempt (attempt), KEY name_id (name, id)) ENGINE=InnoDB \
+                 COMMENT='lockkit: acquisitions waiting for a name, served oldest first'"
+                )),
+            ),
+        ],
+        exists: s(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
+                .to_owned(),
+        ),
+        prepare: vec![],
+        columns: s(
+            "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR) FROM information_schema.columns \
+                    WHERE table_schema = DATABASE() AND table_name = ?"
+                .to_owned(),
+        ),
+        name_types: &["varbinary", "binary"],
+        // `attempts` first: the count is read off it.
+        claim: s(format!(
+            "INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+             VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?) \
+             ON DUPLICATE KEY UPDATE \
+             attempts = IF({expired}, VALUES(attempts), \
+                IF(owner = VALUES(owner) AND LOCATE(VALUES(attempts), attempts) = 0, \
+                   CONCAT(attempts, ' ', VALUES(attempts)), attempts)), \
+             hold_count = IF({expired} OR owner = VALUES(owner), LAST_INSERT_ID({MY_SHARES}), \
+                hold_count + 0 * LAST_INSERT_ID({MY_REMAINING})), \
+             token = IF({expired}, 0, token), \
+             acquired_at = IF({expired}, VALUES(acquired_at), acquired_at), \
+             memo = IF({expired}, VALUES(memo), memo), \
+             owner = IF({expired}, VALUES(owner), owner), \
+             expires_at = IF(owner = VALUES(owner), GREATEST(expires_at, VALUES(expires_at)), expires_at)"
+        )),
+        claim_shape: ClaimShape::Batch,
+        holder: s(format!("SELECT {MY_REMAINING} FROM `{t}` WHERE name = ?")),
+        buckets: 64,
+        release_last: s(format!(
+            "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND attempts = ? \
+             AND expires_at > UTC_TIMESTAMP(6) AND queued = 0"
+        )),
+        release_last_queued: Some(s(format!(
+            "UPDATE `{t}` SET {MY_FREE} WHERE name = ? AND owner = ? AND token = ? AND attempts = ? \
+             AND expires_at > UTC_TIMESTAMP(6)"
+        ))),
+        // SET runs left to right: the count is read off the new `attempts`.
+        release_one: s(format!(
+            "UPDATE `{t}` SET attempts = TRIM(REPLACE(CONCAT(' ', attempts, ' '), CONCAT(' ', ?, ' '), ' ')), \
+             hold_count = LAST_INSERT_ID({MY_SHARES}) \
+             WHERE name = ? AND owner = ? AND token = ? AND hold_count > 1 AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        share: s(format!(
+            "SELECT hold_count, LOCATE(?, attempts) FROM `{t}` \
+             WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        added_columns: vec![
+            (
+                "attempts",
+                s(format!(
+                    "ALTER TABLE `{t}` ADD COLUMN attempts MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin \
+                     NOT NULL DEFAULT ('') COMMENT 'attempt ids of the shares of the hold, space-separated'"
+                )),
+            ),
+            ("queued", s(format!("ALTER TABLE `{t}` ADD COLUMN {MY_QUEUED_COLUMN}"))),
+        ],
+        extend: s(format!(
+            "UPDATE `{t}` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+             hold_count = hold_count + 0 * LAST_INSERT_ID({MY_REMAINING}) \
+             WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        inspect: s(format!(
+            "SELECT owner, hold_count, token, {MY_REMAINING} FROM `{t}` \
+             WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        list: s(format!(
+            "SELECT name, owner, hold_count, token, {MY_REMAINING} FROM `{t}` \
+             WHERE name >= ? AND name < ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY name LIMIT ?"
+        )),
+        delete_hold: s(format!(
+            "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND queued = 0"
+        )),
+        delete_hold_queued: Some(s(format!(
+            "UPDATE `{t}` SET {MY_FREE} WHERE name = ? AND owner = ? AND token = ?"
+        ))),
+        sweep: s(format!(
+            "DELETE FROM `{t}` WHERE {expired} AND (queued = 0 OR NOT EXISTS (SELECT 1 FROM `{t}_waiters` w \
+               WHERE w.name = `{t}`.name AND w.expires_at > UTC_TIMESTAMP(6))) LIMIT ?"
+        )),
+        deletes_return_rows: false,
+        updates_return_rows: false,
+        wait_join: None,
+        wait_leave: None,
+        // The fair claim and the join are batches of their own
+        // (`mysql_claim_batch_fair`, `mysql_join_batch`).
+        claim_fair: s(String::new()),
+        claim_fair_contended: None,
+        holder_fair: s(String::new()),
+        join: s(String::new()),
+        leave: s(format!("DELETE FROM `{t}_waiters` WHERE attempt = ?")),
+        waiting: s(format!(
+            "SELECT COUNT(*) FROM `{t}_waiters` WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
+        )),
+        sweep_waiters: s(format!(
+            "DELETE FROM `{t}_waiters` WHERE expires_at <= UTC_TIMESTAMP(6) LIMIT ?"
+        )),
+        dialect: Dialect::Mysql,
+        table: t.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mysql_inline_fills_each_placeholder_in_order() {
+        use crate::conn::Arg;
+        let sql = mysql_inline(
+            "DELETE FROM `t` WHERE name = ? AND token = ? AND attempts = ? AND memo = ?",
+            &[Arg::Bytes(b"a'?"), Arg::Int(-7), Arg::Text(Some("0f")), Arg::Text(None)],
+        );
+        assert_eq!(
+            sql,
+            "DELETE FROM `t` WHERE name = X'61273F' AND token = -7 AND attempts = X'3066' AND memo = NULL"
+        );
+    }
+
+    #[test]
+    fn mysql_batch_splices_only_literals() {
+        let sql = Statements::new(Dialect::Mysql, "locks");
+        let batch = sql.mysql_claim_batch(
+            "a'; DROP TABLE x; --".as_bytes(),
+            b"o",
+            1500,
+            Some("m"),
+            "0123456789abcdef",
+            7,
+        );
+        assert!(!batch.contains('?'), "every placeholder is filled: {batch}");
+        assert!(!batch.contains("DROP"), "the name is hex: {batch}");
+        assert!(batch.contains("X'61273B2044524F50205441424C4520783B202D2D'"));
+        assert!(batch.contains("INTERVAL 1500 MICROSECOND") && batch.contains("SELECT 7,"));
+        assert_eq!(hex(b""), "X''");
+    }
+}

@@ -1,0 +1,228 @@
+//! SQLite's statements.
+
+use super::{ClaimShape, Statements, s, shares};
+use crate::config::Dialect;
+
+/// SQLite's clock in microseconds since the epoch (millisecond resolution).
+pub(super) const SQLITE_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+
+pub(super) fn sqlite(t: &str) -> Statements {
+    let now = SQLITE_NOW;
+    let t_shares = shares(&format!("\"{t}\".attempts"));
+    // `attempts` without the share `?1`.
+    let left = "trim(replace(' ' || attempts || ' ', ' ' || ?1 || ' ', ' '))".to_owned();
+    // The whole statement holds SQLite's write lock, so a token read from the
+    // counter here cannot be overtaken by another acquire + release.
+    let next = format!("(SELECT last_token + 1 FROM \"{t}_tokens\" WHERE bucket = 0)");
+    // Whether the attempt (`?5`, or `?2` in `holder_fair`) may take the free
+    // name `?1`: it is the oldest live waiter for it, or nobody waits.
+    let head = |a: &str| {
+        format!(
+            "(COALESCE((SELECT attempt FROM \"{t}_waiters\" WHERE name = ?1 AND expires_at > {now} \
+               ORDER BY id LIMIT 1), {a}) = {a})"
+        )
+    };
+    let (head5, head2) = (head("?5"), head("?2"));
+    // A hold's row made free (expired, no owner) for the line.
+    let free = format!("owner = x'', hold_count = 0, attempts = '', memo = NULL, expires_at = {now}");
+    Statements {
+        create: vec![
+            (
+                t.to_owned(),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}\" (\
+                 name BLOB PRIMARY KEY NOT NULL, \
+                 owner BLOB NOT NULL, \
+                 hold_count INTEGER NOT NULL, \
+                 token INTEGER NOT NULL, \
+                 expires_at INTEGER NOT NULL, \
+                 acquired_at INTEGER NOT NULL, \
+                 memo TEXT, \
+                 attempts TEXT NOT NULL DEFAULT '', \
+                 queued INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
+                )),
+            ),
+            (
+                format!("{t}_tokens"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}_tokens\" (bucket INTEGER PRIMARY KEY, last_token INTEGER NOT NULL)"
+                )),
+            ),
+            (
+                format!("{t}_waiters"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}_waiters\" (\
+                 id INTEGER PRIMARY KEY, \
+                 name BLOB NOT NULL, \
+                 owner BLOB NOT NULL, \
+                 attempt TEXT NOT NULL UNIQUE, \
+                 expires_at INTEGER NOT NULL, \
+                 UNIQUE (name, id))"
+                )),
+            ),
+        ],
+        exists: s("SELECT COUNT(*) FROM sqlite_master WHERE name = ?1".to_owned()),
+        prepare: vec![
+            s(format!(
+                "INSERT OR IGNORE INTO \"{t}_tokens\" (bucket, last_token) \
+                 VALUES (0, (SELECT COALESCE(MAX(token), 0) FROM \"{t}\"))"
+            )),
+            // Every token written to the table moves the counter, in the same
+            // statement: SQLite runs one writer at a time, so the claim can
+            // take its token directly (no separate stamp).
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_token_insert\" AFTER INSERT ON \"{t}\" BEGIN \
+                 UPDATE \"{t}_tokens\" SET last_token = MAX(last_token, NEW.token) WHERE bucket = 0; END"
+            )),
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_token_update\" AFTER UPDATE OF token ON \"{t}\" \
+                 WHEN NEW.token > OLD.token BEGIN \
+                 UPDATE \"{t}_tokens\" SET last_token = MAX(last_token, NEW.token) WHERE bucket = 0; END"
+            )),
+            // A claim that gives an attempt its share (a new hold, a take
+            // over, a re-entry: the share is the last id in `attempts`)
+            // takes the attempt's waiter row out of the line, in the same
+            // statement.
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_waiter_served_insert\" AFTER INSERT ON \"{t}\" BEGIN \
+                 DELETE FROM \"{t}_waiters\" WHERE attempt = NEW.attempts; END"
+            )),
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_waiter_served_update\" AFTER UPDATE OF attempts ON \"{t}\" \
+                 WHEN length(NEW.attempts) > length(OLD.attempts) OR NEW.token <> OLD.token BEGIN \
+                 DELETE FROM \"{t}_waiters\" WHERE attempt = substr(NEW.attempts, -16); END"
+            )),
+            // A waiter joining the line marks the name's row `queued` (a
+            // free one if there is none), in the same statement.
+            s(format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_waiter_joined\" AFTER INSERT ON \"{t}_waiters\" BEGIN \
+                 INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts, queued) \
+                 VALUES (NEW.name, x'', 0, 0, {now}, {now}, NULL, '', 1) \
+                 ON CONFLICT (name) DO UPDATE SET queued = 1; END"
+            )),
+        ],
+        columns: s("SELECT name, lower(type) FROM pragma_table_info(?1)".to_owned()),
+        name_types: &[],
+        claim: s(format!(
+            "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+             VALUES (?1, ?2, 1, {next}, {now} + ?3, {now}, ?4, ?5) \
+             ON CONFLICT (name) DO UPDATE SET \
+               owner = excluded.owner, \
+               attempts = CASE WHEN \"{t}\".expires_at <= {now} THEN ?5 \
+                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN \"{t}\".attempts \
+                 ELSE \"{t}\".attempts || ' ' || ?5 END, \
+               hold_count = CASE WHEN \"{t}\".expires_at <= {now} THEN 1 \
+                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN {t_shares} ELSE {t_shares} + 1 END, \
+               token = CASE WHEN \"{t}\".expires_at <= {now} THEN {next} ELSE \"{t}\".token END, \
+               acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
+               memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
+               expires_at = MAX(\"{t}\".expires_at, excluded.expires_at) \
+             WHERE \"{t}\".expires_at <= {now} OR \"{t}\".owner = excluded.owner \
+             RETURNING hold_count, token, expires_at - {now}"
+        )),
+        claim_shape: ClaimShape::RowsOrHolder,
+        holder: s(format!("SELECT expires_at - {now} FROM \"{t}\" WHERE name = ?1")),
+        buckets: 1,
+        release_last: s(format!(
+            "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3 AND attempts = ?4 \
+             AND expires_at > {now} AND queued = 0"
+        )),
+        release_last_queued: Some(s(format!(
+            "UPDATE \"{t}\" SET {free} WHERE name = ?1 AND owner = ?2 AND token = ?3 AND attempts = ?4 \
+             AND expires_at > {now}"
+        ))),
+        release_one: s(format!(
+            "UPDATE \"{t}\" SET attempts = {left}, hold_count = {} \
+             WHERE name = ?2 AND owner = ?3 AND token = ?4 AND hold_count > 1 AND expires_at > {now} \
+             RETURNING hold_count",
+            shares(&left)
+        )),
+        share: s(format!(
+            "SELECT hold_count, instr(attempts, ?1) FROM \"{t}\" \
+             WHERE name = ?2 AND owner = ?3 AND token = ?4 AND expires_at > {now}"
+        )),
+        added_columns: vec![
+            (
+                "attempts",
+                s(format!(
+                    "ALTER TABLE \"{t}\" ADD COLUMN attempts TEXT NOT NULL DEFAULT ''"
+                )),
+            ),
+            (
+                "queued",
+                s(format!(
+                    "ALTER TABLE \"{t}\" ADD COLUMN queued INTEGER NOT NULL DEFAULT 0"
+                )),
+            ),
+        ],
+        extend: s(format!(
+            "UPDATE \"{t}\" SET expires_at = MAX(expires_at, {now} + ?1) \
+             WHERE name = ?2 AND owner = ?3 AND token = ?4 AND expires_at > {now} RETURNING expires_at - {now}"
+        )),
+        inspect: s(format!(
+            "SELECT owner, hold_count, token, expires_at - {now} FROM \"{t}\" WHERE name = ?1 AND expires_at > {now}"
+        )),
+        list: s(format!(
+            "SELECT name, owner, hold_count, token, expires_at - {now} FROM \"{t}\" \
+             WHERE name >= ?1 AND name < ?2 AND expires_at > {now} ORDER BY name LIMIT ?3"
+        )),
+        delete_hold: s(format!(
+            "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND token = ?3 AND queued = 0"
+        )),
+        delete_hold_queued: Some(s(format!(
+            "UPDATE \"{t}\" SET {free} WHERE name = ?1 AND owner = ?2 AND token = ?3"
+        ))),
+        sweep: s(format!(
+            "DELETE FROM \"{t}\" WHERE name IN (SELECT name FROM \"{t}\" x WHERE expires_at <= {now} \
+               AND (queued = 0 OR NOT EXISTS (SELECT 1 FROM \"{t}_waiters\" w \
+                 WHERE w.name = x.name AND w.expires_at > {now})) LIMIT ?1) \
+             AND expires_at <= {now}"
+        )),
+        deletes_return_rows: false,
+        updates_return_rows: true,
+        wait_join: None,
+        wait_leave: None,
+        // SQLite runs one writer at a time: a mark is never lost to a
+        // concurrent statement, so a claim that finds the name held need
+        // not mark it (the join did).
+        claim_fair: s(format!(
+            "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+             VALUES (?1, ?2, 1, {next}, {now} + ?3, {now}, ?4, ?5) \
+             ON CONFLICT (name) DO UPDATE SET \
+               queued = CASE WHEN \"{t}\".expires_at <= {now} THEN \"{t}\".queued AND EXISTS \
+                 (SELECT 1 FROM \"{t}_waiters\" WHERE name = ?1 AND attempt <> ?5 AND expires_at > {now}) \
+                 ELSE \"{t}\".queued END, \
+               owner = excluded.owner, \
+               attempts = CASE WHEN \"{t}\".expires_at <= {now} THEN ?5 \
+                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN \"{t}\".attempts \
+                 ELSE \"{t}\".attempts || ' ' || ?5 END, \
+               hold_count = CASE WHEN \"{t}\".expires_at <= {now} THEN 1 \
+                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN {t_shares} ELSE {t_shares} + 1 END, \
+               token = CASE WHEN \"{t}\".expires_at <= {now} THEN {next} ELSE \"{t}\".token END, \
+               acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
+               memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
+               expires_at = MAX(\"{t}\".expires_at, excluded.expires_at) \
+             WHERE (\"{t}\".expires_at <= {now} AND (\"{t}\".queued = 0 OR {head5})) \
+               OR (\"{t}\".owner = excluded.owner AND \"{t}\".expires_at > {now}) \
+             RETURNING hold_count, token, expires_at - {now}"
+        )),
+        claim_fair_contended: None,
+        holder_fair: s(format!(
+            "SELECT COALESCE((SELECT expires_at - {now} FROM \"{t}\" WHERE name = ?1), -1), {head2}"
+        )),
+        join: s(format!(
+            "INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at) VALUES (?1, ?2, ?3, {now} + ?4) \
+             ON CONFLICT (attempt) DO UPDATE SET expires_at = excluded.expires_at RETURNING id"
+        )),
+        leave: s(format!("DELETE FROM \"{t}_waiters\" WHERE attempt = ?1")),
+        waiting: s(format!(
+            "SELECT COUNT(*) FROM \"{t}_waiters\" WHERE name = ?1 AND expires_at > {now}"
+        )),
+        sweep_waiters: s(format!(
+            "DELETE FROM \"{t}_waiters\" WHERE id IN \
+             (SELECT id FROM \"{t}_waiters\" WHERE expires_at <= {now} LIMIT ?1) AND expires_at <= {now}"
+        )),
+        dialect: Dialect::Sqlite,
+        table: t.to_owned(),
+    }
+}

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use lockkit_core::backend::{AcquireRequest, Hold, Lease, TryAcquire};
 use lockkit_core::backoff::Backoff;
 use lockkit_core::name::check_attempt_id;
-use lockkit_core::{LockError, detach, lease, ttl_millis};
+use lockkit_core::{LockError, detach_acquisition, lease, ttl_millis};
 
 use crate::backend::{Inner, SqlBackend};
 use crate::conn::sent;
@@ -99,22 +99,18 @@ impl SqlBackend {
                     .attempt(&work_name, &work_owner, ttl, &work_attempt, fair, queued)
                     .await
             };
-            let orphan = move |result: Result<(TryAcquire, bool), LockError>| async move {
-                if let Ok((TryAcquire::Acquired(lease), _)) = result {
-                    let hold = Hold {
-                        name,
-                        owner,
-                        token: lease.token,
-                    };
-                    // Only this attempt's share: a re-entry's orphan leaves
-                    // the holds it re-entered as they were.
-                    if let Err(e) = inner.release(&hold, &attempt).await {
-                        tracing::warn!(backend = inner.kind, lock = %hold.name, error = %e,
-                            "releasing the hold of a cancelled acquisition failed; it ends with its lease");
-                    }
-                }
+            // Only this attempt's share: a re-entry's orphan leaves the
+            // holds it re-entered as they were.
+            let hold_of = move |result: &Result<(TryAcquire, bool), LockError>| match result {
+                Ok((TryAcquire::Acquired(lease), _)) => Some(Hold {
+                    name,
+                    owner,
+                    token: lease.token,
+                }),
+                _ => None,
             };
-            detach(kind, work, orphan).await?
+            let release = move |hold: Hold| async move { inner.release(&hold, &attempt).await };
+            detach_acquisition(kind, work, hold_of, release).await?
         }
     }
 

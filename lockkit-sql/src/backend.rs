@@ -73,8 +73,9 @@ impl LockBackend for SqlBackend {
     fn capabilities(&self) -> Capabilities {
         let durable = !(self.inner.config.dialect == Dialect::Sqlite && self.inner.config.database == ":memory:");
         // One statement per part; the watchdog sends parts concurrently over the pool.
-        Capabilities::ttl(true, durable)
-            .with_extend_batch_max(EXTEND_CHUNK)
+        let caps = Capabilities::ttl_leases().with_batch_extend();
+        let caps = if durable { caps.with_durable_tokens() } else { caps };
+        caps.with_extend_batch_max(EXTEND_CHUNK)
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()

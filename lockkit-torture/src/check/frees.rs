@@ -1,9 +1,9 @@
 //! Rule 3: a killed holder's name comes free within its bound, where a
 //! live, unpaused worker waited for it and no restart or fault excuses it.
 
+use super::shares;
 use super::{Checker, ProcInfo, ProcLog, Report, record_owner, short};
 use crate::log::Record;
-use crate::rules;
 
 impl Checker<'_> {
     /// Rule 3 over every killed process's holds.
@@ -27,7 +27,7 @@ impl Checker<'_> {
             {
                 // A shared owner's other processes keep the owner's hold (and
                 // with it the killed share) alive: the bound runs from their end.
-                let k = rules::co_owner_end(holds, h, k, bound);
+                let k = shares::co_owner_end(holds, h, k, bound);
                 let deadline = k + bound + slack;
                 let next = holds
                     .iter()

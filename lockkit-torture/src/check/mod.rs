@@ -23,7 +23,7 @@
 //!
 //! 4. **hold counts balance** and **tokens are kept by re-entry**: one
 //!    owner's holds are shares of one hold (`--shared-owners` gives two
-//!    processes the same owner), see [`crate::rules`];
+//!    processes the same owner), see [`shares`];
 //! 5. **names are free after the run**: inspected through the backend once
 //!    the workers stopped, and again one lease bound later where a holder
 //!    was killed or lost or its unlock failed.
@@ -35,6 +35,7 @@ mod frees;
 mod holds;
 mod overlap;
 mod procs;
+mod shares;
 #[cfg(test)]
 mod tests;
 
@@ -42,7 +43,6 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::log::{Event, Record};
-use crate::rules;
 
 /// Overlaps up to this long are clock-read noise: 1 ms.
 pub const TOLERANCE_NS: u64 = 1_000_000;
@@ -145,7 +145,7 @@ pub(crate) struct Hold {
     pub(crate) next_t: Option<u64>,
     pub(crate) intervals: Vec<(u64, u64)>,
     /// Until when this hold's share may still be on the server (see
-    /// [`rules::share_ends`]).
+    /// [`shares::share_ends`]).
     pub(crate) share_end: u64,
     /// Not a grant: a `lock` call that never returned (its process was
     /// killed or ended) or was cancelled when the run ended. The server may
@@ -194,7 +194,7 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
     run.read_events(events, &mut report);
     // Holds.
     run.read_holds(&mut report);
-    rules::share_ends(&mut run.holds, &run.info, run.bound + run.slack);
+    shares::share_ends(&mut run.holds, &run.info, run.bound + run.slack);
     run.valid_intervals(&mut report);
 
     let describe = |h: &Hold| run.describe(h);
@@ -212,11 +212,11 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
         // (1) overlaps of valid intervals.
         run.check_overlaps(name, ids, &mut report);
         // (2) tokens in grant order; (4) hold counts balance.
-        rules::check_tokens(name, ids, &run.holds, &mut report, &describe);
-        rules::check_counts(name, ids, &run.holds, &mut report, &describe);
+        shares::check_tokens(name, ids, &run.holds, &mut report, &describe);
+        shares::check_counts(name, ids, &run.holds, &mut report, &describe);
     }
     // (5) the names every holder released are free after the run.
-    rules::check_inspections(events, &by_name, &run.holds, run.bound + run.slack, &secs, &mut report);
+    shares::check_inspections(events, &by_name, &run.holds, run.bound + run.slack, &secs, &mut report);
 
     // (3) a killed holder's names come free in time.
     run.check_frees(&mut report);

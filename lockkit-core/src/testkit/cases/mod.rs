@@ -1,8 +1,8 @@
 //! The conformance cases, one per contract point (DESIGN.md, "The contract").
 //!
 //! Each case panics with a message naming what broke. Cases wait for events
-//! within [`Kit::bound`]; the only sleeps are the ones that let a lease run
-//! for a multiple of its ttl.
+//! within [`Kit::bound`](crate::testkit::Kit::bound); the only sleeps are
+//! the ones that let a lease run for a multiple of its ttl.
 
 mod admin;
 mod exclusion;

@@ -38,7 +38,6 @@ mod chaos;
 mod check;
 mod faults;
 mod log;
-mod rules;
 mod worker;
 
 use std::path::PathBuf;

@@ -15,7 +15,6 @@
 //! server and can be re-run without cleanup.
 
 pub mod cases;
-mod fairness;
 pub mod fenced;
 mod history;
 mod kit;

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use crate::check::{Hold, ProcInfo, Report};
+use super::{Hold, ProcInfo, Report};
 use crate::log::Event;
 
 /// When a hold's share certainly left the server, if its holder said so:

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio::time::{Instant, timeout};
 
-use super::cases::{holder, must_lock, must_unlock, spawn_lock};
-use super::kit::{Kit, error_chain};
+use super::{holder, must_lock, must_unlock, spawn_lock};
+use crate::testkit::kit::{Kit, error_chain};
 use crate::{LockClient, LockGuard};
 
 /// Whether the backend declares fair queues; says so when it does not.
@@ -235,7 +235,7 @@ pub async fn unfair_still_correct(kit: &Kit) {
                 history
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .push(super::history::Grant {
+                    .push(crate::testkit::history::Grant {
                         worker,
                         token: g.fencing_token(),
                         acquired,
@@ -250,5 +250,5 @@ pub async fn unfair_still_correct(kit: &Kit) {
     }
     let mut grants = std::mem::take(&mut *history.lock().unwrap_or_else(|e| e.into_inner()));
     assert_eq!(grants.len(), 100);
-    super::history::check_history(&mut grants).unwrap_or_else(|e| panic!("history check: {e}"));
+    crate::testkit::history::check_history(&mut grants).unwrap_or_else(|e| panic!("history check: {e}"));
 }

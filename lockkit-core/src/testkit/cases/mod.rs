@@ -1,0 +1,77 @@
+//! The conformance cases, one per contract point (DESIGN.md, "The contract").
+//!
+//! Each case panics with a message naming what broke. Cases wait for events
+//! within [`Kit::bound`](crate::testkit::Kit::bound); the only sleeps are
+//! the ones that let a lease run for a multiple of its ttl.
+
+mod admin;
+mod exclusion;
+mod fairness;
+mod fencing;
+mod leases;
+mod names;
+mod ownership;
+mod reentry;
+mod waiting;
+
+use super::kit::error_chain;
+use crate::backend::LeaseKind;
+use crate::{LockClient, LockError, LockGuard};
+
+pub use admin::admin;
+pub use exclusion::{mutual_exclusion, stress, try_lock_never_waits};
+pub use fairness::{dead_waiter_skipped, fifo_order, releaser_does_not_overtake, unfair_still_correct};
+pub use fencing::fencing_monotonic;
+pub use leases::{crash_release, extend_and_auto_extend, lost_signal};
+pub use names::{invalid_input, names};
+pub use ownership::release_by_non_owner;
+pub use reentry::{idempotent_attempts, reentrancy};
+pub use waiting::{bounded_wait, cancellation_safety};
+
+fn ttl_leases(client: &LockClient) -> bool {
+    client.capabilities().leases == LeaseKind::Ttl
+}
+
+pub(super) async fn holder(client: &LockClient, name: &str) -> Option<(String, u32, u64)> {
+    client
+        .inspect(name)
+        .await
+        .unwrap_or_else(|e| panic!("inspect {name:?}: {}", error_chain(&e)))
+        .map(|i| (i.owner, i.hold_count, i.token))
+}
+
+pub(super) async fn must_lock(client: &LockClient, name: &str, opts: &crate::LockOptions) -> LockGuard {
+    client
+        .lock_with(name, opts)
+        .await
+        .unwrap_or_else(|e| panic!("lock {name:?} should succeed: {}", error_chain(&e)))
+}
+
+pub(super) async fn must_unlock(guard: LockGuard) -> u32 {
+    let name = guard.name().to_owned();
+    guard
+        .unlock()
+        .await
+        .unwrap_or_else(|e| panic!("unlock {name:?} should succeed: {}", error_chain(&e)))
+        .remaining_holds
+}
+
+async fn is_busy(client: &LockClient, name: &str) -> bool {
+    match client.try_lock(name).await {
+        Ok(None) => true,
+        Ok(Some(g)) => {
+            must_unlock(g).await;
+            false
+        }
+        Err(e) => panic!("try_lock {name:?}: {}", error_chain(&e)),
+    }
+}
+
+pub(super) fn spawn_lock(
+    client: &LockClient,
+    name: &str,
+    opts: crate::LockOptions,
+) -> tokio::task::JoinHandle<Result<LockGuard, LockError>> {
+    let (client, name) = (client.clone(), name.to_owned());
+    tokio::spawn(async move { client.lock_with(&name, &opts).await })
+}

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::url::{ConnectUrl, Scheme};
+use lockkit_core::url::{ConnectUrl, Scheme, decode_component, redact};
 
 /// The database a backend talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,16 +102,6 @@ impl fmt::Debug for SqlConfig {
             .field("memo", &self.memo)
             .field("queue_lease", &self.queue_lease)
             .finish()
-    }
-}
-
-fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => url.to_owned(),
     }
 }
 
@@ -254,7 +244,7 @@ fn driver_url(dialect: Dialect, url: &url::Url) -> Result<String, LockError> {
             let text = url.as_str();
             let rest = text.split_once(':').map_or("", |(_, r)| r);
             let path = rest.strip_prefix("//").unwrap_or(rest);
-            let path = percent_decode(path);
+            let path = decode_component(path, "url path")?;
             if path.is_empty() {
                 return Err(LockError::config(
                     "url path",
@@ -302,27 +292,6 @@ fn require_host(url: &url::Url) -> Result<(), LockError> {
         ));
     }
     Ok(())
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && bytes[i + 1].is_ascii_hexdigit()
-            && bytes[i + 2].is_ascii_hexdigit()
-        {
-            let hex = |b: u8| (b as char).to_digit(16).unwrap_or(0) as u8;
-            out.push(hex(bytes[i + 1]) * 16 + hex(bytes[i + 2]));
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

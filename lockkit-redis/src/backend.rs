@@ -25,8 +25,9 @@ use redis::{
 
 use crate::config::{Mode, Node, RedisConfig, Tls};
 use crate::error::{Fault, ReplicasError, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Released, Replicas, TurnOf};
-use crate::waiters::{Attempt, PubSubConn, Turn, Waiters, wait_loop};
+use crate::layout::Keys;
+use crate::scripts::{self, AcquireReply, ExtendItem, Publish, Queueing, Released, Replicas, TurnOf, millis};
+use crate::wait::{Attempt, PubSubConn, Turn, UNKNOWN_LEASE_RECHECK, Waiters, wait_loop};
 
 /// Locks on one Redis: `redis://`, `rediss://`, `redis+sentinel://` or
 /// `redis+cluster://`. Cheap to clone; clones share connections.
@@ -808,14 +809,6 @@ where
     out.truncate(limit);
     Ok(out)
 }
-
-pub(crate) fn millis(ms: i64) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-/// How long a waiter sleeps without news when the server did not say how
-/// long the holder's lease runs (a key without expiry).
-pub(crate) const UNKNOWN_LEASE_RECHECK: Duration = Duration::from_secs(1);
 
 /// How often a release whose reply was lost is sent (it is idempotent by
 /// its attempt id).

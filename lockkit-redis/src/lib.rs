@@ -153,9 +153,10 @@
 mod backend;
 pub mod config;
 mod error;
+mod layout;
 mod redlock;
 mod scripts;
-mod waiters;
+mod wait;
 
 use std::sync::Arc;
 

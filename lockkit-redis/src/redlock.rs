@@ -17,11 +17,12 @@ use lockkit_core::backend::{
 use lockkit_core::{LockError, detach, lease, ttl_millis};
 use redis::aio::ConnectionManager;
 
-use crate::backend::{UNKNOWN_LEASE_RECHECK, manager_config, millis, open_client, pubsub_config};
+use crate::backend::{manager_config, open_client, pubsub_config};
 use crate::config::RedisConfig;
 use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
-use crate::scripts::{self, AcquireReply, ExtendItem, Keys, Publish, Queueing, Share, Stored, TurnOf, UndoThen};
-use crate::waiters::{Attempt, PubSubConn, Turn, Waiters, wait_loop};
+use crate::layout::Keys;
+use crate::scripts::{self, AcquireReply, ExtendItem, Publish, Queueing, Share, Stored, TurnOf, UndoThen, millis};
+use crate::wait::{Attempt, PubSubConn, Turn, UNKNOWN_LEASE_RECHECK, Waiters, wait_loop};
 
 const KIND: &str = "redlock";
 

@@ -150,11 +150,17 @@
 //! taken between the two.
 #![warn(missing_docs)]
 
+mod acquire;
 mod backend;
 pub mod config;
+mod conn;
 mod error;
+mod extend;
 mod layout;
+mod list;
 mod redlock;
+mod release;
+mod replicas;
 mod scripts;
 mod wait;
 

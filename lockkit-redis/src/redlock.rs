@@ -17,8 +17,8 @@ use lockkit_core::backend::{
 use lockkit_core::{LockError, detach, lease, ttl_millis};
 use redis::aio::ConnectionManager;
 
-use crate::backend::{manager_config, open_client, pubsub_config};
 use crate::config::RedisConfig;
+use crate::conn::{manager_config, open_client, pubsub_config};
 use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
 use crate::layout::Keys;
 use crate::scripts::{self, AcquireReply, ExtendItem, Publish, Queueing, Share, Stored, TurnOf, UndoThen, millis};
@@ -970,7 +970,7 @@ impl LockBackend for RedlockBackend {
             return Err(LockError::backend(KIND, "list", None, e.retryable, e));
         }
         let names = scans.iter().flatten().flatten().filter_map(|k| inner.keys.name_of(k));
-        crate::backend::inspect_listed(names, prefix, limit, 16, |n| async move { self.inspect(&n).await }).await
+        crate::list::inspect_listed(names, prefix, limit, 16, |n| async move { self.inspect(&n).await }).await
     }
 
     /// The clients a quorum of nodes has queued for `name` (the quorum-th

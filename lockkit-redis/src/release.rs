@@ -12,8 +12,8 @@ use crate::scripts::{self, Released};
 const RELEASE_TRIES: u32 = 3;
 
 impl RedisBackend {
-    /// [`LockBackend::release`](lockkit_core::LockBackend::release): see
-    /// there on the backend.
+    /// The body of [`LockBackend::release`](lockkit_core::LockBackend::release)
+    /// (its behaviour is documented on the impl in `backend`).
     pub(crate) async fn release_share(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let (mut lost_try, mut tries) = (false, 1);
         loop {

@@ -143,19 +143,27 @@
 //! # Retries
 //!
 //! Every script call is idempotent by the call's attempt id (see the key
-//! layout in the scripts' docs): a command that the client library sends
-//! again after a timeout or a dropped connection — the cluster client does
-//! so for redirections and lost connections — counts once. Only an
+//! layout in `layout` and the attempts in `scripts`): a command that the
+//! client library sends again after a timeout or a dropped connection — the
+//! cluster client does so for redirections and lost connections — counts
+//! once. Only an
 //! operator's `force_release` is not: sent twice, it can remove a hold
 //! taken between the two.
 #![warn(missing_docs)]
 
+mod acquire;
 mod backend;
 pub mod config;
+mod conn;
 mod error;
+mod extend;
+mod layout;
+mod list;
 mod redlock;
+mod release;
+mod replicas;
 mod scripts;
-mod waiters;
+mod wait;
 
 use std::sync::Arc;
 

@@ -1,0 +1,121 @@
+//! Acquiring on one Redis: one attempt (detached, so a cancelled caller's
+//! hold is released), and the wait for a busy name.
+
+use std::time::{Duration, Instant};
+
+use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, TryAcquire};
+use lockkit_core::{LockError, detach, lease, ttl_millis};
+
+use crate::backend::RedisBackend;
+use crate::replicas::acquire_replicated;
+use crate::scripts::{self, AcquireReply, Queueing, TurnOf, millis};
+use crate::wait::{Attempt, Turn, UNKNOWN_LEASE_RECHECK, wait_loop};
+
+impl RedisBackend {
+    /// [`LockBackend::acquire`]: one attempt when the name looks free, then
+    /// the wait loop.
+    pub(crate) async fn acquire_waiting(
+        &self,
+        req: &AcquireRequest<'_>,
+        wait: Option<Duration>,
+    ) -> Result<Option<Lease>, LockError> {
+        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        let channel = self.inner.keys.lock(req.name);
+        // Uncontended: one round trip, no subscription. A retryable failure
+        // (a reply lost to a timeout or a reset) is tried again in the wait
+        // loop with the same attempt id, which the server recognises if the
+        // lost try went through. A name this client still listens on (it
+        // waited for it a moment ago) is likely contended: the wait loop's
+        // first attempt, which queues when busy, is the only one.
+        if wait.is_some_and(|w| w.is_zero()) || !self.inner.waiters.is_listening(&channel) {
+            let first = self.attempt(req, self.queueing(None, req.fair)).await.map(|(t, _)| t);
+            let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+            match first {
+                Ok(TryAcquire::Acquired(lease)) => return Ok(Some(lease)),
+                Ok(TryAcquire::Busy { .. }) if expired => return Ok(None),
+                Err(e) if expired || !e.is_retryable() => return Err(e),
+                Ok(TryAcquire::Busy { .. }) | Err(_) => {}
+            }
+        }
+        wait_loop(&self.inner.waiters, &channel, deadline, |turn| async move {
+            Ok(match self.attempt(req, self.queueing(Some(turn), req.fair)).await? {
+                (TryAcquire::Acquired(lease), _) => Attempt::Done(lease),
+                (TryAcquire::Busy { retry_in }, turn_of) => Attempt::Busy {
+                    retry_in: retry_in.unwrap_or(UNKNOWN_LEASE_RECHECK),
+                    turn_of,
+                },
+            })
+        })
+        .await
+    }
+
+    pub(crate) fn queueing(&self, turn: Option<Turn>, fair: bool) -> Queueing {
+        let waiter = self.inner.waiters.waiter_id();
+        Queueing::new(waiter, turn, fair, self.inner.publish, None)
+    }
+
+    /// One acquisition attempt, detached: if the caller is gone when the
+    /// answer comes, a hold it got is released at once. With the outcome,
+    /// the waiting client whose turn it is when the name is free but queued
+    /// for another client (fair only).
+    pub(crate) async fn attempt(
+        &self,
+        req: &AcquireRequest<'_>,
+        queueing: Queueing,
+    ) -> Result<(TryAcquire, Option<TurnOf>), LockError> {
+        let ttl_ms = ttl_millis(req.ttl);
+        let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
+        let inner = self.inner.clone();
+        let work = async move {
+            let sent_at = Instant::now();
+            let r = match inner.replicas {
+                None => {
+                    scripts::acquire(
+                        &mut inner.conn.clone(),
+                        &inner.keys,
+                        &name,
+                        &owner,
+                        ttl_ms,
+                        &attempt,
+                        None,
+                        &queueing,
+                    )
+                    .await
+                }
+                Some(replicas) => {
+                    acquire_replicated(&inner, &name, &owner, ttl_ms, &attempt, &queueing, replicas).await
+                }
+            };
+            (sent_at, r, inner, name, owner, attempt)
+        };
+        let (sent_at, reply, ..) = detach(self.inner.kind, work, |(_, reply, inner, name, owner, attempt)| async move {
+            if let Ok(AcquireReply::Acquired { token, .. }) = reply {
+                let hold = Hold { name, owner, token };
+                let backend = RedisBackend { inner };
+                match backend.release(&hold, &attempt).await {
+                    Ok(_) => tracing::debug!(lock = %hold.name, "released the hold of a cancelled acquisition"),
+                    Err(e) => tracing::warn!(lock = %hold.name, error = %e, "releasing the hold of a cancelled acquisition failed; it expires with its ttl"),
+                }
+            }
+        })
+        .await?;
+        Ok(match reply.map_err(|f| self.error("acquire", req.name, f))? {
+            AcquireReply::Acquired { token, count, pttl, .. } => (
+                TryAcquire::Acquired(Lease {
+                    token,
+                    hold_count: count,
+                    valid_until: Some(lease::valid_until(sent_at, millis(pttl))),
+                    lost: None,
+                    session_deadline: None,
+                }),
+                None,
+            ),
+            AcquireReply::Busy { pttl, turn_of } => (
+                TryAcquire::Busy {
+                    retry_in: (pttl >= 0).then(|| millis(pttl)),
+                },
+                turn_of,
+            ),
+        })
+    }
+}

@@ -1,0 +1,206 @@
+//! The key layout: the names of a lock's keys and channels ([`Keys`]).
+//!
+//! For a prefix `P` (default `lockkit:`) and a lock name `N`:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token, `w` present once a client queued for this hold, `a:ID` one field per share of the hold: the attempt id of the acquisition that made it |
+//! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
+//! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, by the server time (µs) they joined: oldest first |
+//!
+//! and a release is published, with the id of the waiting client whose turn
+//! it is (the queue's head), on the own channels of the head and of the
+//! next in line only (`P{TAG}wID:N` for waiter `ID`, in the lock's slot):
+//! the head retries at once, the next only if nobody took the lock within
+//! a fallback delay — so a hand-off costs the same few commands and
+//! messages however many processes wait. A release nobody queued for
+//! goes to everybody on the channel named like the lock key. Fair (the default), a free name is taken only by the
+//! head (or by anybody when nobody queued): a client that just released
+//! queues behind the others, and the head leaves the queue when it takes
+//! the lock (or goes to its back, when more of its waiters wait). A head
+//! that let its turn pass — dead, or gone — is dropped by the next fair
+//! attempt after the fallback delay, which then tells the new head. A client joins the
+//! queue in the same script call that finds the lock busy, and marks the
+//! hold (`w`) there; a hold taken while the queue exists is marked from the
+//! start. A release of an unmarked hold has nobody to tell and publishes
+//! nothing (two commands instead of four).
+//! `TAG` is three hex digits of the FNV-1a hash of `N` (4096 buckets), so the
+//! lock key, its counter and its channel hash to one cluster slot whatever
+//! `N` contains — braces, NUL, newlines, any UTF-8 are stored as they are,
+//! after the tag. A fixed number of counters (instead of one per name) keeps
+//! memory bounded when names are ever-new (`order:<id>`); tokens still grow
+//! per name, since each name always draws from the same counter.
+
+/// Number of hash-tag buckets, and so of fencing counters per prefix.
+const TAG_BUCKETS: u32 = 4096;
+
+/// Builds the keys of lock names under one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: Vec<u8>,
+}
+
+/// FNV-1a, 32 bits. Part of the key format: changing it would let two
+/// versions of lockkit hold the same name at once.
+fn fnv1a32(bytes: &[u8]) -> u32 {
+    bytes
+        .iter()
+        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Self {
+        Keys {
+            prefix: prefix.as_bytes().to_vec(),
+        }
+    }
+
+    /// The hash tag of a name, braces included: `{a3f}`.
+    pub fn tag(name: &str) -> [u8; 5] {
+        let bucket = fnv1a32(name.as_bytes()) % TAG_BUCKETS;
+        let hex = |n: u32| b"0123456789abcdef"[(n & 0xf) as usize];
+        [b'{', hex(bucket >> 8), hex(bucket >> 4), hex(bucket), b'}']
+    }
+
+    /// `P{TAG}:NAME`, also the name of the release channel.
+    pub fn lock(&self, name: &str) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.prefix.len() + 6 + name.len());
+        k.extend_from_slice(&self.prefix);
+        k.extend_from_slice(&Self::tag(name));
+        k.push(b':');
+        k.extend_from_slice(name.as_bytes());
+        k
+    }
+
+    /// A `SCAN MATCH` pattern for the lock keys of names starting with
+    /// `name_prefix` (glob characters escaped).
+    pub fn scan_pattern(&self, name_prefix: &str) -> Vec<u8> {
+        let mut p = Vec::with_capacity(self.prefix.len() + name_prefix.len() + 8);
+        let escape = |p: &mut Vec<u8>, bytes: &[u8]| {
+            for b in bytes {
+                if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                    p.push(b'\\');
+                }
+                p.push(*b);
+            }
+        };
+        escape(&mut p, &self.prefix);
+        p.extend_from_slice(b"{???}:");
+        escape(&mut p, name_prefix.as_bytes());
+        p.push(b'*');
+        p
+    }
+
+    /// The name a lock key belongs to, if it is one of this prefix's lock
+    /// keys and its name is UTF-8.
+    pub fn name_of(&self, key: &[u8]) -> Option<String> {
+        let rest = key.strip_prefix(self.prefix.as_slice())?;
+        let name = rest
+            .get(6..)
+            .filter(|_| rest.first() == Some(&b'{') && rest.get(4..6) == Some(b"}:"))?;
+        let name = String::from_utf8(name.to_vec()).ok()?;
+        (self.lock(&name) == key).then_some(name)
+    }
+
+    /// `P{TAG}q:NAME`: the waiting clients.
+    pub fn queue(&self, name: &str) -> Vec<u8> {
+        let mut k = self.lock(name);
+        k.splice(self.prefix.len() + 5..self.prefix.len() + 5, [b'q']);
+        k
+    }
+
+    /// The queue key of a lock key (see [`queue`](Self::queue)).
+    pub fn queue_of_lock(&self, lock_key: &[u8]) -> Vec<u8> {
+        let mut k = lock_key.to_vec();
+        k.insert(self.prefix.len() + 5, b'q');
+        k
+    }
+
+    /// Where a waiting client's own channel differs from the lock key: the
+    /// byte after `P{TAG}` (the scripts insert `w` and the client's id
+    /// there).
+    pub fn waiter_mark(&self) -> usize {
+        self.prefix.len() + 5
+    }
+
+    /// `P{TAG}wID:NAME`, the channel of waiting client `waiter` on the lock
+    /// whose key (and broadcast channel) is `lock_key`: where a release
+    /// tells that client its turn has come.
+    pub fn waiter_channel(&self, lock_key: &[u8], waiter: &str) -> Vec<u8> {
+        let mark = self.waiter_mark().min(lock_key.len());
+        let mut c = Vec::with_capacity(lock_key.len() + 1 + waiter.len());
+        c.extend_from_slice(&lock_key[..mark]);
+        c.push(b'w');
+        c.extend_from_slice(waiter.as_bytes());
+        c.extend_from_slice(&lock_key[mark..]);
+        c
+    }
+
+    /// The lock key of a channel of waiting client `waiter` (see
+    /// [`waiter_channel`](Self::waiter_channel)), if it is one.
+    pub fn lock_of_waiter_channel(&self, channel: &[u8], waiter: &str) -> Option<Vec<u8>> {
+        let mark = self.waiter_mark();
+        let end = mark + 1 + waiter.len();
+        let own = channel.get(mark..end)?;
+        (own[0] == b'w' && &own[1..] == waiter.as_bytes()).then(|| [&channel[..mark], &channel[end..]].concat())
+    }
+
+    /// `P{TAG}fence`.
+    pub fn counter(&self, name: &str) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.prefix.len() + 10);
+        k.extend_from_slice(&self.prefix);
+        k.extend_from_slice(&Self::tag(name));
+        k.extend_from_slice(b"fence");
+        k
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_is_the_standard_one() {
+        assert_eq!(fnv1a32(b""), 0x811c_9dc5);
+        assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
+        assert_eq!(fnv1a32(b"foobar"), 0xbf9c_f968);
+    }
+
+    #[test]
+    fn key_layout_is_stable() {
+        let k = Keys::new("lockkit:");
+        assert_eq!(k.lock("a"), b"lockkit:{92c}:a");
+        assert_eq!(k.counter("a"), b"lockkit:{92c}fence");
+        assert_eq!(k.queue("a"), b"lockkit:{92c}q:a");
+        assert_eq!(k.queue_of_lock(&k.lock("a")), k.queue("a"));
+        assert_eq!(k.lock("foobar"), b"lockkit:{968}:foobar");
+        // Braces and NUL in a name stay after the tag and change nothing.
+        let odd = "x{y}z\0{";
+        let key = k.lock(odd);
+        assert!(key.starts_with(b"lockkit:{"));
+        assert_eq!(&key[8..13], &Keys::tag(odd));
+        assert!(key.ends_with(odd.as_bytes()));
+        assert_eq!(Keys::new("").lock("a"), b"{92c}:a");
+        assert_eq!(k.name_of(&k.lock(odd)).as_deref(), Some(odd));
+        assert_eq!(k.name_of(b"lockkit:{92c}:b"), None, "wrong tag for the name");
+        assert_eq!(k.name_of(&k.counter("a")), None);
+        assert_eq!(k.name_of(&k.queue("a")), None);
+        assert_eq!(k.scan_pattern("a*[b]"), b"lockkit:{???}:a\\*\\[b\\]*");
+    }
+
+    #[test]
+    fn waiter_channels_sit_in_the_lock_slot_and_map_back() {
+        let k = Keys::new("lockkit:");
+        let id = "00c0ffee00c0ffee";
+        let own = k.waiter_channel(&k.lock("a"), id);
+        assert_eq!(own, b"lockkit:{92c}w00c0ffee00c0ffee:a");
+        assert_eq!(k.lock_of_waiter_channel(&own, id), Some(k.lock("a")));
+        // Another client's channel, the lock channel itself, and a name that
+        // looks like a waiter channel are not this client's.
+        assert_eq!(k.lock_of_waiter_channel(&own, "1111111111111111"), None);
+        assert_eq!(k.lock_of_waiter_channel(&k.lock("a"), id), None);
+        let lookalike = k.lock("w00c0ffee00c0ffee:a");
+        assert_eq!(k.lock_of_waiter_channel(&lookalike, id), None);
+        assert_eq!(k.name_of(&own), None, "a waiter channel is no lock key");
+    }
+}

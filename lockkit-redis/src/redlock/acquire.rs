@@ -1,0 +1,247 @@
+//! One Redlock acquisition attempt: the acquire script on every node with
+//! a common token proposal, then keep what a quorum agrees on and undo the
+//! rest.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend};
+use lockkit_core::{LockError, detach, ttl_millis};
+
+use crate::error::{Fault, QuorumError};
+use crate::scripts::{self, AcquireReply, Publish, Queueing, TurnOf, UndoThen, millis};
+use crate::wait::Turn;
+
+use super::quorum::{NodeHold, Settled};
+use super::{Inner, KIND, RedlockBackend};
+
+/// How far ahead of this process's clock a token proposal is made: node
+/// clocks up to this much ahead still take the proposal.
+const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
+
+/// How many rounds one attempt makes while its fresh nodes disagree on the
+/// token.
+const TOKEN_ROUNDS: u32 = 3;
+
+/// What one Redlock attempt came to.
+pub(super) enum Outcome {
+    Acquired(Lease),
+    /// Not acquired: held elsewhere (`retry_in` until a quorum may be free)
+    /// or a split vote (`split`: retry after a random delay).
+    Busy {
+        retry_in: Option<Duration>,
+        split: bool,
+        /// Free (on the nodes that said so), but another waiting client's
+        /// turn: the most named queue head (and the fewest clients between
+        /// it and the caller any of those nodes counted).
+        turn_of: Option<TurnOf>,
+    },
+    /// Too many nodes failed to answer.
+    Failed(QuorumError),
+}
+
+impl Inner {
+    /// One attempt: acquire on every node; keep the shares of the nodes
+    /// that agree, undo the rest. Every try of one `lock` call carries the
+    /// same `attempt` id, so a node that still has an earlier try's share
+    /// (its undo did not arrive) counts it once.
+    ///
+    /// When enough nodes made this attempt's hold but issued different
+    /// tokens (a node's clock or counter ahead of the proposal), the attempt
+    /// is undone and made again at once, proposing above the highest token
+    /// they issued (up to [`TOKEN_ROUNDS`] rounds; then it reads as a split
+    /// vote).
+    pub(super) async fn attempt(
+        self: &Arc<Self>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        ttl_ms: u64,
+        queueing: &Queueing,
+    ) -> Outcome {
+        let mut above: Option<u64> = None;
+        let mut round = 1;
+        loop {
+            // Every node gets the same proposal (this clock + a margin for
+            // skew, or above what the nodes issued last round), so that they
+            // agree on the token.
+            let lead = u64::try_from(PROPOSAL_LEAD.as_micros()).unwrap_or(u64::MAX);
+            let proposal = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| u64::try_from(d.as_micros()).ok())
+                .map(|now| now.max(above.unwrap_or(0)).saturating_add(lead));
+            let keys = &self.keys;
+            let sent_at = Instant::now();
+            let replies = self
+                .all(|_, mut c| async move {
+                    scripts::acquire(&mut c, keys, name, owner, ttl_ms, attempt, proposal, queueing).await
+                })
+                .await;
+            let mut held = Vec::new();
+            let mut busy = Vec::new();
+            let mut failed = Vec::new();
+            let mut heads: HashMap<&str, (usize, u32)> = HashMap::new();
+            for (node, r) in replies.iter().enumerate() {
+                match r {
+                    Ok(AcquireReply::Acquired {
+                        token,
+                        count,
+                        pttl,
+                        share,
+                    }) => held.push(NodeHold {
+                        node,
+                        token: *token,
+                        count: *count,
+                        pttl: *pttl,
+                        share: *share,
+                        agreed: false,
+                    }),
+                    Ok(AcquireReply::Busy { pttl, turn_of }) => {
+                        busy.push(*pttl);
+                        if let Some(t) = turn_of {
+                            let (named, behind) = heads.entry(t.head.as_str()).or_insert((0, t.behind));
+                            *named += 1;
+                            *behind = (*behind).min(t.behind);
+                        }
+                    }
+                    Err(_) => failed.push(node),
+                }
+            }
+            let settled = if held.len() >= self.quorum {
+                self.settle(sent_at, &mut held)
+            } else {
+                Settled::NoQuorum
+            };
+            // Undo wherever this attempt may have counted. A waiting caller
+            // goes back to its place in the queues it left by taking a node.
+            let targets: Vec<usize> = held.iter().map(|h| h.node).chain(failed.iter().copied()).collect();
+            let requeue = match (queueing.join, &queueing.waiter, queueing.place) {
+                (true, Some(waiter), Some(place)) => Some((waiter.as_str(), place)),
+                _ => None,
+            };
+            match settled {
+                Settled::Acquired(outcome) => {
+                    // Shares this attempt may have left on nodes that did not
+                    // answer in time, or that did not agree: take them back in
+                    // the background.
+                    let stray: Vec<usize> = failed
+                        .iter()
+                        .copied()
+                        .chain(held.iter().filter(|h| !h.agreed).map(|h| h.node))
+                        .collect();
+                    if !stray.is_empty() {
+                        self.spawn_undo(name, owner, attempt, stray);
+                    }
+                    return outcome;
+                }
+                Settled::Disagreed { highest } if round < TOKEN_ROUNDS => {
+                    // Tried again at once: nobody need hear of it.
+                    let then = UndoThen {
+                        requeue,
+                        announce: false,
+                    };
+                    self.undo(name, owner, attempt, &targets, then).await;
+                    above = Some(above.unwrap_or(0).max(highest));
+                    round += 1;
+                    continue;
+                }
+                Settled::Disagreed { .. } | Settled::NoQuorum => {}
+            }
+            // No quorum.
+            let then = UndoThen {
+                requeue,
+                announce: true,
+            };
+            self.undo(name, owner, attempt, &targets, then).await;
+            let failures: Vec<&Fault> = replies.iter().filter_map(|r| r.as_ref().err()).collect();
+            if failures.len() > self.n() - self.quorum {
+                return Outcome::Failed(self.quorum_error(&failures));
+            }
+            // A quorum frees up when enough of the busy nodes' leases run out.
+            busy.sort_unstable();
+            let need = self.quorum.saturating_sub(self.n() - busy.len());
+            let retry_in = match need {
+                0 => None,
+                k => busy.get(k - 1).filter(|p| **p >= 0).map(|p| millis(*p)),
+            };
+            let turn_of = heads
+                .into_iter()
+                .max_by_key(|(head, (n, _))| (*n, std::cmp::Reverse(*head)))
+                .map(|(head, (_, behind))| TurnOf {
+                    head: head.to_owned(),
+                    behind,
+                });
+            return Outcome::Busy {
+                retry_in,
+                split: (!held.is_empty() || need == 0) && turn_of.is_none(),
+                turn_of,
+            };
+        }
+    }
+
+    /// Takes `attempt`'s share back on `nodes` (waiting for each up to the
+    /// response timeout).
+    pub(super) async fn undo(&self, name: &str, owner: &str, attempt: &str, nodes: &[usize], then: UndoThen<'_>) {
+        if nodes.is_empty() {
+            return;
+        }
+        let keys = &self.keys;
+        self.on_nodes(true, |node, mut c| async move {
+            if nodes.contains(&node) {
+                scripts::undo(&mut c, keys, name, owner, attempt, then).await
+            } else {
+                Ok(false)
+            }
+        })
+        .await;
+    }
+
+    /// Takes back the shares an acquisition left on nodes outside its
+    /// quorum, in the background; silently: the name stays held.
+    pub(super) fn spawn_undo(self: &Arc<Self>, name: &str, owner: &str, attempt: &str, nodes: Vec<usize>) {
+        let this = self.clone();
+        let (name, owner, attempt) = (name.to_owned(), owner.to_owned(), attempt.to_owned());
+        let then = UndoThen {
+            requeue: None,
+            announce: false,
+        };
+        tokio::spawn(async move { this.undo(&name, &owner, &attempt, &nodes, then).await });
+    }
+}
+
+impl RedlockBackend {
+    /// As on a single server (see [`Queueing::new`]); a waiting client
+    /// joins every node's queue at the same place, `since` (µs), so that
+    /// the nodes' queues agree.
+    pub(super) fn queueing(&self, turn: Option<(Turn, u64)>, fair: bool) -> Queueing {
+        let (turn, place) = turn.map_or((None, None), |(t, since)| (Some(t), Some(since)));
+        Queueing::new(self.inner.waiters.waiter_id(), turn, fair, Publish::Classic, place)
+    }
+
+    /// One attempt, detached; a hold whose caller is gone is released.
+    pub(super) async fn attempt(&self, req: &AcquireRequest<'_>, queueing: Queueing) -> Result<Outcome, LockError> {
+        let ttl_ms = ttl_millis(req.ttl);
+        let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
+        let inner = self.inner.clone();
+        let work = async move {
+            let outcome = inner.attempt(&name, &owner, &attempt, ttl_ms, &queueing).await;
+            (outcome, inner, name, owner, attempt)
+        };
+        let (outcome, ..) = detach(KIND, work, |(outcome, inner, name, owner, attempt)| async move {
+            if let Outcome::Acquired(lease) = outcome {
+                let hold = Hold {
+                    name,
+                    owner,
+                    token: lease.token,
+                };
+                if let Err(e) = (RedlockBackend { inner }).release(&hold, &attempt).await {
+                    tracing::warn!(lock = %hold.name, error = %e, "releasing the hold of a cancelled acquisition failed; it expires with its ttl");
+                }
+            }
+        })
+        .await?;
+        Ok(outcome)
+    }
+}

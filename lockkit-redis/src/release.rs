@@ -1,0 +1,52 @@
+//! Releasing on one Redis: one share of a hold, sent again when its reply
+//! was lost.
+
+use lockkit_core::LockError;
+use lockkit_core::backend::{Hold, ReleaseOutcome};
+
+use crate::backend::RedisBackend;
+use crate::scripts::{self, Released};
+
+/// How often a release whose reply was lost is sent (it is idempotent by
+/// its attempt id).
+const RELEASE_TRIES: u32 = 3;
+
+impl RedisBackend {
+    /// The body of [`LockBackend::release`](lockkit_core::LockBackend::release)
+    /// (its behaviour is documented on the impl in `backend`).
+    pub(crate) async fn release_share(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
+        let (mut lost_try, mut tries) = (false, 1);
+        loop {
+            let r = scripts::release(
+                &mut self.inner.conn.clone(),
+                &self.inner.keys,
+                &hold.name,
+                &hold.owner,
+                hold.token,
+                attempt,
+                self.inner.publish,
+                self.inner.waiters.waiter_id().is_some(),
+            )
+            .await;
+            if let Ok(Released {
+                published: Some(message),
+                ..
+            }) = &r
+            {
+                self.inner
+                    .waiters
+                    .deliver_locally(&self.inner.keys.lock(&hold.name), message);
+            }
+            match r.map(|r| r.remaining) {
+                Ok(Some(remaining)) => return Ok(ReleaseOutcome::Released { remaining }),
+                Ok(None) if lost_try => return Ok(ReleaseOutcome::Released { remaining: 0 }),
+                Ok(None) => return Ok(ReleaseOutcome::NotHeld),
+                Err(f) if f.retryable() && tries < RELEASE_TRIES => {
+                    tracing::debug!(lock = %hold.name, error = %f, "release reply lost; sending it again");
+                    (lost_try, tries) = (true, tries + 1);
+                }
+                Err(f) => return Err(self.error("release", &hold.name, f)),
+            }
+        }
+    }
+}

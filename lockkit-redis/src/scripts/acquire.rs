@@ -1,0 +1,249 @@
+//! The acquire script ([`ACQUIRE`]): its call, its reply, and how an attempt
+//! takes part in the waiter queue ([`Queueing`]).
+
+use redis::aio::ConnectionLike;
+use redis::{ScriptInvocation, Value};
+
+use super::{Publish, Replicas, SCRIPTS, int, pipelined, text, unexpected};
+use crate::error::{Fault, UnexpectedReply};
+use crate::layout::Keys;
+use crate::wait::Turn;
+
+/// Acquire, re-enter, or report the holder's remaining lease.
+///
+/// KEYS: lock, counter, queue. ARGV:
+/// 1. owner, 2. ttl ms,
+/// 3. the attempt id (its share is recorded as the field `a:ID`; a repeat
+///    of the attempt is recognised by it and changes nothing),
+/// 4. token proposal (`''`: none; Redlock proposes the same value to every
+///    node so that they agree on the token without a second round trip; a
+///    node takes it only as a floor, and only when it is less than a minute
+///    ahead of its own clock),
+/// 5. the caller's waiter id (`''`: no queue), 6. flags: `w` join the queue
+///    when busy, `k` stay in it after acquiring (others of the same client
+///    still wait: to the back of the line), `f` fair: a free name is taken
+///    only by the queue's head (or when nobody queued), 7. a waiter id to
+///    drop from the queue (one that was given the turn and did not take it;
+///    `''`: none), 8. `PUBLISH`/`SPUBLISH` to announce a taken lock to the
+///    queue (`''`: never), 9. the caller's place in the queue when it joins
+///    (µs; `''`: the server's time — Redlock gives every node the same
+///    place, the time its waiting began, so that the nodes' queues agree),
+///    10. where a waiting client's channel differs from the lock key (see
+///    [`Keys::waiter_mark`]).
+///
+/// Returns `{1, token, count, pttl, KIND}` when the caller holds it (`KIND`
+/// `n`: a new hold, `r`: this attempt re-entered the owner's hold, `p`: this
+/// attempt was already counted in it), `{0, '', 0, pttl}` when another
+/// owner holds it, or `{0, '', 0, -2, HEAD, BEHIND}` when it is free but it
+/// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
+/// clients queued between it and the caller.
+pub(super) const ACQUIRE: &str = concat!(
+    include_str!("../lua/waiter_channel.lua"),
+    include_str!("../lua/acquire.lua")
+);
+
+/// How an acquisition found the caller's hold on one server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Share {
+    /// A new hold, made by this attempt.
+    New,
+    /// The owner's existing hold, re-entered by this attempt.
+    Reentered,
+    /// The owner's existing hold, in which this attempt was already counted
+    /// (a repeat).
+    Repeated,
+}
+
+/// What one acquire script call found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The caller holds it now.
+    Acquired {
+        /// The hold's token on this server.
+        token: u64,
+        /// The hold count after this acquisition.
+        count: u32,
+        /// The remaining lease in ms.
+        pttl: i64,
+        /// How this attempt took part in the hold.
+        share: Share,
+    },
+    /// Another owner holds it for `pttl` more ms (negative: unknown), or it
+    /// is free but another client's turn.
+    Busy {
+        /// The holder's remaining lease in ms.
+        pttl: i64,
+        /// Free, but another waiting client's turn (fair only).
+        turn_of: Option<TurnOf>,
+    },
+}
+
+/// A free lock that is another waiting client's turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TurnOf {
+    /// The client whose turn it is (the queue's head).
+    pub head: String,
+    /// How many clients wait between the head and the caller (0: the
+    /// caller is next in line).
+    pub behind: u32,
+}
+
+pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> {
+    let bad = || unexpected("acquire", v);
+    let Value::Array(items) = v else { return Err(bad()) };
+    let (flag, token, count, pttl, rest) = match items.as_slice() {
+        [flag, token, count, pttl, rest @ ..] => (flag, token, count, pttl, rest),
+        _ => return Err(bad()),
+    };
+    let pttl = int(pttl).ok_or_else(bad)?;
+    let u64_of = |v: &Value| int(v).and_then(|t| u64::try_from(t).ok()).ok_or_else(bad);
+    match int(flag) {
+        Some(1) => Ok(AcquireReply::Acquired {
+            token: u64_of(token)?,
+            count: int(count).and_then(|c| u32::try_from(c).ok()).ok_or_else(bad)?,
+            pttl,
+            share: match rest {
+                [kind] => match text(kind).as_deref() {
+                    Some("n") => Share::New,
+                    Some("r") => Share::Reentered,
+                    Some("p") => Share::Repeated,
+                    _ => return Err(bad()),
+                },
+                _ => return Err(bad()),
+            },
+        }),
+        Some(0) => match rest {
+            [] => Ok(AcquireReply::Busy { pttl, turn_of: None }),
+            [head, behind] => Ok(AcquireReply::Busy {
+                pttl,
+                turn_of: Some(TurnOf {
+                    head: text(head).ok_or_else(bad)?,
+                    behind: int(behind).and_then(|b| u32::try_from(b).ok()).ok_or_else(bad)?,
+                }),
+            }),
+            _ => Err(bad()),
+        },
+        _ => Err(bad()),
+    }
+}
+
+/// How an acquire attempt takes part in the waiter queue.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Queueing {
+    /// This client's waiter id (`None`: no queue).
+    pub waiter: Option<String>,
+    /// Join the queue when busy.
+    pub join: bool,
+    /// Stay in the queue after acquiring: more of this client's waiters wait.
+    pub stay: bool,
+    /// A waiter that was given the turn and did not take it.
+    pub stale: Option<String>,
+    /// A free name goes to the queue's head only (see [`AcquireRequest::fair`]).
+    ///
+    /// [`AcquireRequest::fair`]: lockkit_core::backend::AcquireRequest::fair
+    pub fair: bool,
+    /// How to announce a taken lock (`None`: never).
+    pub publish: Option<Publish>,
+    /// The place in the queue when joining, in µs (`None`: the server's
+    /// time).
+    pub place: Option<u64>,
+}
+
+impl Queueing {
+    /// How an attempt takes part in the waiter queue: a waiting one (with
+    /// its `turn`, as client `waiter`) joins it, at `place` if given; every
+    /// acquisition announces itself with `publish`; a fair one takes a free
+    /// name only when the queue is empty or its head is this client.
+    pub fn new(waiter: Option<&str>, turn: Option<Turn>, fair: bool, publish: Publish, place: Option<u64>) -> Self {
+        let publish = Some(publish);
+        match turn {
+            Some(turn) => Queueing {
+                waiter: waiter.map(str::to_owned),
+                join: true,
+                stay: turn.others_wait,
+                stale: turn.stale,
+                fair,
+                publish,
+                place,
+            },
+            None => Queueing {
+                fair,
+                publish,
+                ..Queueing::default()
+            },
+        }
+    }
+}
+
+/// The acquire script call of one attempt on one server.
+#[allow(clippy::too_many_arguments)]
+fn acquire_call(
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    ttl_ms: u64,
+    attempt: &str,
+    proposal: Option<u64>,
+    queueing: &Queueing,
+) -> ScriptInvocation<'static> {
+    let mut flags = String::with_capacity(3);
+    for (on, flag) in [(queueing.join, 'w'), (queueing.stay, 'k'), (queueing.fair, 'f')] {
+        if on {
+            flags.push(flag);
+        }
+    }
+    let mut inv = SCRIPTS.acquire.key(keys.lock(name));
+    inv.key(keys.counter(name))
+        .key(keys.queue(name))
+        .arg(owner)
+        .arg(ttl_ms)
+        .arg(attempt)
+        .arg(proposal.map(|p| p.to_string()).unwrap_or_default())
+        .arg(queueing.waiter.as_deref().unwrap_or(""))
+        .arg(flags)
+        .arg(queueing.stale.as_deref().unwrap_or(""))
+        .arg(queueing.publish.map_or("", Publish::command))
+        .arg(queueing.place.map(|p| p.to_string()).unwrap_or_default())
+        .arg(keys.waiter_mark());
+    inv
+}
+
+/// One acquire attempt on one server.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn acquire<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    ttl_ms: u64,
+    attempt: &str,
+    proposal: Option<u64>,
+    queueing: &Queueing,
+) -> Result<AcquireReply, Fault> {
+    let v: Value = acquire_call(keys, name, owner, ttl_ms, attempt, proposal, queueing)
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_acquire(&v)?)
+}
+
+/// One acquire attempt on one server followed by `WAIT` for `replicas`, in
+/// one round trip: the reply, and how many replicas acknowledged the
+/// connection's writes up to it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn acquire_replicated<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    ttl_ms: u64,
+    attempt: &str,
+    queueing: &Queueing,
+    replicas: Replicas,
+) -> Result<(AcquireReply, u32), Fault> {
+    let call = acquire_call(keys, name, owner, ttl_ms, attempt, None, queueing);
+    let (replies, acked) = pipelined(conn, &SCRIPTS.acquire, std::slice::from_ref(&call), Some(replicas)).await?;
+    let reply = replies
+        .first()
+        .ok_or_else(|| UnexpectedReply("no reply to acquire".into()))?;
+    Ok((parse_acquire(reply)?, acked.unwrap_or(0)))
+}

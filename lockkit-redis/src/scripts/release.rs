@@ -1,0 +1,173 @@
+//! Taking holds back: the release script ([`RELEASE`]), the operator's
+//! forced release ([`FORCE`]) and Redlock's undo of a failed attempt
+//! ([`UNDO`]).
+
+use redis::Value;
+use redis::aio::ConnectionLike;
+
+use super::inspect::parse_inspect;
+use super::{Publish, SCRIPTS, Stored, int, parse_flag, unexpected};
+use crate::error::{Fault, UnexpectedReply};
+use crate::layout::Keys;
+
+/// Release one share of a hold: delete its attempt's field and decrement;
+/// a share already gone (a repeated release) changes nothing and reports
+/// the holds left; at zero delete the hold and publish
+/// `TOKEN|HEAD` — `HEAD` the waiting client whose turn it is (the queue's
+/// head; it leaves the queue, or goes to its back, when it takes the lock)
+/// — on the own channels of the head and of the next in line only, or
+/// `TOKEN|` on the lock's channel (to everybody) when nobody queued.
+/// Publishing uses `pcall`: a user without pub/sub permission still
+/// releases.
+///
+/// KEYS: lock, queue. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`,
+/// `q` when every waiter queues (then an unmarked hold publishes nothing;
+/// `''`: publish even so, for Redlock, whose nodes may have missed the
+/// mark), 6. the attempt id whose share this is, 7. where a waiting
+/// client's channel differs from the lock channel (see
+/// [`Keys::waiter_mark`]).
+/// Returns the holds left, or -1 when owner and token do not match; a
+/// release that published returns the message instead (its holds left are
+/// 0), for the releasing client to hand to the waiters of its own process.
+pub(super) const RELEASE: &str = concat!(
+    include_str!("../lua/waiter_channel.lua"),
+    include_str!("../lua/announce.lua"),
+    include_str!("../lua/release.lua")
+);
+
+/// What a release did: the holds left (`None`: it was not held), and the
+/// message it published, if it did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Released {
+    pub remaining: Option<u32>,
+    pub published: Option<Vec<u8>>,
+}
+
+/// Parses the release script's reply (see [`RELEASE`]).
+pub(crate) fn parse_release(v: &Value) -> Result<Released, UnexpectedReply> {
+    let remaining = |n| Released {
+        remaining: n,
+        published: None,
+    };
+    match (v, int(v)) {
+        (Value::BulkString(m), _) => Ok(Released {
+            remaining: Some(0),
+            published: Some(m.clone()),
+        }),
+        (_, Some(-1)) => Ok(remaining(None)),
+        (_, Some(n)) if n >= 0 => Ok(remaining(Some(u32::try_from(n).unwrap_or(u32::MAX)))),
+        _ => Err(unexpected("release", v)),
+    }
+}
+
+/// One release of `attempt`'s share on one server: holds left, or `None`
+/// when not held. `queued`: every waiter of this name joins the queue (and
+/// marks the hold), so a release nobody queued for publishes nothing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn release<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    token: u64,
+    attempt: &str,
+    publish: Publish,
+    queued: bool,
+) -> Result<Released, Fault> {
+    let key = keys.lock(name);
+    let v: Value = SCRIPTS
+        .release
+        .key(&key)
+        .key(keys.queue(name))
+        .arg(owner)
+        .arg(token)
+        .arg(&key)
+        .arg(publish.command())
+        .arg(if queued { "q" } else { "" })
+        .arg(attempt)
+        .arg(keys.waiter_mark())
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_release(&v)?)
+}
+
+/// Removes a hold whoever holds it (operator override) and publishes the
+/// release. KEYS: lock. ARGV: channel, `PUBLISH` or `SPUBLISH`.
+/// Returns what was removed, like [`INSPECT`], or `{}`.
+pub(super) const FORCE: &str = include_str!("../lua/force.lua");
+
+/// Removes the hold on `name` whoever holds it; what was removed.
+pub(crate) async fn force_release<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    publish: Publish,
+) -> Result<Option<Stored>, Fault> {
+    let key = keys.lock(name);
+    let v: Value = SCRIPTS
+        .force
+        .key(&key)
+        .arg(&key)
+        .arg(publish.command())
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_inspect(&v)?)
+}
+
+/// Redlock: take back what one failed attempt did on a node — the hold it
+/// created or the share it added — found by the attempt's field, so an
+/// undo that runs twice, or before a straggling acquire, is harmless.
+///
+/// A waiting caller (ARGV[5]) goes back to its place in the queue (ARGV[6],
+/// µs), which taking the hold here had taken it out of. A freed name is
+/// then announced as a release is — to the queue's head and the next in
+/// line (never the caller), or to everybody when nobody queued — unless
+/// ARGV[8] is `s` (silent: the caller holds the name on a quorum, or tries
+/// again at once).
+///
+/// KEYS: lock, queue. ARGV: owner, attempt id, channel, `PUBLISH`, waiter id
+/// (`''`: none), place, where a waiting client's channel differs from the
+/// lock channel (see [`Keys::waiter_mark`]), `s` or `''`.
+/// Returns 1 when something was undone.
+pub(super) const UNDO: &str = concat!(
+    include_str!("../lua/waiter_channel.lua"),
+    include_str!("../lua/announce.lua"),
+    include_str!("../lua/undo.lua")
+);
+
+/// What an undo does besides taking the attempt back (see [`UNDO`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UndoThen<'a> {
+    /// The waiting caller's id and place, to put it back in the queue.
+    pub requeue: Option<(&'a str, u64)>,
+    /// Announce a freed name to the queue (or to everybody).
+    pub announce: bool,
+}
+
+/// Redlock: undoes one failed attempt on one node.
+pub(crate) async fn undo<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    name: &str,
+    owner: &str,
+    attempt: &str,
+    then: UndoThen<'_>,
+) -> Result<bool, Fault> {
+    let key = keys.lock(name);
+    let (waiter, place) = then.requeue.map_or(("", String::new()), |(w, p)| (w, p.to_string()));
+    let v: Value = SCRIPTS
+        .undo
+        .key(&key)
+        .key(keys.queue(name))
+        .arg(owner)
+        .arg(attempt)
+        .arg(&key)
+        .arg(Publish::Classic.command())
+        .arg(waiter)
+        .arg(place)
+        .arg(keys.waiter_mark())
+        .arg(if then.announce { "" } else { "s" })
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_flag("undo", &v)?)
+}

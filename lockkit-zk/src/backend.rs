@@ -102,13 +102,13 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Error as ZkError, EventType, MultiWriteError, MultiWriteResult};
 
 use crate::config::ZkConfig;
+use crate::conn::{Counters, Session, Sessions};
 use crate::error::{BACKEND, ForeignNode, is_connection_loss, is_session_end, zk};
-use crate::nodes::{NodeData, Share, owner_tag, parent_path, queue, share_name};
+use crate::layout::{NodeData, Share, owner_tag, parent_path, queue, share_name};
 use crate::queue::{
     Change, Cleanup, DeleteError, Known, Leftover, Orphan, Plan, Queued, View, ZkResult, change, count_after,
     delete_hold, enqueue, hold_of, list, list_held, plan, read, refresh, sync,
 };
-use crate::session::{Counters, Session, Sessions};
 
 /// How often an operation starts over with a new session when its session
 /// ends under it, before it gives up.
@@ -607,7 +607,7 @@ impl Inner {
             // its holder's next versioned write notices that the hold has
             // another node now (see `HeldNode::alone`).
             let checked = &view.nodes[0];
-            // And this session's marker stands (see `session::SESSIONS`).
+            // And this session's marker stands (see `conn::SESSIONS`).
             let mut multi = client.new_multi_writer();
             let fenced = session.marker.is_some();
             if let Some(marker) = &session.marker {

@@ -99,14 +99,12 @@
 
 mod backend;
 mod config;
+mod conn;
 mod error;
-mod heartbeat;
-mod nodes;
+mod layout;
 mod queue;
-mod reconnect;
-mod session;
 
 pub use backend::{ZkBackend, ZkStats, connect};
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, ZkConfig};
 pub use error::{BACKEND, ConnectTimeout, ForeignNode};
-pub use nodes::{decode_name, encode_name};
+pub use layout::{decode_name, encode_name};

@@ -11,12 +11,12 @@ use lockkit_core::LockInfo;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, Stat};
 
+use crate::conn::Session;
+use crate::conn::reconnect::Reconnect;
 use crate::error::{BACKEND, is_connection_loss, is_session_end};
-use crate::nodes::{
+use crate::layout::{
     Child, NodeData, Share, child_prefix, child_stem, decode_name, owner_tag, parent_path, queue, shares,
 };
-use crate::reconnect::Reconnect;
-use crate::session::Session;
 
 pub(crate) type ZkResult<T> = Result<T, ZkError>;
 
@@ -154,7 +154,7 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
     loop {
         let epoch = session.epoch();
         // Sent now, answered in order: the listing includes our node. The
-        // create checks this session's marker (see `session::SESSIONS`).
+        // create checks this session's marker (see `conn::SESSIONS`).
         let mut multi = client.new_multi_writer();
         if let Some(marker) = &session.marker {
             multi.add_check_version(marker, -1)?;
@@ -1180,7 +1180,7 @@ mod tests {
     }
 
     fn share(tag: u64, session: i64) -> Share {
-        Share::parse(&crate::nodes::share_name(tag, session)).unwrap()
+        Share::parse(&crate::layout::share_name(tag, session)).unwrap()
     }
 
     /// The queue `line` (owner tags in order, sequences 1, 2, …) with this

@@ -101,14 +101,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Error as ZkError, EventType, MultiWriteError, MultiWriteResult};
 
+use crate::change::{Change, Known, change};
 use crate::config::ZkConfig;
 use crate::conn::{Counters, Session, Sessions};
 use crate::error::{BACKEND, ForeignNode, is_connection_loss, is_session_end, zk};
+use crate::hold::{DeleteError, View, count_after, delete_hold, hold_of, list_held};
 use crate::layout::{NodeData, Share, owner_tag, parent_path, queue, share_name};
-use crate::queue::{
-    Change, Cleanup, DeleteError, Known, Leftover, Orphan, Plan, Queued, View, ZkResult, change, count_after,
-    delete_hold, enqueue, hold_of, list, list_held, plan, read, refresh, sync,
-};
+use crate::leftover::{Cleanup, Leftover, Orphan};
+use crate::queue::{Plan, Queued, ZkResult, enqueue, list, plan, read, refresh, sync};
 
 /// How often an operation starts over with a new session when its session
 /// ends under it, before it gives up.
@@ -1021,7 +1021,7 @@ impl Inner {
     /// nodes carry the hold pipelined behind the write), or from whichever
     /// node of the hold carries it — and from every other node that carries
     /// it too (an attempt carried on in a new session, see
-    /// [`HoldView::count`](crate::queue::HoldView::count)). A share already
+    /// [`HoldView::count`](crate::hold::HoldView::count)). A share already
     /// gone (a repeated release) changes nothing; the holds left are
     /// reported again.
     async fn release_in(&self, session: &Session, hold: &Hold, token: i64, attempt: &str) -> ZkResult<ReleaseOutcome> {

@@ -98,10 +98,13 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod change;
 mod config;
 mod conn;
 mod error;
+mod hold;
 mod layout;
+mod leftover;
 mod queue;
 
 pub use backend::{ZkBackend, ZkStats, connect};

@@ -32,7 +32,7 @@ use zookeeper_client::{Acl, Acls, Client, CreateMode, CreateOptions, Error as Zk
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, ConnectTimeout, zk};
-use crate::queue::{Leftover, Orphan};
+use crate::leftover::{Leftover, Orphan};
 
 pub(crate) mod heartbeat;
 pub(crate) mod reconnect;

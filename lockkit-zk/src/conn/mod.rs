@@ -59,6 +59,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How often an operation starts over with a new session when its session
+/// ends under it, before it gives up.
+pub(crate) const SESSION_RESTARTS: usize = 3;
+
 /// The backend's current session, and a new one once it has ended.
 pub(crate) struct Sessions {
     config: ZkConfig,

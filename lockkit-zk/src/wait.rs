@@ -42,29 +42,7 @@ impl Inner {
     ) -> Result<Waited, LockError> {
         let tag = owner_tag(owner);
         let parent = parent_path(name);
-        let (s, p, o, a) = (session.clone(), parent.clone(), owner.to_owned(), attempt.to_owned());
-        let orphan = (session.clone(), parent.clone(), owner.to_owned(), attempt.to_owned());
-        let queued = detach(
-            BACKEND,
-            async move { enqueue(&s, &p, &o, tag, &a).await },
-            move |r| async move {
-                let (session, parent, owner, attempt) = orphan;
-                match r {
-                    Ok(q) => {
-                        Leftover::queued(&session, &q, &owner, &attempt)
-                            .take_back_retrying()
-                            .await
-                    }
-                    Err(e) if is_session_end(&e) => {}
-                    // The server may have made the node all the same.
-                    Err(_) => {
-                        Leftover::unknown_node(&session, &parent, &owner, &attempt)
-                            .take_back_retrying()
-                            .await
-                    }
-                }
-            },
-        );
+        let queued = enqueue_detached(session, &parent, owner, tag, attempt);
         let mut queued = std::pin::pin!(queued);
         let Some(queued) = until(deadline, queued.as_mut()).await else {
             // The wait ran out while the node was being made: it may stand
@@ -112,41 +90,7 @@ impl Inner {
                     return Ok(Waited::Acquired(lease));
                 }
                 Plan::Join => {
-                    let (inner, s, n, o, a, p) = (
-                        self.clone(),
-                        session.clone(),
-                        name.to_owned(),
-                        owner.to_owned(),
-                        attempt.to_owned(),
-                        parent.clone(),
-                    );
-                    let orphan = (
-                        self.clone(),
-                        session.clone(),
-                        name.to_owned(),
-                        owner.to_owned(),
-                        attempt.to_owned(),
-                    );
-                    let joined = detach(
-                        BACKEND,
-                        async move { inner.join(&s, &n, &o, &a, &p).await },
-                        move |r| async move {
-                            let (inner, session, name, owner, attempt) = orphan;
-                            match r {
-                                Ok(Joined::Lease(lease, _)) => {
-                                    inner.release_orphan(name, owner, lease.token, attempt).await;
-                                }
-                                Ok(_) => {}
-                                Err(e) if is_session_end(&e) => {}
-                                // The share may have been made all the same.
-                                Err(_) => {
-                                    Leftover::unknown_share(&session, &parent_path(&name), &owner, &attempt)
-                                        .take_back_retrying()
-                                        .await
-                                }
-                            }
-                        },
-                    );
+                    let joined = self.join_detached(session, name, owner, attempt, &parent);
                     let Some(joined) = until(deadline, joined).await else {
                         return Ok(give_up(cleanup).await);
                     };
@@ -203,6 +147,88 @@ impl Inner {
             }
         }
     }
+
+    /// Joins the hold (see [`Inner::join`]), run to its end even if the
+    /// wait stops waiting for it: a lease it gets then is released, a share
+    /// it may have made is taken back.
+    fn join_detached(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        parent: &str,
+    ) -> impl Future<Output = Result<ZkResult<Joined>, LockError>> + use<> {
+        let (inner, s, n, o, a, p) = (
+            self.clone(),
+            session.clone(),
+            name.to_owned(),
+            owner.to_owned(),
+            attempt.to_owned(),
+            parent.to_owned(),
+        );
+        let orphan = (
+            self.clone(),
+            session.clone(),
+            name.to_owned(),
+            owner.to_owned(),
+            attempt.to_owned(),
+        );
+        detach(
+            BACKEND,
+            async move { inner.join(&s, &n, &o, &a, &p).await },
+            move |r| async move {
+                let (inner, session, name, owner, attempt) = orphan;
+                match r {
+                    Ok(Joined::Lease(lease, _)) => {
+                        inner.release_orphan(name, owner, lease.token, attempt).await;
+                    }
+                    Ok(_) => {}
+                    Err(e) if is_session_end(&e) => {}
+                    // The share may have been made all the same.
+                    Err(_) => {
+                        Leftover::unknown_share(&session, &parent_path(&name), &owner, &attempt)
+                            .take_back_retrying()
+                            .await
+                    }
+                }
+            },
+        )
+    }
+}
+
+/// Queues in `session` (see [`enqueue`]), run to its end even if the wait
+/// stops waiting for it: the node it makes then is taken back.
+fn enqueue_detached(
+    session: &Arc<Session>,
+    parent: &str,
+    owner: &str,
+    tag: u64,
+    attempt: &str,
+) -> impl Future<Output = Result<ZkResult<Queued>, LockError>> + use<> {
+    let (s, p, o, a) = (session.clone(), parent.to_owned(), owner.to_owned(), attempt.to_owned());
+    let orphan = (session.clone(), parent.to_owned(), owner.to_owned(), attempt.to_owned());
+    detach(
+        BACKEND,
+        async move { enqueue(&s, &p, &o, tag, &a).await },
+        move |r| async move {
+            let (session, parent, owner, attempt) = orphan;
+            match r {
+                Ok(q) => {
+                    Leftover::queued(&session, &q, &owner, &attempt)
+                        .take_back_retrying()
+                        .await
+                }
+                Err(e) if is_session_end(&e) => {}
+                // The server may have made the node all the same.
+                Err(_) => {
+                    Leftover::unknown_node(&session, &parent, &owner, &attempt)
+                        .take_back_retrying()
+                        .await
+                }
+            }
+        },
+    )
 }
 
 /// `fut`'s output, unless `deadline` passes first.

@@ -66,6 +66,17 @@ pub fn zk(operation: &'static str, name: Option<&str>, e: ZkError) -> LockError 
     LockError::backend(BACKEND, operation, name, is_retryable(&e), e)
 }
 
+/// The error of an operation whose session ended under it again and again.
+pub(crate) fn session_kept_ending(operation: &'static str, name: &str) -> LockError {
+    LockError::backend(
+        BACKEND,
+        operation,
+        Some(name),
+        true,
+        "the ZooKeeper session ended again and again",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,16 +97,41 @@
 //! ```
 #![warn(missing_docs)]
 
-mod backend;
-mod config;
-mod error;
-mod heartbeat;
-mod nodes;
-mod queue;
-mod reconnect;
-mod session;
+use std::sync::Arc;
 
-pub use backend::{ZkBackend, ZkStats, connect};
+use lockkit_core::LockError;
+use lockkit_core::backend::LockBackend;
+use lockkit_core::url::ConnectUrl;
+
+mod acquire;
+mod admin;
+mod backend;
+mod cache;
+mod change;
+mod config;
+mod conn;
+mod error;
+mod extend;
+mod hold;
+mod join;
+mod layout;
+mod leftover;
+mod queue;
+mod release;
+mod wait;
+
+pub use backend::{ZkBackend, ZkStats};
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, ZkConfig};
 pub use error::{BACKEND, ConnectTimeout, ForeignNode};
-pub use nodes::{decode_name, encode_name};
+pub use layout::{decode_name, encode_name};
+
+/// Connects to the ZooKeeper ensemble a `zk://` URL names, taking its own
+/// query parameters (`session_timeout`, `connect_timeout`) from `url`.
+///
+/// This is what `lockkit::connect` calls. A query parameter left over is
+/// refused with [`ConnectUrl::finish`] before any connection is tried.
+pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
+    let config = ZkConfig::from_url(url)?;
+    url.finish()?;
+    Ok(Arc::new(ZkBackend::connect(config).await?))
+}

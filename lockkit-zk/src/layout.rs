@@ -270,6 +270,11 @@ impl NodeData {
     }
 }
 
+/// The last segment of a node's path.
+pub(crate) fn node_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

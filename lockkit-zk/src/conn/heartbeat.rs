@@ -16,8 +16,8 @@
 use std::sync::Weak;
 use std::time::Instant;
 
+use super::Session;
 use crate::error::is_session_end;
-use crate::session::Session;
 
 /// Beats until the session ends or its backend is dropped. Holds no strong
 /// reference while it waits.

@@ -1,0 +1,364 @@
+//! Acquiring: `try_acquire` (one try per session), `acquire` (the wait in
+//! sessions, see [`crate::wait`]), re-entry through the held-node cache,
+//! and the lease handed out.
+
+use std::sync::Arc;
+
+use lockkit_core::backend::{AcquireRequest, Lease, TryAcquire};
+use lockkit_core::name::is_attempt_id;
+use lockkit_core::{LockError, detach};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::Error as ZkError;
+
+use crate::backend::Inner;
+use crate::change::{Change, Known, change};
+use crate::conn::{SESSION_RESTARTS, Session};
+use crate::error::{BACKEND, is_session_end, session_kept_ending, zk};
+use crate::hold::count_after;
+use crate::join::Joined;
+use crate::layout::{Share, node_name, owner_tag, parent_path};
+use crate::leftover::{Cleanup, Leftover, Orphan};
+use crate::queue::{Plan, enqueue, plan, refresh};
+use crate::wait::{Waited, until};
+
+/// An acquisition carried on from a session that ended, until it queues
+/// in a new one: if it ends first (its wait runs out or fails while a new
+/// session is made, or the caller drops it), whatever it left in the ended
+/// session — which the server may keep a while — goes to the backend's next
+/// session to take back (see `Leftover::orphaned`).
+pub(crate) struct CarriedOn(Option<(Arc<Session>, Orphan)>);
+
+impl Drop for CarriedOn {
+    fn drop(&mut self) {
+        if let Some((session, orphan)) = self.0.take() {
+            session.orphan(orphan);
+        }
+    }
+}
+
+/// Unwraps a ZooKeeper result in a function returning `Result<Waited, _>`
+/// (or `Result<Option<_>, _>`): a session that ended means "start over".
+macro_rules! step {
+    ($session:expr, $name:expr, $restart:expr, $e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) if $crate::error::is_session_end(&e) => {
+                $session.end(&e);
+                return Ok($restart);
+            }
+            Err(e) => return Err($crate::error::zk("acquire", Some($name), e)),
+        }
+    };
+    // With the acquisition's clean-up: an error takes its node (and any
+    // share it may have made) back before it is returned. A session that
+    // ended disarms it: the call carries on with the same attempt in a new
+    // session, where the old session's node (which the server may keep a
+    // while) is taken back as one of the attempt's earlier nodes — a
+    // clean-up handed to the new session now could take the carried-on
+    // attempt's new node for a leftover.
+    ($session:expr, $name:expr, $restart:expr, $e:expr, $cleanup:ident) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) if $crate::error::is_session_end(&e) => {
+                $session.end(&e);
+                $cleanup.disarm();
+                return Ok($restart);
+            }
+            Err(e) => {
+                $cleanup.run().await;
+                return Err($crate::error::zk("acquire", Some($name), e));
+            }
+        }
+    };
+}
+pub(crate) use step;
+
+/// Refuses an attempt id that lockkit-core did not make: it is part of node
+/// names and data.
+pub(crate) fn check_attempt(attempt: &str) -> Result<(), LockError> {
+    if is_attempt_id(attempt) {
+        Ok(())
+    } else {
+        Err(LockError::config(
+            "attempt",
+            format!("{attempt:?} is not an attempt id (16 lowercase hex digits, lockkit_core::name::new_attempt_id)"),
+        ))
+    }
+}
+
+impl Inner {
+    /// A lease on the hold this session's node at `path` (as `node` now)
+    /// is part of; `count`: the hold count over all the hold's nodes.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lease(
+        &self,
+        session: &Arc<Session>,
+        name: &str,
+        owner: &str,
+        path: &str,
+        node: Known,
+        count: u32,
+        epoch: &CancellationToken,
+    ) -> Lease {
+        let (token, czxid) = (node.token(), node.czxid);
+        // Alone: a contender node that carries the whole count.
+        let alone = Share::parse(node_name(path)).is_none() && count == node.data.count();
+        self.remember(name, path, owner, Some(node), session.id, alone);
+        Lease {
+            token: token as u64,
+            hold_count: count,
+            valid_until: None,
+            lost: Some(session.lease_token(path, czxid, epoch)),
+            session_deadline: Some(session.deadline.clone()),
+        }
+    }
+
+    /// Re-entry of a hold this backend already has a node of for `owner`:
+    /// one versioned write (with a listing pipelined behind it).
+    pub(crate) async fn reenter_cached(
+        &self,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+    ) -> Result<Option<Lease>, LockError> {
+        let Some(h) = self.held().nodes.get(name).filter(|h| h.owner == owner).cloned() else {
+            return Ok(None);
+        };
+        let Some(session) = self.sessions.peek().filter(|s| s.id == h.session) else {
+            self.forget(name, &h.path);
+            return Ok(None);
+        };
+        let epoch = session.epoch();
+        let parent = parent_path(name);
+        let client = &session.client;
+        let reentered = async {
+            // Alone, the node's own count is the hold's unless somebody
+            // wrote it meanwhile: no listing needed.
+            let list_after = (!h.alone).then_some(parent.as_str());
+            let (changed, listing) = change(
+                client,
+                &h.path,
+                owner,
+                Some(h.token),
+                Some(h.known.clone()),
+                Change::Add(attempt),
+                list_after,
+            )
+            .await?;
+            let Some(changed) = changed else {
+                return Ok(None);
+            };
+            let raced = changed.raced;
+            let Some(node) = changed.known() else {
+                return Ok(None);
+            };
+            let count = if h.alone && !raced {
+                node.data.count()
+            } else {
+                let own = Some(&node.data);
+                count_after(client, &parent, node_name(&h.path), own, owner, h.token, listing)
+                    .await?
+                    .count
+            };
+            Ok(Some((node, count)))
+        };
+        match reentered.await {
+            Ok(Some((node, count))) => Ok(Some(self.lease(&session, name, owner, &h.path, node, count, &epoch))),
+            Ok(None) => {
+                self.forget(name, &h.path);
+                Ok(None)
+            }
+            Err(e) if is_session_end(&e) => {
+                session.end(&e);
+                self.forget(name, &h.path);
+                Ok(None)
+            }
+            Err(e) => {
+                // The share may have been added all the same.
+                Leftover::unknown_share(&session, &parent, owner, attempt)
+                    .take_back_now()
+                    .await;
+                Err(zk("acquire", Some(name), e))
+            }
+        }
+    }
+
+    /// [`Inner::try_acquire`], run to its end even if the caller stops
+    /// waiting for it: a lock it takes then is released.
+    pub(crate) async fn try_acquire_detached(
+        self: &Arc<Self>,
+        req: &AcquireRequest<'_>,
+    ) -> Result<TryAcquire, LockError> {
+        let (inner, name, owner, attempt) = (
+            self.clone(),
+            req.name.to_owned(),
+            req.owner.to_owned(),
+            req.attempt.to_owned(),
+        );
+        let orphan = (self.clone(), name.clone(), owner.clone(), attempt.clone());
+        detach(
+            BACKEND,
+            async move { inner.try_acquire(&name, &owner, &attempt).await },
+            move |r| async move {
+                if let Ok(TryAcquire::Acquired(lease)) = r {
+                    let (inner, name, owner, attempt) = orphan;
+                    inner.release_orphan(name, owner, lease.token, attempt).await;
+                }
+            },
+        )
+        .await?
+    }
+
+    pub(crate) async fn try_acquire(
+        self: &Arc<Self>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+    ) -> Result<TryAcquire, LockError> {
+        check_attempt(attempt)?;
+        // While suspended, requests wait for the reconnection: a try that
+        // must not wait says so instead.
+        if self.sessions.peek().is_some_and(|s| s.epoch().is_cancelled()) {
+            return Err(zk("acquire", Some(name), ZkError::ConnectionLoss));
+        }
+        if let Some(lease) = self.reenter_cached(name, owner, attempt).await? {
+            return Ok(TryAcquire::Acquired(lease));
+        }
+        let mut carried = CarriedOn(None);
+        for _ in 0..SESSION_RESTARTS {
+            let session = self.sessions.get().await?;
+            carried.0 = None;
+            if let Some(outcome) = self.try_in_session(&session, name, owner, attempt).await? {
+                return Ok(outcome);
+            }
+            carried.0 = Some((session, Orphan::new(&parent_path(name), owner, attempt)));
+        }
+        Err(session_kept_ending("acquire", name))
+    }
+
+    /// One try in one session; `None`: the session ended, start over.
+    pub(crate) async fn try_in_session(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+    ) -> Result<Option<TryAcquire>, LockError> {
+        let tag = owner_tag(owner);
+        let parent = parent_path(name);
+        let mut q = match enqueue(session, &parent, owner, tag, attempt).await {
+            Ok(q) => q,
+            Err(e) if is_session_end(&e) => {
+                session.end(&e);
+                return Ok(None);
+            }
+            Err(e) => {
+                // The server may have made the node all the same.
+                Leftover::unknown_node(session, &parent, owner, attempt)
+                    .take_back_now()
+                    .await;
+                return Err(zk("acquire", Some(name), e));
+            }
+        };
+        let mut cleanup = Cleanup::new(session, &q, owner, attempt);
+        let mut foreign = Vec::new();
+        loop {
+            match plan(&q, tag, &foreign) {
+                Plan::Gone => {
+                    cleanup.disarm();
+                    return Ok(None);
+                }
+                Plan::Holder if q.epoch.is_cancelled() => {
+                    step!(session, name, None, refresh(session, &mut q).await, cleanup);
+                }
+                Plan::Holder => {
+                    cleanup.disarm();
+                    let count = q.node.data.count();
+                    let lease = self.lease(session, name, owner, &q.path, q.node.clone(), count, &q.epoch);
+                    return Ok(Some(TryAcquire::Acquired(lease)));
+                }
+                Plan::Join => match step!(
+                    session,
+                    name,
+                    None,
+                    self.join(session, name, owner, attempt, &parent)
+                        .await
+                        .inspect_err(|_| cleanup.join_failed()),
+                    cleanup
+                ) {
+                    Joined::Lease(lease, path) => {
+                        if path == q.path {
+                            cleanup.disarm();
+                        } else {
+                            cleanup.run().await;
+                        }
+                        return Ok(Some(TryAcquire::Acquired(lease)));
+                    }
+                    Joined::Foreign(nodes) => {
+                        foreign.extend(nodes);
+                        step!(session, name, None, refresh(session, &mut q).await, cleanup);
+                    }
+                    Joined::Again => step!(session, name, None, refresh(session, &mut q).await, cleanup),
+                },
+                Plan::Wait(_) => {
+                    cleanup.run().await;
+                    return Ok(Some(TryAcquire::Busy { retry_in: None }));
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, LockError> {
+        check_attempt(attempt)?;
+        if self.holds(name, owner) {
+            let (inner, n, o, a) = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
+            let orphan = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
+            let cached = detach(
+                BACKEND,
+                async move { inner.reenter_cached(&n, &o, &a).await },
+                move |r| async move {
+                    if let Ok(Some(lease)) = r {
+                        let (inner, name, owner, attempt) = orphan;
+                        inner.release_orphan(name, owner, lease.token, attempt).await;
+                    }
+                },
+            );
+            let Some(cached) = until(deadline, cached).await else {
+                return Ok(None);
+            };
+            if let Some(lease) = cached?? {
+                return Ok(Some(lease));
+            }
+        }
+        let mut restarts = 0;
+        let mut carried = CarriedOn(None);
+        loop {
+            let Some(session) = until(deadline, self.sessions.get()).await else {
+                if let Some((ended, orphan)) = carried.0.take() {
+                    Leftover::orphaned(&ended, orphan).in_next_session().await;
+                }
+                return Ok(None);
+            };
+            let session = session?;
+            // Queued again: the new session's clean-up covers the attempt's
+            // earlier nodes (see `Leftover::queued`).
+            carried.0 = None;
+            match self.wait_in_session(&session, name, owner, attempt, deadline).await? {
+                Waited::Acquired(lease) => return Ok(Some(lease)),
+                Waited::TimedOut => return Ok(None),
+                Waited::Restart => {
+                    restarts += 1;
+                    carried.0 = Some((session, Orphan::new(&parent_path(name), owner, attempt)));
+                    tracing::debug!(backend = BACKEND, lock = %name, restarts, "queueing again in a new session");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! The operator's side: `inspect`, `list` and `force_release`.
+
+use lockkit_core::LockError;
+use lockkit_core::backend::LockInfo;
+
+use crate::backend::Inner;
+use crate::conn::SESSION_RESTARTS;
+use crate::error::{BACKEND, ForeignNode, is_connection_loss, is_session_end, session_kept_ending, zk};
+use crate::hold::{DeleteError, View, delete_hold, hold_of, list_held};
+use crate::layout::parent_path;
+
+impl Inner {
+    pub(crate) async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let parent = parent_path(name);
+        for _ in 0..SESSION_RESTARTS {
+            let session = self.sessions.get().await?;
+            match hold_of(&session.client, &parent).await {
+                Ok(View::Free) => return Ok(None),
+                Ok(View::Held(view)) => return Ok(Some(view.info(name))),
+                Ok(View::Foreign(path)) => {
+                    return Err(LockError::backend(
+                        BACKEND,
+                        "inspect",
+                        Some(name),
+                        false,
+                        ForeignNode { path },
+                    ));
+                }
+                Err(e) if is_session_end(&e) => session.end(&e),
+                Err(e) => return Err(zk("inspect", Some(name), e)),
+            }
+        }
+        Err(session_kept_ending("inspect", name))
+    }
+
+    pub(crate) async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        for _ in 0..SESSION_RESTARTS {
+            let session = self.sessions.get().await?;
+            match list_held(&session, prefix, limit).await {
+                Ok(held) => return Ok(held),
+                Err(e) if is_session_end(&e) => session.end(&e),
+                Err(e) if is_connection_loss(&e) => {}
+                Err(e) => return Err(zk("list", None, e)),
+            }
+        }
+        Err(LockError::backend(
+            BACKEND,
+            "list",
+            None,
+            true,
+            "the ZooKeeper connection was lost again and again",
+        ))
+    }
+
+    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        for _ in 0..SESSION_RESTARTS {
+            let session = self.sessions.get().await?;
+            match delete_hold(&session, name).await {
+                Ok(Some((paths, info))) => {
+                    for path in &paths {
+                        self.forget(name, path);
+                    }
+                    tracing::warn!(backend = BACKEND, lock = %name, owner = %info.owner, token = info.token, nodes = paths.len(), "lock force-released");
+                    return Ok(Some(info));
+                }
+                Ok(None) => return Ok(None),
+                Err(DeleteError::Zk(e)) if is_session_end(&e) => session.end(&e),
+                Err(DeleteError::Zk(e)) => return Err(zk("force_release", Some(name), e)),
+                Err(DeleteError::Foreign(path)) => {
+                    return Err(LockError::backend(
+                        BACKEND,
+                        "force_release",
+                        Some(name),
+                        false,
+                        ForeignNode { path },
+                    ));
+                }
+            }
+        }
+        Err(session_kept_ending("force_release", name))
+    }
+}

@@ -1,0 +1,132 @@
+//! Releasing: taking an attempt's share of a hold back, from the cached
+//! node in one round trip or from whichever node of the hold carries it.
+
+use lockkit_core::LockError;
+use lockkit_core::backend::{Hold, ReleaseOutcome};
+
+use crate::backend::Inner;
+use crate::change::{Change, change};
+use crate::conn::{SESSION_RESTARTS, Session};
+use crate::error::{BACKEND, is_session_end, session_kept_ending, zk};
+use crate::hold::{View, count_after, hold_of};
+use crate::layout::{Share, node_name, parent_path};
+use crate::queue::ZkResult;
+
+impl Inner {
+    /// Releases a hold whose acquirer stopped waiting for it.
+    pub(crate) async fn release_orphan(&self, name: String, owner: String, token: u64, attempt: String) {
+        let hold = Hold { name, owner, token };
+        match self.release(&hold, &attempt).await {
+            Ok(outcome) => {
+                tracing::debug!(backend = BACKEND, lock = %hold.name, ?outcome, "released an abandoned acquisition")
+            }
+            Err(error) => {
+                tracing::warn!(backend = BACKEND, lock = %hold.name, %error, "could not release an abandoned acquisition; it ends with the session")
+            }
+        }
+    }
+
+    pub(crate) async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
+        let Ok(token) = i64::try_from(hold.token) else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        for _ in 0..SESSION_RESTARTS {
+            let session = self.sessions.get().await?;
+            match self.release_in(&session, hold, token, attempt).await {
+                Ok(outcome) => return Ok(outcome),
+                Err(e) if is_session_end(&e) => session.end(&e),
+                Err(e) => return Err(zk("release", Some(&hold.name), e)),
+            }
+        }
+        Err(session_kept_ending("release", &hold.name))
+    }
+
+    /// Takes `attempt`'s share of `hold` back: from this session's node as
+    /// last written (one round trip, the listing that tells whether other
+    /// nodes carry the hold pipelined behind the write), or from whichever
+    /// node of the hold carries it — and from every other node that carries
+    /// it too (an attempt carried on in a new session, see
+    /// [`HoldView::count`](crate::hold::HoldView::count)). A share already
+    /// gone (a repeated release) changes nothing; the holds left are
+    /// reported again.
+    pub(crate) async fn release_in(
+        &self,
+        session: &Session,
+        hold: &Hold,
+        token: i64,
+        attempt: &str,
+    ) -> ZkResult<ReleaseOutcome> {
+        let client = &session.client;
+        let parent = parent_path(&hold.name);
+        let mut next = self
+            .cached(session, hold, token)
+            .filter(|h| h.known.data.has(attempt))
+            .map(|h| (h.path, h.known, true, h.alone));
+        let mut took = false;
+        loop {
+            let (path, known, mine, alone) = match next.take() {
+                Some(node) => node,
+                None => match hold_of(client, &parent).await? {
+                    View::Held(view) if view.owner == hold.owner && view.token == token => {
+                        match view.nodes.iter().find(|n| n.known.data.has(attempt)) {
+                            Some(n) => (n.path.clone(), n.known.clone(), n.session == session.id, false),
+                            None => {
+                                return Ok(ReleaseOutcome::Released {
+                                    remaining: view.count(),
+                                });
+                            }
+                        }
+                    }
+                    _ if took => return Ok(ReleaseOutcome::Released { remaining: 0 }),
+                    _ => return Ok(ReleaseOutcome::NotHeld),
+                },
+            };
+            // Alone (the common case), the release is the versioned write
+            // alone: nobody wrote the node since, so no other node carries
+            // the hold. Otherwise a listing behind it tells.
+            let list_after = (!alone).then_some(parent.as_str());
+            let (changed, listing) = change(
+                client,
+                &path,
+                &hold.owner,
+                Some(token),
+                Some(known),
+                Change::Remove(attempt),
+                list_after,
+            )
+            .await?;
+            let Some(changed) = changed else {
+                // That node is gone: the hold may stand on others.
+                self.forget(&hold.name, &path);
+                continue;
+            };
+            took = true;
+            if changed.node.is_none() {
+                session.released(&path);
+            }
+            let own = changed.count();
+            let (remaining, view) = if alone && !changed.raced {
+                (own, None)
+            } else {
+                let own_data = changed.node.as_ref().map(|(data, _)| data);
+                let after =
+                    count_after(client, &parent, node_name(&path), own_data, &hold.owner, token, listing).await?;
+                (after.count, after.view)
+            };
+            if mine {
+                let alone = Share::parse(node_name(&path)).is_none() && remaining == own;
+                self.remember(&hold.name, &path, &hold.owner, changed.known(), session.id, alone);
+            }
+            let also = view.and_then(|v| {
+                v.nodes
+                    .into_iter()
+                    .find(|n| n.path != path && n.known.data.has(attempt))
+            });
+            if let Some(n) = also {
+                next = Some((n.path, n.known, n.session == session.id, false));
+                continue;
+            }
+            return Ok(ReleaseOutcome::Released { remaining });
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Waiting for a lock: the acquisition's wait in one session
+//! (`wait_in_session`: queue, plan, watch the predecessor), bounded by the
+//! call's deadline, and leaving the queue when the wait runs out.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use lockkit_core::backend::Lease;
+use lockkit_core::{LockError, detach};
+use tokio::time::Instant;
+use zookeeper_client::{Error as ZkError, EventType};
+
+use crate::acquire::step;
+use crate::backend::Inner;
+use crate::conn::{Counters, Session};
+use crate::error::{BACKEND, is_connection_loss, is_session_end, zk};
+use crate::join::Joined;
+use crate::layout::{owner_tag, parent_path};
+use crate::leftover::{Cleanup, Leftover};
+use crate::queue::{Plan, Queued, ZkResult, enqueue, plan, refresh};
+
+/// How a wait in one session ended.
+pub(crate) enum Waited {
+    Acquired(Lease),
+    TimedOut,
+    /// The session ended (or the node vanished): start over in a new one.
+    Restart,
+}
+
+impl Inner {
+    /// Queues in `session` and waits there for the lock, up to `deadline`.
+    /// Every network step is bounded by the deadline too, so a suspended
+    /// connection (whose requests wait for the reconnection) cannot stretch
+    /// the wait.
+    pub(crate) async fn wait_in_session(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Waited, LockError> {
+        let tag = owner_tag(owner);
+        let parent = parent_path(name);
+        let queued = enqueue_detached(session, &parent, owner, tag, attempt);
+        let mut queued = std::pin::pin!(queued);
+        let Some(queued) = until(deadline, queued.as_mut()).await else {
+            // The wait ran out while the node was being made: it may stand
+            // (or come) all the same. It is taken back before the call
+            // returns, as after a wait (see `give_up`).
+            return Ok(queued_too_late(session, &parent, owner, attempt, queued).await);
+        };
+        let mut q = match queued? {
+            Ok(q) => q,
+            Err(e) if is_session_end(&e) => {
+                session.end(&e);
+                return Ok(Waited::Restart);
+            }
+            Err(e) => {
+                // The server may have made the node all the same.
+                Leftover::unknown_node(session, &parent, owner, attempt)
+                    .take_back_now()
+                    .await;
+                return Err(zk("acquire", Some(name), e));
+            }
+        };
+        let mut cleanup = Cleanup::new(session, &q, owner, attempt);
+        let mut foreign = Vec::new();
+        // A network step, bounded by the deadline; a session that ended means
+        // start over.
+        macro_rules! bounded {
+            ($e:expr) => {
+                match until(deadline, $e).await {
+                    Some(r) => step!(session, name, Waited::Restart, r, cleanup),
+                    None => return Ok(give_up(cleanup).await),
+                }
+            };
+        }
+        loop {
+            match plan(&q, tag, &foreign) {
+                Plan::Gone => {
+                    cleanup.disarm();
+                    return Ok(Waited::Restart);
+                }
+                Plan::Holder if q.epoch.is_cancelled() => bounded!(refresh(session, &mut q)),
+                Plan::Holder => {
+                    cleanup.disarm();
+                    let count = q.node.data.count();
+                    let lease = self.lease(session, name, owner, &q.path, q.node.clone(), count, &q.epoch);
+                    return Ok(Waited::Acquired(lease));
+                }
+                Plan::Join => {
+                    let joined = self.join_detached(session, name, owner, attempt, &parent);
+                    let Some(joined) = until(deadline, joined).await else {
+                        return Ok(give_up(cleanup).await);
+                    };
+                    let joined = joined?.inspect_err(|_| cleanup.join_failed());
+                    match step!(session, name, Waited::Restart, joined, cleanup) {
+                        Joined::Lease(lease, path) => {
+                            if path == q.path {
+                                cleanup.disarm();
+                            } else {
+                                cleanup.run().await;
+                            }
+                            return Ok(Waited::Acquired(lease));
+                        }
+                        Joined::Foreign(nodes) => {
+                            foreign.extend(nodes);
+                            bounded!(refresh(session, &mut q));
+                        }
+                        Joined::Again => bounded!(refresh(session, &mut q)),
+                    }
+                }
+                Plan::Wait(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Ok(give_up(cleanup).await);
+                }
+                Plan::Wait(node) => {
+                    Counters::bump(&self.counters.watches);
+                    let path = format!("{}/{node}", q.parent);
+                    let armed = until(deadline, session.client.get_and_watch_data(&path)).await;
+                    match armed {
+                        None => return Ok(give_up(cleanup).await),
+                        Some(Ok((_, _, watcher))) => {
+                            tokio::select! {
+                                event = watcher.changed() => {
+                                    Counters::bump(&self.counters.wakeups);
+                                    tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the node waited for");
+                                    if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                                        session.end(event.session_state);
+                                        cleanup.disarm();
+                                        return Ok(Waited::Restart);
+                                    }
+                                }
+                                _ = sleep_until(deadline) => return Ok(give_up(cleanup).await),
+                                _ = session.ended() => {
+                                    cleanup.disarm();
+                                    return Ok(Waited::Restart);
+                                }
+                            }
+                        }
+                        // Gone already, or the answer was lost: look again.
+                        Some(Err(e)) if e == ZkError::NoNode || is_connection_loss(&e) => {}
+                        Some(Err(e)) => step!(session, name, Waited::Restart, Err::<(), _>(e), cleanup),
+                    }
+                    bounded!(refresh(session, &mut q));
+                }
+            }
+        }
+    }
+
+    /// Joins the hold (see [`Inner::join`]), run to its end even if the
+    /// wait stops waiting for it: a lease it gets then is released, a share
+    /// it may have made is taken back.
+    fn join_detached(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        parent: &str,
+    ) -> impl Future<Output = Result<ZkResult<Joined>, LockError>> + use<> {
+        let (inner, s, n, o, a, p) = (
+            self.clone(),
+            session.clone(),
+            name.to_owned(),
+            owner.to_owned(),
+            attempt.to_owned(),
+            parent.to_owned(),
+        );
+        let orphan = (
+            self.clone(),
+            session.clone(),
+            name.to_owned(),
+            owner.to_owned(),
+            attempt.to_owned(),
+        );
+        detach(
+            BACKEND,
+            async move { inner.join(&s, &n, &o, &a, &p).await },
+            move |r| async move {
+                let (inner, session, name, owner, attempt) = orphan;
+                match r {
+                    Ok(Joined::Lease(lease, _)) => {
+                        inner.release_orphan(name, owner, lease.token, attempt).await;
+                    }
+                    Ok(_) => {}
+                    Err(e) if is_session_end(&e) => {}
+                    // The share may have been made all the same.
+                    Err(_) => {
+                        Leftover::unknown_share(&session, &parent_path(&name), &owner, &attempt)
+                            .take_back_retrying()
+                            .await
+                    }
+                }
+            },
+        )
+    }
+}
+
+/// Queues in `session` (see [`enqueue`]), run to its end even if the wait
+/// stops waiting for it: the node it makes then is taken back.
+fn enqueue_detached(
+    session: &Arc<Session>,
+    parent: &str,
+    owner: &str,
+    tag: u64,
+    attempt: &str,
+) -> impl Future<Output = Result<ZkResult<Queued>, LockError>> + use<> {
+    let (s, p, o, a) = (session.clone(), parent.to_owned(), owner.to_owned(), attempt.to_owned());
+    let orphan = (session.clone(), parent.to_owned(), owner.to_owned(), attempt.to_owned());
+    detach(
+        BACKEND,
+        async move { enqueue(&s, &p, &o, tag, &a).await },
+        move |r| async move {
+            let (session, parent, owner, attempt) = orphan;
+            match r {
+                Ok(q) => {
+                    Leftover::queued(&session, &q, &owner, &attempt)
+                        .take_back_retrying()
+                        .await
+                }
+                Err(e) if is_session_end(&e) => {}
+                // The server may have made the node all the same.
+                Err(_) => {
+                    Leftover::unknown_node(&session, &parent, &owner, &attempt)
+                        .take_back_retrying()
+                        .await
+                }
+            }
+        },
+    )
+}
+
+/// `fut`'s output, unless `deadline` passes first.
+pub(crate) async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+/// Leaves the queue after the wait ran out while the node was being made:
+/// waits for the create's answer, for up to a session timeout, then takes
+/// the node back as [`give_up`] does. A create still unanswered by then
+/// goes on in the background, and its detached clean-up takes the node
+/// back. Before, the call returned at once and left that clean-up to a
+/// slow connection: the node came after the call returned and stood first
+/// in the queue as a hold the owner's other processes joined.
+pub(crate) async fn queued_too_late<F>(
+    session: &Arc<Session>,
+    parent: &str,
+    owner: &str,
+    attempt: &str,
+    queued: F,
+) -> Waited
+where
+    F: Future<Output = Result<ZkResult<Queued>, LockError>>,
+{
+    match tokio::time::timeout(session.client.session_timeout(), queued).await {
+        Ok(Ok(Ok(q))) => Cleanup::new(session, &q, owner, attempt).run().await,
+        Ok(Ok(Err(e))) if is_session_end(&e) => {}
+        Ok(Ok(Err(_))) => {
+            Leftover::unknown_node(session, parent, owner, attempt)
+                .take_back_now()
+                .await
+        }
+        Ok(Err(_)) | Err(_) => {}
+    }
+    Waited::TimedOut
+}
+
+/// Leaves the queue after the wait ran out: at once while connected (so no
+/// node is left when `lock` returns; a connection that stopped answering
+/// gets a quarter second, then the rest goes on in the background), in the
+/// background while the connection is suspended (its requests would wait
+/// for the reconnection), and in the backend's next session if this one
+/// ended: at once if one can be had within a quarter second (see
+/// `Leftover::in_next_session`), else when the next one is made.
+pub(crate) async fn give_up(cleanup: Cleanup) -> Waited {
+    cleanup.run().await;
+    Waited::TimedOut
+}
+
+pub(crate) async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

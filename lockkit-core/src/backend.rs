@@ -172,13 +172,13 @@ impl Capabilities {
     /// supports with the `with_*` methods, e.g.
     /// `Capabilities::ttl_leases().with_batch_extend().with_admin()`.
     pub const fn ttl_leases() -> Self {
-        Self::ttl(false, false)
+        Self::bare(LeaseKind::Ttl)
     }
 
     /// A session-lease backend that declares nothing else yet (see
     /// [`ttl_leases`](Self::ttl_leases)).
     pub const fn session_leases() -> Self {
-        Self::session(false)
+        Self::bare(LeaseKind::Session)
     }
 
     /// The same, declaring `extend_many` in O(1) round trips (see
@@ -195,26 +195,12 @@ impl Capabilities {
         self
     }
 
-    /// Capabilities of a TTL-lease backend.
-    pub const fn ttl(batch_extend: bool, durable_tokens: bool) -> Self {
+    const fn bare(leases: LeaseKind) -> Self {
         Capabilities {
-            leases: LeaseKind::Ttl,
-            batch_extend,
-            extend_batch_max: usize::MAX,
-            durable_tokens,
-            admin: false,
-            idempotent_attempts: false,
-            fair: false,
-        }
-    }
-
-    /// Capabilities of a session-lease backend.
-    pub const fn session(durable_tokens: bool) -> Self {
-        Capabilities {
-            leases: LeaseKind::Session,
+            leases,
             batch_extend: false,
             extend_batch_max: usize::MAX,
-            durable_tokens,
+            durable_tokens: false,
             admin: false,
             idempotent_attempts: false,
             fair: false,

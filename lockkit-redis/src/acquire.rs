@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, TryAcquire};
-use lockkit_core::{LockError, detach, lease, ttl_millis};
+use lockkit_core::{LockError, detach_acquisition, lease, ttl_millis};
 
 use crate::backend::RedisBackend;
 use crate::replicas::acquire_replicated;
@@ -66,6 +66,8 @@ impl RedisBackend {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
+        let held = (name.clone(), owner.clone());
+        let releaser = (self.clone(), attempt.clone());
         let work = async move {
             let sent_at = Instant::now();
             let r = match inner.replicas {
@@ -86,19 +88,21 @@ impl RedisBackend {
                     acquire_replicated(&inner, &name, &owner, ttl_ms, &attempt, &queueing, replicas).await
                 }
             };
-            (sent_at, r, inner, name, owner, attempt)
+            (sent_at, r)
         };
-        let (sent_at, reply, ..) = detach(self.inner.kind, work, |(_, reply, inner, name, owner, attempt)| async move {
-            if let Ok(AcquireReply::Acquired { token, .. }) = reply {
-                let hold = Hold { name, owner, token };
-                let backend = RedisBackend { inner };
-                match backend.release(&hold, &attempt).await {
-                    Ok(_) => tracing::debug!(lock = %hold.name, "released the hold of a cancelled acquisition"),
-                    Err(e) => tracing::warn!(lock = %hold.name, error = %e, "releasing the hold of a cancelled acquisition failed; it expires with its ttl"),
-                }
-            }
-        })
-        .await?;
+        let hold_of = move |(_, reply): &(Instant, Result<AcquireReply, _>)| match reply {
+            Ok(AcquireReply::Acquired { token, .. }) => Some(Hold {
+                name: held.0,
+                owner: held.1,
+                token: *token,
+            }),
+            _ => None,
+        };
+        let release = move |hold: Hold| async move {
+            let (backend, attempt) = releaser;
+            backend.release(&hold, &attempt).await
+        };
+        let (sent_at, reply) = detach_acquisition(self.inner.kind, work, hold_of, release).await?;
         Ok(match reply.map_err(|f| self.error("acquire", req.name, f))? {
             AcquireReply::Acquired { token, count, pttl, .. } => (
                 TryAcquire::Acquired(Lease {

@@ -122,10 +122,13 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, self.inner.durable_tokens)
-            .with_admin()
-            .with_idempotent_attempts()
-            .with_fair()
+        let caps = Capabilities::ttl_leases().with_batch_extend();
+        let caps = if self.inner.durable_tokens {
+            caps.with_durable_tokens()
+        } else {
+            caps
+        };
+        caps.with_admin().with_idempotent_attempts().with_fair()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {

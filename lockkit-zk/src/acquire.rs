@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use lockkit_core::backend::{AcquireRequest, Lease, TryAcquire};
+use lockkit_core::backend::{AcquireRequest, Hold, Lease, TryAcquire};
 use lockkit_core::name::is_attempt_id;
-use lockkit_core::{LockError, detach};
+use lockkit_core::{LockError, detach_acquisition};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::Error as ZkError;
@@ -196,16 +196,25 @@ impl Inner {
             req.owner.to_owned(),
             req.attempt.to_owned(),
         );
-        let orphan = (self.clone(), name.clone(), owner.clone(), attempt.clone());
-        detach(
+        let held = (name.clone(), owner.clone());
+        let releaser = (self.clone(), attempt.clone());
+        let hold_of = move |r: &Result<TryAcquire, LockError>| match r {
+            Ok(TryAcquire::Acquired(lease)) => Some(Hold {
+                name: held.0,
+                owner: held.1,
+                token: lease.token,
+            }),
+            _ => None,
+        };
+        let release = move |hold: Hold| async move {
+            let (inner, attempt) = releaser;
+            inner.release(&hold, &attempt).await
+        };
+        detach_acquisition(
             BACKEND,
             async move { inner.try_acquire(&name, &owner, &attempt).await },
-            move |r| async move {
-                if let Ok(TryAcquire::Acquired(lease)) = r {
-                    let (inner, name, owner, attempt) = orphan;
-                    inner.release_orphan(name, owner, lease.token, attempt).await;
-                }
-            },
+            hold_of,
+            release,
         )
         .await?
     }
@@ -319,16 +328,25 @@ impl Inner {
         check_attempt(attempt)?;
         if self.holds(name, owner) {
             let (inner, n, o, a) = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
-            let orphan = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
-            let cached = detach(
+            let held = (name.to_owned(), owner.to_owned());
+            let releaser = (self.clone(), attempt.to_owned());
+            let hold_of = move |r: &Result<Option<Lease>, LockError>| match r {
+                Ok(Some(lease)) => Some(Hold {
+                    name: held.0,
+                    owner: held.1,
+                    token: lease.token,
+                }),
+                _ => None,
+            };
+            let release = move |hold: Hold| async move {
+                let (inner, attempt) = releaser;
+                inner.release(&hold, &attempt).await
+            };
+            let cached = detach_acquisition(
                 BACKEND,
                 async move { inner.reenter_cached(&n, &o, &a).await },
-                move |r| async move {
-                    if let Ok(Some(lease)) = r {
-                        let (inner, name, owner, attempt) = orphan;
-                        inner.release_orphan(name, owner, lease.token, attempt).await;
-                    }
-                },
+                hold_of,
+                release,
             );
             let Some(cached) = until(deadline, cached).await else {
                 return Ok(None);

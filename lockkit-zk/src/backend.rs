@@ -224,7 +224,8 @@ impl LockBackend for ZkBackend {
     fn capabilities(&self) -> Capabilities {
         // Zxids keep growing across restarts and leader changes. The queue
         // of sequential nodes is FIFO whatever the request's `fair` says.
-        Capabilities::session(true)
+        Capabilities::session_leases()
+            .with_durable_tokens()
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend};
-use lockkit_core::{LockError, detach, ttl_millis};
+use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
 use crate::error::{Fault, QuorumError};
 use crate::scripts::{self, AcquireReply, Publish, Queueing, TurnOf, UndoThen, millis};
@@ -225,23 +225,22 @@ impl RedlockBackend {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
-        let work = async move {
-            let outcome = inner.attempt(&name, &owner, &attempt, ttl_ms, &queueing).await;
-            (outcome, inner, name, owner, attempt)
+        let held = (name.clone(), owner.clone());
+        let releaser = (self.clone(), attempt.clone());
+        let work = async move { inner.attempt(&name, &owner, &attempt, ttl_ms, &queueing).await };
+        let hold_of = move |outcome: &Outcome| match outcome {
+            Outcome::Acquired(lease) => Some(Hold {
+                name: held.0,
+                owner: held.1,
+                token: lease.token,
+            }),
+            _ => None,
         };
-        let (outcome, ..) = detach(KIND, work, |(outcome, inner, name, owner, attempt)| async move {
-            if let Outcome::Acquired(lease) = outcome {
-                let hold = Hold {
-                    name,
-                    owner,
-                    token: lease.token,
-                };
-                if let Err(e) = (RedlockBackend { inner }).release(&hold, &attempt).await {
-                    tracing::warn!(lock = %hold.name, error = %e, "releasing the hold of a cancelled acquisition failed; it expires with its ttl");
-                }
-            }
-        })
-        .await?;
+        let release = move |hold: Hold| async move {
+            let (backend, attempt) = releaser;
+            backend.release(&hold, &attempt).await
+        };
+        let outcome = detach_acquisition(KIND, work, hold_of, release).await?;
         Ok(outcome)
     }
 }

@@ -181,7 +181,8 @@ impl LockBackend for RedlockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ttl(true, false)
+        Capabilities::ttl_leases()
+            .with_batch_extend()
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()

@@ -3,15 +3,14 @@
 //! not grow with the number of waiters (counted with `INFO commandstats`).
 #![cfg(feature = "redis")]
 
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockkit::{LockClient, LockOptions};
-use support::Server;
+use redis::Server;
 
 /// What one run of hand-offs cost.
 #[derive(Debug)]
@@ -161,7 +160,7 @@ fn check_handoffs(what: &str, two: &Handoffs, sixteen: &Handoffs) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoff_cost_does_not_grow_with_waiters() {
-    if !support::available("handoff_cost_does_not_grow_with_waiters") {
+    if !redis::available("handoff_cost_does_not_grow_with_waiters") {
         return;
     }
     let server = Server::start();
@@ -183,7 +182,7 @@ async fn handoff_cost_does_not_grow_with_waiters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_waiters_leave_no_subscription() {
-    if !support::available("dropped_waiters_leave_no_subscription") {
+    if !redis::available("dropped_waiters_leave_no_subscription") {
         return;
     }
     let server = Server::start();
@@ -269,7 +268,7 @@ async fn handoff_past_dead(server: &Server, name: &str, lease: Duration, dead: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_queued_client_only_delays_one_handoff() {
-    if !support::available("a_crashed_queued_client_only_delays_one_handoff") {
+    if !redis::available("a_crashed_queued_client_only_delays_one_handoff") {
         return;
     }
     let server = Server::start();
@@ -287,7 +286,7 @@ async fn a_crashed_queued_client_only_delays_one_handoff() {
 /// ones, one fallback delay each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_crashed_queued_clients_delay_a_handoff_by_at_most_a_lease() {
-    if !support::available("two_crashed_queued_clients_delay_a_handoff_by_at_most_a_lease") {
+    if !redis::available("two_crashed_queued_clients_delay_a_handoff_by_at_most_a_lease") {
         return;
     }
     let server = Server::start();
@@ -302,7 +301,7 @@ async fn two_crashed_queued_clients_delay_a_handoff_by_at_most_a_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_releases_somebody_waits_for_publish() {
-    if !support::available("only_releases_somebody_waits_for_publish") {
+    if !redis::available("only_releases_somebody_waits_for_publish") {
         return;
     }
     let server = Server::start();

@@ -4,17 +4,16 @@
 //! ended on the server.
 #![cfg(feature = "redis")]
 
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::time::{Duration, Instant};
 
 use lockkit::{LockError, LockOptions, LostReason};
-use support::Server;
+use redis::Server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_five_ttls_with_one_script_call_per_renewal() {
-    if !support::available("held_five_ttls_with_one_script_call_per_renewal") {
+    if !redis::available("held_five_ttls_with_one_script_call_per_renewal") {
         return;
     }
     let server = Server::start();
@@ -86,7 +85,7 @@ async fn lost_before_the_ttl_runs_out(server: &mut Server, cut: impl FnOnce(&mut
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_fires_before_the_ttl_when_the_server_dies() {
-    if !support::available("lost_fires_before_the_ttl_when_the_server_dies") {
+    if !redis::available("lost_fires_before_the_ttl_when_the_server_dies") {
         return;
     }
     let mut server = Server::start();
@@ -95,7 +94,7 @@ async fn lost_fires_before_the_ttl_when_the_server_dies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_fires_before_the_ttl_when_the_server_hangs() {
-    if !support::available("lost_fires_before_the_ttl_when_the_server_hangs") {
+    if !redis::available("lost_fires_before_the_ttl_when_the_server_hangs") {
         return;
     }
     let mut server = Server::start();

@@ -85,7 +85,12 @@ async fn child_process() {
 
 fn spawn_child(role: &str, url: &str, name: &str, dir: &Path, stdout: Stdio) -> Child {
     Command::new(std::env::current_exe().expect("test binary"))
-        .args(["child_process", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            &crate::common::test_name(module_path!(), "child_process"),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ROLE, role)
         .env(URL, url)
         .env(NAME, name)

@@ -6,9 +6,14 @@
 //! zk-ensemble:N`, only followers (the quorum of two stays up), and always
 //! started again when a test ends, also when it fails. The tests here take
 //! turns, and each holds an exclusive file lock that the ensemble's
-//! conformance run (tests/zookeeper.rs) holds shared: even from two cargo
-//! invocations, no conformance case sees a server go.
+//! conformance run (tests/zookeeper/kit.rs) holds shared: even from two cargo
+//! invocations, no conformance case sees a server go. (So this is a binary of
+//! its own: in the conformance run's process, whose shared lock lasts as long
+//! as the process, the exclusive lock would never be granted.)
 #![cfg(feature = "zookeeper")]
+
+#[path = "../common/mod.rs"]
+mod common;
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::process::Command;

@@ -126,7 +126,12 @@ impl Holder {
     /// `stalled_holder_process`).
     fn spawn(role: &str, url: &str, name: &str) -> Self {
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([role, "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                &crate::common::test_name(module_path!(), role),
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(ROLE, "holder")
             .env(URL, url)
             .env(NAME, name)

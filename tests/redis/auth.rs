@@ -1,17 +1,16 @@
 //! Passwords and ACL users through the URL, on a private Redis server.
 #![cfg(feature = "redis")]
 
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::time::{Duration, Instant};
 
 use lockkit::{LockError, LockOptions};
-use support::Server;
+use redis::Server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_and_acl_users() {
-    if !support::available("passwords_and_acl_users") {
+    if !redis::available("passwords_and_acl_users") {
         return;
     }
     let server = Server::start_with(&["--requirepass", "top secret"]);

@@ -4,13 +4,12 @@
 //! releases.
 #![cfg(feature = "redis")]
 
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::time::Duration;
 
 use lockkit::{LockClient, LockGuard, LockOptions};
-use support::{Sentinel, Server, eventually};
+use redis::{Sentinel, Server, eventually};
 
 async fn lock_retrying(client: &LockClient, name: &str, opts: &LockOptions) -> LockGuard {
     eventually(&format!("lock {name}"), || async {
@@ -25,7 +24,7 @@ async fn lock_retrying(client: &LockClient, name: &str, opts: &LockOptions) -> L
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_follows_a_failover() {
-    if !support::available("the_client_follows_a_failover") {
+    if !redis::available("the_client_follows_a_failover") {
         return;
     }
     follows_a_failover("").await;
@@ -37,7 +36,7 @@ async fn the_client_follows_a_failover() {
 /// replica, so acquisitions are acknowledged again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_follows_a_failover_waiting_for_replicas() {
-    if !support::available("the_client_follows_a_failover_waiting_for_replicas") {
+    if !redis::available("the_client_follows_a_failover_waiting_for_replicas") {
         return;
     }
     follows_a_failover("?wait_replicas=1").await;
@@ -64,7 +63,7 @@ async fn follows_a_failover(params: &str) {
     let before = g.fencing_token();
     g.unlock().await.expect("unlock");
     eventually("the replica has the hold", || async {
-        (replica.cli(&["EXISTS", &support::lock_key("kept")]).trim() == "1").then_some(())
+        (replica.cli(&["EXISTS", &redis::lock_key("kept")]).trim() == "1").then_some(())
     })
     .await;
 

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use lockkit_core::testkit::Kit;
 
 /// Held (shared) while this process runs ensemble cases, so that the fault
-/// tests of tests/zookeeper_ensemble.rs, which stop servers and take it
+/// tests of tests/zookeeper_ensemble/main.rs, which stop servers and take it
 /// exclusively, never run at the same time — not even from another cargo.
 static ENSEMBLE_IN_USE: LazyLock<File> = LazyLock::new(|| {
     let path = std::env::temp_dir().join("lockkit-zk-ensemble.lock");

@@ -2,15 +2,14 @@
 //! test CA made by `openssl`.
 #![cfg(feature = "redis")]
 
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use lockkit::{LockError, LockOptions};
-use support::Server;
+use redis::Server;
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -99,12 +98,12 @@ fn openssl_available(test: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_over_tls_and_mutual_tls() {
     let test = "locks_over_tls_and_mutual_tls";
-    if !support::available(test) || !openssl_available(test) {
+    if !redis::available(test) || !openssl_available(test) {
         return;
     }
     let certs = certificates(&std::env::temp_dir().join(format!("lockkit-tls-{}", std::process::id())));
     let file = |f: &str| certs.join(f).display().to_string();
-    let (tls_port, mtls_port) = (support::free_port(), support::free_port());
+    let (tls_port, mtls_port) = (redis::free_port(), redis::free_port());
     let tls_args = |port: u16, auth: &'static str| {
         vec![
             "--tls-port".to_owned(),

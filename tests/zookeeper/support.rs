@@ -1,8 +1,7 @@
 //! The shared ZooKeeper of `scripts/services` for the ZooKeeper fault
 //! tests: its URL, address and chroot, and clients of it standing for
-//! separate processes. Included by the `zookeeper_*` test
-//! files with `#[path = "zookeeper_support.rs"] mod support;` (as a test
-//! target of its own it has no tests).
+//! separate processes. Used by the modules of the `zookeeper` test binary
+//! (`crate::support`).
 #![cfg(feature = "zookeeper")]
 #![allow(dead_code)]
 

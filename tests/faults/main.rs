@@ -21,6 +21,9 @@
 //! `LOCKKIT_REQUIRE_SERVICES=1`).
 #![cfg(any(feature = "redis", feature = "mysql", feature = "postgres", feature = "zookeeper"))]
 
+#[path = "../common/mod.rs"]
+mod common;
+
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 

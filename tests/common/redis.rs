@@ -1,8 +1,7 @@
 //! Private `redis-server` processes for the Redis fault tests: each on its
 //! own free loopback port, in its own temporary directory, without
-//! persistence, killed when dropped. Included by the `redis_*` test files
-//! with `#[path = "redis_support.rs"] mod support;` (as a test target of its
-//! own it has no tests).
+//! persistence, killed when dropped. Used by the `redis`, `redlock` and
+//! `facade` test binaries (`crate::common::redis`).
 #![allow(dead_code)]
 #![cfg(feature = "redis")]
 

@@ -10,8 +10,7 @@
 //! `lockkit-cli/tests/cli_bad_input.rs`.
 
 #[cfg(feature = "redis")]
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -671,10 +670,10 @@ fn with_path(url: &str, path: &str) -> String {
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_wrong_password_and_missing_rights() {
-    if !support::available("redis_wrong_password_and_missing_rights") {
+    if !redis::available("redis_wrong_password_and_missing_rights") {
         return;
     }
-    let server = support::Server::start_with(&["--requirepass", "right-pw"]);
+    let server = redis::Server::start_with(&["--requirepass", "right-pw"]);
     let p = server.port;
     // Keys of another application only; and the right keys but no scripts.
     server.cli(&["ACL", "SETUSER", "other", "on", ">other-pw", "~other:*", "&*", "+@all"]);

@@ -18,8 +18,7 @@
 //! fault did), and a second backend with the same attempt for the new one.
 #![cfg(feature = "zookeeper")]
 
-#[path = "zookeeper_support.rs"]
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,13 +4,12 @@
 //! with the server.
 #![cfg(feature = "redis")]
 
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::time::{Duration, Instant};
 
 use lockkit::{LockClient, LockError, LockGuard, LockOptions};
-use support::Server;
+use redis::Server;
 
 async fn lock_until_ok(client: &LockClient, name: &str, opts: &LockOptions) -> (LockGuard, usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -30,7 +29,7 @@ async fn lock_until_ok(client: &LockClient, name: &str, opts: &LockOptions) -> (
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_client_works_after_a_restart() {
-    if !support::available("the_same_client_works_after_a_restart") {
+    if !redis::available("the_same_client_works_after_a_restart") {
         return;
     }
     let mut server = Server::start();
@@ -58,7 +57,7 @@ async fn the_same_client_works_after_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_when_the_server_comes_back() {
-    if !support::available("a_waiter_is_woken_when_the_server_comes_back") {
+    if !redis::available("a_waiter_is_woken_when_the_server_comes_back") {
         return;
     }
     let mut server = Server::start();

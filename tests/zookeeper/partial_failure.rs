@@ -17,8 +17,7 @@
 //! double decrement.
 #![cfg(feature = "zookeeper")]
 
-#[path = "zookeeper_support.rs"]
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::net::SocketAddr;

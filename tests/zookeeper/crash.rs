@@ -45,7 +45,12 @@ async fn a_killed_holder_process_frees_the_lock_when_its_session_expires() {
     let child_url = format!("{url}?session_timeout={}s", SESSION_TIMEOUT.as_secs());
     let mut child = Holder(
         Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &crate::common::test_name(module_path!(), TEST_NAME),
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_VAR, format!("{child_url}\n{name}"))
             .stdout(Stdio::piped())
             .spawn()

@@ -6,13 +6,12 @@
 //! and the watchdog's lost signal fires.
 #![cfg(feature = "redis")]
 
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::time::{Duration, Instant};
 
 use lockkit::{LockError, LockOptions};
-use support::{Sentinel, Server, eventually, lock_key};
+use redis::{Sentinel, Server, eventually, lock_key};
 
 /// Parameters of every URL here: a bound well above a healthy replica's
 /// acknowledgement, even on a busy machine.
@@ -111,7 +110,7 @@ async fn one_replica_is_waited_for(url: &str, master: &Server, replica: &Server)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_master_waits_for_its_replica() {
-    if !support::available("single_master_waits_for_its_replica") {
+    if !redis::available("single_master_waits_for_its_replica") {
         return;
     }
     let master = Server::start();
@@ -122,7 +121,7 @@ async fn single_master_waits_for_its_replica() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_master_waits_for_its_replica() {
-    if !support::available("sentinel_master_waits_for_its_replica") {
+    if !redis::available("sentinel_master_waits_for_its_replica") {
         return;
     }
     let master = Server::start();
@@ -139,7 +138,7 @@ async fn sentinel_master_waits_for_its_replica() {
 /// Two replicas asked for, one there: every acquisition is taken back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_replicas_than_the_master_has_fail_every_acquisition() {
-    if !support::available("more_replicas_than_the_master_has_fail_every_acquisition") {
+    if !redis::available("more_replicas_than_the_master_has_fail_every_acquisition") {
         return;
     }
     let master = Server::start();
@@ -167,7 +166,7 @@ async fn more_replicas_than_the_master_has_fail_every_acquisition() {
 /// before the option existed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_is_sent_only_when_asked() {
-    if !support::available("wait_is_sent_only_when_asked") {
+    if !redis::available("wait_is_sent_only_when_asked") {
         return;
     }
     let master = Server::start();
@@ -200,7 +199,7 @@ async fn wait_is_sent_only_when_asked() {
 /// signal fires (at the validity deadline at the latest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unacknowledged_extensions_end_in_the_lost_signal() {
-    if !support::available("unacknowledged_extensions_end_in_the_lost_signal") {
+    if !redis::available("unacknowledged_extensions_end_in_the_lost_signal") {
         return;
     }
     let master = Server::start();
@@ -225,7 +224,7 @@ async fn unacknowledged_extensions_end_in_the_lost_signal() {
 /// that master's replica has the hold when `lock` returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_waits_for_the_replica_of_the_keys_master() {
-    if !support::available("cluster_waits_for_the_replica_of_the_keys_master") {
+    if !redis::available("cluster_waits_for_the_replica_of_the_keys_master") {
         return;
     }
     let nodes: Vec<Server> = (0..6)

@@ -4,8 +4,7 @@
 //! survives still fires the lost signal, but keeps the hold.
 #![cfg(feature = "zookeeper")]
 
-#[path = "zookeeper_support.rs"]
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -2,13 +2,12 @@
 //! services are left alone): node faults, token growth, round trips.
 #![cfg(feature = "redis")]
 
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::time::{Duration, Instant};
 
 use lockkit::{LockClient, LockError, LockOptions};
-use support::Server;
+use redis::Server;
 
 fn five() -> Vec<Server> {
     (0..5).map(|_| Server::start()).collect()
@@ -33,7 +32,7 @@ fn long() -> LockOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_of_five_down_still_works() {
-    if !support::available("two_of_five_down_still_works") {
+    if !redis::available("two_of_five_down_still_works") {
         return;
     }
     let mut nodes = five();
@@ -76,7 +75,7 @@ async fn two_of_five_down_still_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_of_five_down_fails_cleanly_within_the_wait() {
-    if !support::available("three_of_five_down_fails_cleanly_within_the_wait") {
+    if !redis::available("three_of_five_down_fails_cleanly_within_the_wait") {
         return;
     }
     let mut nodes = five();
@@ -132,7 +131,7 @@ async fn three_of_five_down_fails_cleanly_within_the_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_loses_its_keys_does_not_admit_a_second_owner() {
-    if !support::available("a_node_that_loses_its_keys_does_not_admit_a_second_owner") {
+    if !redis::available("a_node_that_loses_its_keys_does_not_admit_a_second_owner") {
         return;
     }
     let mut nodes = five();
@@ -175,7 +174,7 @@ async fn a_node_that_loses_its_keys_does_not_admit_a_second_owner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_keep_growing_when_every_node_loses_its_counters() {
-    if !support::available("tokens_keep_growing_when_every_node_loses_its_counters") {
+    if !redis::available("tokens_keep_growing_when_every_node_loses_its_counters") {
         return;
     }
     let mut nodes = five();
@@ -210,7 +209,7 @@ async fn tokens_keep_growing_when_every_node_loses_its_counters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_acquisition_takes_one_round_trip() {
-    if !support::available("a_first_acquisition_takes_one_round_trip") {
+    if !redis::available("a_first_acquisition_takes_one_round_trip") {
         return;
     }
     let nodes = five();

@@ -4,14 +4,13 @@
 //! Redlock holds were made the quorum's.
 #![cfg(feature = "redis")]
 
-#[path = "redis_support.rs"]
-mod support;
+use crate::common::redis;
 
 use std::time::Duration;
 
 use lockkit::{LockClient, LockGuard, LockOptions};
 use lockkit_core::testkit::{Fault, FaultProxy};
-use support::Server;
+use redis::Server;
 
 fn redlock_url(nodes: &[Server], params: &str) -> String {
     let hosts: Vec<String> = nodes.iter().map(Server::addr).collect();
@@ -67,7 +66,7 @@ async fn excluded_unless_lost(other: &LockClient, name: &str, guards: &[&LockGua
 /// only, while the outer guard was not lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_reentry_with_a_slow_node_stays_a_quorum() {
-    if !support::available("redlock_reentry_with_a_slow_node_stays_a_quorum") {
+    if !redis::available("redlock_reentry_with_a_slow_node_stays_a_quorum") {
         return;
     }
     let nodes: Vec<Server> = (0..3).map(|_| Server::start()).collect();
@@ -122,7 +121,7 @@ async fn redlock_reentry_with_a_slow_node_stays_a_quorum() {
 /// attempt's share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_stale_node_hold_cannot_lower_the_token() {
-    if !support::available("redlock_stale_node_hold_cannot_lower_the_token") {
+    if !redis::available("redlock_stale_node_hold_cannot_lower_the_token") {
         return;
     }
     let nodes: Vec<Server> = (0..3).map(|_| Server::start()).collect();
@@ -202,7 +201,7 @@ async fn redlock_stale_node_hold_cannot_lower_the_token() {
 /// second guard was neither released nor lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_co_owners_acquiring_at_once_share_one_hold() {
-    if !support::available("redlock_co_owners_acquiring_at_once_share_one_hold") {
+    if !redis::available("redlock_co_owners_acquiring_at_once_share_one_hold") {
         return;
     }
     let nodes: Vec<Server> = (0..5).map(|_| Server::start()).collect();
@@ -282,7 +281,7 @@ async fn redlock_co_owners_acquiring_at_once_share_one_hold() {
 /// and made again above the highest, and then every node agrees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_fresh_nodes_that_disagree_are_asked_again_above() {
-    if !support::available("redlock_fresh_nodes_that_disagree_are_asked_again_above") {
+    if !redis::available("redlock_fresh_nodes_that_disagree_are_asked_again_above") {
         return;
     }
     let nodes: Vec<Server> = (0..3).map(|_| Server::start()).collect();
@@ -326,7 +325,7 @@ async fn redlock_fresh_nodes_that_disagree_are_asked_again_above() {
 /// one unlock left the name held for the whole ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_retried_acquisition_counts_once() {
-    if !support::available("redis_retried_acquisition_counts_once") {
+    if !redis::available("redis_retried_acquisition_counts_once") {
         return;
     }
     let server = Server::start();
@@ -439,7 +438,7 @@ impl ProxiedCluster {
 /// name under the outer guard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_resent_release_decrements_once() {
-    if !support::available("cluster_resent_release_decrements_once") {
+    if !redis::available("cluster_resent_release_decrements_once") {
         return;
     }
     let cluster = ProxiedCluster::start().await;

@@ -30,6 +30,8 @@ use lockkit_core::testkit::{FencedStore, StaleToken};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
+use crate::common::{unique, with_params};
+
 const ROLE: &str = "LOCKKIT_FENCING_CHILD";
 const URL: &str = "LOCKKIT_FENCING_URL";
 const NAME: &str = "LOCKKIT_FENCING_NAME";
@@ -207,19 +209,10 @@ impl Drop for Holder {
     }
 }
 
-fn unique() -> String {
-    format!("lockkit-test/fencing/{}", lockkit_core::name::random_owner())
-}
-
-fn with_params(url: &str, params: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}{params}")
-}
-
 /// The scenario with A in a child process on the backend at `url`; B is
 /// `other`, connected to the same backend.
 async fn kleppmann(label: &str, url: &str, other: LockClient) {
-    let name = unique();
+    let name = unique("fencing");
     let store = FencedStore::new();
     let mut a = Holder::spawn("holder_process", url, &name);
     let token_a: u64 = a.expect("HELD ").await.parse().expect("token");
@@ -283,7 +276,7 @@ async fn kleppmann(label: &str, url: &str, other: LockClient) {
 /// stall says it lost the lock — before its watchdog or its client
 /// library has run, by its deadline alone.
 async fn stalled(label: &str, url: &str, other: LockClient) {
-    let name = unique();
+    let name = unique("fencing");
     let mut a = Holder::spawn("stalled_holder_process", url, &name);
     let token_a: u64 = a.expect("HELD ").await.parse().expect("token");
     assert!(
@@ -370,7 +363,7 @@ async fn memory_paused_holder_is_fenced_off() {
     // In-process: A simply does nothing past its lease (no auto-extend).
     let locks = lockkit::connect("memory://fencing").await.expect("connect");
     let (a, other) = (locks.with_new_owner(), locks.with_new_owner());
-    let name = unique();
+    let name = unique("fencing");
     let store = FencedStore::new();
     let held = a
         .lock_with(&name, &a.options().ttl(Duration::from_millis(300)).auto_extend(false))

@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 use lockkit::url::ConnectUrl;
 use lockkit::{LeaseKind, LockClient, LockError, LockGuard, LockOptions, LostSignal};
 use lockkit_core::testkit::{Fault, FaultProxy, server_url};
+
+use common::{unique, with_params};
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
@@ -217,15 +219,6 @@ impl LostAt {
     }
 }
 
-fn with_params(url: &str, params: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}{params}")
-}
-
-fn unique(case: &str) -> String {
-    format!("lockkit-test/faults/{case}/{}", lockkit_core::name::random_owner())
-}
-
 /// Asserts that another owner's grant came after the holder was told.
 fn assert_told_first(label: &str, taken: &Taken, lost_at: Instant) {
     assert!(
@@ -244,7 +237,7 @@ fn assert_told_first(label: &str, taken: &Taken, lost_at: Instant) {
 /// the same client locks the name again.
 async fn blackhole_then_heal(spec: &'static Spec) {
     let Some(rig) = rig(spec).await else { return };
-    let name = unique("blackhole");
+    let name = unique("faults/blackhole");
     let held = rig
         .holder
         .lock_with(&name, &rig.hold())
@@ -293,7 +286,7 @@ async fn blackhole_then_heal(spec: &'static Spec) {
 /// the lease bound, the holder was told first, and its client fails fast.
 async fn down_for_good(spec: &'static Spec) {
     let Some(rig) = rig(spec).await else { return };
-    let name = unique("down");
+    let name = unique("faults/down");
     let held = rig
         .holder
         .lock_with(&name, &rig.hold())
@@ -325,7 +318,7 @@ async fn down_for_good(spec: &'static Spec) {
 
     // The cut-off client answers with an error in bounded time, never hangs.
     let started = Instant::now();
-    let tried = timeout(BOUND, rig.holder.try_lock(&unique("down-probe")))
+    let tried = timeout(BOUND, rig.holder.try_lock(&unique("faults/down-probe")))
         .await
         .unwrap_or_else(|_| panic!("{}: try_lock hangs while the server is unreachable", spec.var));
     match tried {
@@ -347,7 +340,7 @@ async fn down_for_good(spec: &'static Spec) {
 /// (d): with added latency the holder keeps its lease through several ttls.
 async fn latency_keeps_the_lease(spec: &'static Spec) {
     let Some(rig) = rig(spec).await else { return };
-    let name = unique("latency");
+    let name = unique("faults/latency");
     rig.proxy.set(Fault::Latency(LATENCY));
     let held = rig
         .holder
@@ -390,7 +383,7 @@ async fn latency_keeps_the_lease(spec: &'static Spec) {
 /// it lost it, never a silent double hold.
 async fn resets_mid_hold(spec: &'static Spec) {
     let Some(rig) = rig(spec).await else { return };
-    let name = unique("reset");
+    let name = unique("faults/reset");
     let held = rig
         .holder
         .lock_with(&name, &rig.hold())
@@ -458,7 +451,7 @@ async fn reply_lost(proxy: &FaultProxy, before: u64) {
 async fn lost_replies_count_once(spec: &'static Spec) {
     let Some(rig) = rig(spec).await else { return };
     let label = spec.var;
-    let name = unique("lost-replies");
+    let name = unique("faults/lost-replies");
     // A long lease: the watchdog's extensions during the fault are not the point.
     let opts = rig.holder.options().ttl(Duration::from_secs(60)).wait(BOUND);
     // Warm: a pooled connection (Redis: the scripts loaded) before the fault.
@@ -528,7 +521,7 @@ async fn lost_replies_count_once(spec: &'static Spec) {
 async fn failed_lock_leaves_nothing(spec: &'static Spec) {
     let Some(rig) = rig(spec).await else { return };
     let label = spec.var;
-    let name = unique("failed-lock");
+    let name = unique("faults/failed-lock");
     let opts = rig.holder.options().ttl(Duration::from_secs(60));
     // Warm: the connection up and the scripts loaded before the fault.
     rig.holder

@@ -13,13 +13,7 @@ use lockkit_core::testkit::server_url;
 
 async fn extend_many(client: LockClient) {
     assert!(client.capabilities().batch_extend);
-    let run = format!(
-        "{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
+    let run = crate::common::tag();
     let opts = client.options().ttl(Duration::from_secs(5)).auto_extend(false);
     let mut guards = Vec::new();
     for i in 0..300 {

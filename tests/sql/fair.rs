@@ -15,12 +15,10 @@
 use std::time::{Duration, Instant};
 
 use lockkit::LockClient;
+
+use crate::common::unique;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::server_url;
-
-fn unique(case: &str) -> String {
-    format!("lockkit-test/{case}/{}", lockkit_core::name::random_owner())
-}
 
 /// Runs one statement on the database behind `url` (no lockkit).
 async fn raw(url: &str, sql: String) {

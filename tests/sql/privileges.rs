@@ -16,7 +16,7 @@ use lockkit::{LockError, LockOptions};
 use lockkit_core::testkit::server_url;
 
 fn unique_table() -> String {
-    format!("priv_{}", &lockkit_core::name::random_owner()[..12])
+    format!("priv_{}", &crate::common::tag()[..12])
 }
 
 /// What differs between the two databases: running one statement as a user.

@@ -18,6 +18,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{unique, with_params};
+
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::server_url;
 
@@ -111,19 +113,6 @@ impl Drop for Reaper {
     }
 }
 
-fn unique() -> u128 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    nanos ^ (u128::from(std::process::id()) << 64)
-}
-
-fn with_params(url: &str, params: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}{params}")
-}
-
 /// Whether the lock table has a row for `name`, expired or not, by a plain
 /// query on a connection of its own (not through the backend).
 async fn row_exists(url: &str, name: &str) -> bool {
@@ -172,7 +161,7 @@ async fn row_exists(url: &str, name: &str) -> bool {
 
 async fn crash(url: String) {
     let url = with_params(&url, &format!("sweep_interval={}ms", SWEEP.as_millis()));
-    let name = format!("lockkit-test/crash/{:x}", unique());
+    let name = unique("crash");
     let dir = tempfile::tempdir().unwrap();
     let mut child = Reaper(spawn_child("hold", &url, &name, dir.path(), Stdio::piped()));
     let stdout = child.0.stdout.take().unwrap();
@@ -222,7 +211,7 @@ async fn crash(url: String) {
 }
 
 async fn processes(url: String) {
-    let name = format!("lockkit-test/processes/{:x}", unique());
+    let name = unique("processes");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("counter"), "0\n").unwrap();
     std::fs::write(dir.path().join("tokens"), "").unwrap();

@@ -29,13 +29,7 @@ async fn races(url: &str) {
     for _ in 0..16 {
         clients.push(lockkit::connect(url).await.expect("connect"));
     }
-    let run = format!(
-        "{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
+    let run = crate::common::tag();
     for round in 0..20 {
         let name = format!("lockkit-test/race/{run}/{round}");
         let attempts = clients.iter().cloned().map(|c| {
@@ -124,13 +118,7 @@ async fn mysql_deadlock_is_retried() {
     .await
     .unwrap();
 
-    let name = format!(
-        "lockkit-test/deadlock/{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
+    let name = crate::common::unique("deadlock");
     let mut heavy = sqlx::MySqlConnection::connect(&url).await.unwrap();
     let mut tx = heavy.begin().await.unwrap();
     sqlx::query("UPDATE lockkit_test_ballast SET v = v + 1")

@@ -18,6 +18,10 @@ use std::time::Duration;
 use lockkit::{LockClient, LockError};
 use lockkit_core::testkit::services_required;
 
+// Names take a `tag()`, a suffix no earlier run used: the private servers
+// keep their data.
+use crate::common::tag;
+
 /// A server of `scripts/services` (`mysql` or `postgres`) in a private
 /// state directory, on a private port.
 struct PrivateServer {
@@ -119,14 +123,6 @@ async fn cycle(client: &LockClient, name: &str, last: &mut u64) {
     );
 }
 
-/// A suffix no earlier run used: the private servers keep their data.
-fn unique() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
 fn available(var: &str) -> bool {
     if std::env::var(var).is_err() && !services_required() {
         eprintln!("skipped: {var} is unset, so this database is not set up here");
@@ -158,7 +154,7 @@ async fn tokens_grow_across_restarts(server: &PrivateServer) {
         for g in warm {
             g.expect("lock").unlock().await.expect("unlock");
         }
-        let kept_name = format!("restart/kept/{}", unique());
+        let kept_name = format!("restart/kept/{}", tag());
         let kept = client
             .lock_with(&kept_name, &client.options().ttl(Duration::from_secs(120)))
             .await
@@ -246,7 +242,7 @@ async fn tokens_grow_and_notifications_resume_across_postgres_restarts() {
 
     // A waiter that joined the wait list before a restart: its place is
     // retaken on the new server, so a release after the restart notifies.
-    let name = format!("restart/waitlist/{}", unique());
+    let name = format!("restart/waitlist/{}", tag());
     let held = a
         .lock_with(&name, &a.options().ttl(Duration::from_secs(60)))
         .await

@@ -8,6 +8,9 @@ use lockkit::LockError;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::server_url;
 
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+use crate::common::tag;
+
 fn config_part(e: LockError) -> String {
     match e {
         LockError::InvalidConfig { part, .. } => part,
@@ -16,14 +19,6 @@ fn config_part(e: LockError) -> String {
 }
 
 #[cfg(any(feature = "mysql", feature = "postgres"))]
-fn tag() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{:x}", nanos ^ (u128::from(std::process::id()) << 64))
-}
-
 #[tokio::test]
 async fn hostile_table_names_are_invalid_config() {
     let mut urls = vec![];

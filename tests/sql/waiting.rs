@@ -9,21 +9,7 @@ use std::time::{Duration, Instant};
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::server_url;
 
-fn unique(case: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "lockkit-test/{case}/{:x}",
-        nanos ^ (u128::from(std::process::id()) << 64)
-    )
-}
-
-fn with_params(url: &str, params: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}{params}")
-}
+use crate::common::{unique, with_params};
 
 /// A waiter whose backoff could sleep 30 s still tries again right after
 /// the holder's lease ends: its sleeps are bounded by the remaining lease.

@@ -11,16 +11,14 @@ use lockkit_zk::ZkBackend;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
+use crate::common::unique;
+
 const WAITERS: usize = 16;
 /// Far above any healthy latency, far below a stuck lock.
 const BOUND: Duration = Duration::from_secs(15);
 
 fn server_url() -> Option<String> {
     lockkit_core::testkit::server_url("LOCKKIT_ZK_URL")
-}
-
-fn unique(case: &str) -> String {
-    format!("lockkit-test/{case}/{}", lockkit_core::name::random_owner())
 }
 
 /// Polls `check` until it holds, for at most [`BOUND`].

@@ -17,16 +17,15 @@
 //! double decrement.
 #![cfg(feature = "zookeeper")]
 
-use crate::support;
-
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::common::unique;
+use crate::support::{BOUND, Server, holder_of, process, server, until_queued};
 use lockkit::{LockClient, LockGuard, LockOptions};
 use lockkit_core::testkit::{Fault, FaultProxy};
 use lockkit_zk::ZkBackend;
-use support::{BOUND, Server, holder_of, process, server, unique, until_queued};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, timeout};
 

@@ -18,14 +18,13 @@
 //! fault did), and a second backend with the same attempt for the new one.
 #![cfg(feature = "zookeeper")]
 
-use crate::support;
-
 use std::time::Duration;
 
+use crate::common::unique;
+use crate::support::{BOUND, holder_of, process, server, until_queued};
 use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, ReleaseOutcome};
 use lockkit_core::testkit::{Fault, FaultProxy};
 use lockkit_zk::ZkBackend;
-use support::{BOUND, holder_of, process, server, unique, until_queued};
 use tokio::time::timeout;
 
 /// `owner`'s acquisition `attempt` of `name`, waiting up to [`BOUND`].

@@ -4,15 +4,14 @@
 //! survives still fires the lost signal, but keeps the hold.
 #![cfg(feature = "zookeeper")]
 
-use crate::support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use crate::common::unique;
+use crate::support::server;
 use lockkit::{LockClient, LockError, LockOptions, LostReason};
 use lockkit_core::testkit::{Fault, FaultProxy};
 use lockkit_zk::ZkBackend;
-use support::{server, unique};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 

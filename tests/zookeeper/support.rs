@@ -42,11 +42,6 @@ pub fn server() -> Option<Server> {
     Some(Server { url, addr, chroot })
 }
 
-/// A lock name no other test or run uses.
-pub fn unique(case: &str) -> String {
-    format!("lockkit-test/{case}/{}", lockkit_core::name::random_owner())
-}
-
 /// A client with its own session, as a separate process would have
 /// (`owner`: shared with other such clients), waiting up to [`BOUND`].
 pub async fn process(server: &Server, owner: Option<&str>) -> (ZkBackend, LockClient) {

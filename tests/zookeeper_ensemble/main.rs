@@ -28,6 +28,8 @@ use lockkit_zk::ZkBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
+use common::unique;
+
 /// Far above any healthy latency (an election included), far below a stuck lock.
 const BOUND: Duration = Duration::from_secs(30);
 
@@ -75,10 +77,6 @@ fn ensemble() -> Option<Ensemble> {
         .collect();
     assert_eq!(nodes.len(), 3, "the ensemble URL lists three servers");
     Some(Ensemble { url, nodes })
-}
-
-fn unique(case: &str) -> String {
-    format!("lockkit-test/{case}/{}", lockkit_core::name::random_owner())
 }
 
 /// A four-letter-word answer, or `None` if the server does not answer.

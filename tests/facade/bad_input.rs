@@ -666,7 +666,7 @@ fn with_path(url: &str, path: &str) -> String {
 }
 
 /// Wrong passwords and a user without the rights, on a private Redis with
-/// `requirepass` and ACL users (as tests/redis_auth.rs sets one up).
+/// `requirepass` and ACL users (as tests/redis/auth.rs sets one up).
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_wrong_password_and_missing_rights() {

@@ -1,0 +1,37 @@
+//! Helpers shared by the test binaries, each of which includes them with
+//! `#[path = "../common/mod.rs"] mod common;` and uses what it needs: unique
+//! lock names, URL parameters, the libtest name of a test (for the tests that
+//! run their own binary again as a child process) and, with the `redis`
+//! feature, private `redis-server` processes.
+#![allow(dead_code)]
+
+#[cfg(feature = "redis")]
+pub mod redis;
+
+/// 128 random bits as 32 lowercase hex digits: a suffix no other test or run
+/// uses (for lock names, table names, run ids).
+pub fn tag() -> String {
+    lockkit_core::name::random_owner()
+}
+
+/// A lock name no other test or run uses: `lockkit-test/CASE/TAG`.
+pub fn unique(case: &str) -> String {
+    format!("lockkit-test/{case}/{}", tag())
+}
+
+/// `url` with the query parameters `params` (`a=1&b=2`) added.
+pub fn with_params(url: &str, params: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{params}")
+}
+
+/// The name libtest knows the test function `test` by, when it is defined in
+/// the module whose `module_path!()` is `module_path`: the path without the
+/// crate (the binary) name, e.g. `processes::child_process`. A test that
+/// starts this binary again for one test passes it with `--exact`.
+pub fn test_name(module_path: &str, test: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, path)) => format!("{path}::{test}"),
+        None => test.to_owned(),
+    }
+}

@@ -1,0 +1,336 @@
+//! Private `redis-server` processes for the Redis fault tests: each on its
+//! own free loopback port, in its own temporary directory, without
+//! persistence, killed when dropped. Used by the `redis`, `redlock` and
+//! `facade` test binaries (`crate::common::redis`).
+#![allow(dead_code)]
+#![cfg(feature = "redis")]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lockkit_core::testkit::services_required;
+
+/// Whether `redis-server` and `redis-cli` can be run. Without them a test
+/// skips, or fails when `LOCKKIT_REQUIRE_SERVICES=1`.
+pub fn available(test: &str) -> bool {
+    let ok = ["redis-server", "redis-cli"].iter().all(|bin| {
+        Command::new(bin)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !ok {
+        if services_required() {
+            panic!("{test}: redis-server/redis-cli are not installed and LOCKKIT_REQUIRE_SERVICES=1");
+        }
+        eprintln!("skipped {test}: redis-server/redis-cli are not installed (scripts/services up redis installs them)");
+    }
+    ok
+}
+
+/// One private Redis server.
+pub struct Server {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Server {
+    /// Starts a server on a free port.
+    pub fn start() -> Server {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`--requirepass`,
+    /// `--cluster-enabled`, …).
+    pub fn start_with(extra: &[&str]) -> Server {
+        let port = free_port();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!("lockkit-redis-test-{}-{port}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut server = Server {
+            port,
+            dir,
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--enable-debug-command", "local"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self
+                .try_cli(&["PING"])
+                .is_some_and(|r| r.trim() == "PONG" || r.contains("NOAUTH"))
+            {
+                return;
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                panic!("redis-server on port {} exited ({status}):\n{log}", self.port);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not answer",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's own temporary directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn try_cli(&self, args: &[&str]) -> Option<String> {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        // A server started with --requirepass: redis-cli logs in as default.
+        if let Some(i) = self.extra.iter().position(|a| a == "--requirepass") {
+            cmd.args(["--no-auth-warning", "-a", &self.extra[i + 1]]);
+        }
+        let out = cmd.args(args).stdin(Stdio::null()).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs one `redis-cli` command and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        self.try_cli(args)
+            .unwrap_or_else(|| panic!("redis-cli -p {} {args:?} failed", self.port))
+    }
+
+    /// Runs the commands in `input` (one a line) on one `redis-cli`
+    /// connection, so a `READONLY` first lets a cluster replica answer reads.
+    pub fn cli_session(&self, input: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-cli");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write to redis-cli");
+        let out = child.wait_with_output().expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Starts a replica of `master` and waits until it has synchronised.
+    pub fn replica_of(master: &Server) -> Server {
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !replica.cli(&["INFO", "replication"]).contains("master_link_status:up") {
+            assert!(
+                Instant::now() < deadline,
+                "the replica on port {} did not synchronise with {}",
+                replica.port,
+                master.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        replica
+    }
+
+    /// The `calls` of every command in `INFO commandstats`, by command name.
+    pub fn command_calls(&self) -> std::collections::BTreeMap<String, u64> {
+        self.cli(&["INFO", "commandstats"])
+            .lines()
+            .filter_map(|l| {
+                let (name, rest) = l.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+                Some((name.to_owned(), calls.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// Kills the server (SIGKILL): clients see refused connections.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Resumes a frozen server.
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            let ok = Command::new("kill")
+                .args([&format!("-{sig}"), &pid.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill -{sig} {pid}");
+        }
+    }
+
+    /// Starts the server again on the same port, with an empty data set (a
+    /// restart without persistence).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.pid().is_some() {
+            self.thaw();
+        }
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A private sentinel monitoring `master` as the group `m` (quorum 1,
+/// down after 1 s), in a directory of the master's.
+pub struct Sentinel {
+    pub port: u16,
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Sentinel {
+    /// Starts it on a free port.
+    pub fn start(master: &Server) -> Sentinel {
+        let port = free_port();
+        let dir = master.dir().join("sentinel");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "bind 127.0.0.1\nport {port}\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+                 sentinel monitor m 127.0.0.1 {master} 1\n\
+                 sentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 5000\n",
+                dir = dir.display(),
+                master = master.port
+            ),
+        )
+        .expect("sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sentinel");
+        Sentinel { port, child, dir }
+    }
+
+    /// Runs one `redis-cli` command against the sentinel.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The port of the master the sentinel names for `m`.
+    pub fn master_port(&self) -> Option<u16> {
+        self.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"])
+            .lines()
+            .nth(1)
+            .and_then(|p| p.trim().parse().ok())
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The key lockkit keeps `name`'s hold in under the default prefix (see
+/// lockkit-redis' key layout): `lockkit:{TAG}:NAME`.
+pub fn lock_key(name: &str) -> String {
+    let h = name
+        .bytes()
+        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    format!("lockkit:{{{:03x}}}:{name}", h % 4096)
+}
+
+/// Retries `f` until it gives a value, for at most 30 s.
+pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(t) = f().await {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,19 @@
+//! The Redis backend (single node, sentinel, cluster): the conformance kit
+//! on the shared servers, and scenarios on private `redis-server` processes
+//! (auth, TLS, restarts, failover, partial failures, replica
+//! acknowledgements, waiting, the watchdog). Redlock has its own binary.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod auth;
+mod cluster_kit;
+mod kit;
+mod partial_failure;
+mod recovery;
+mod sentinel_failover;
+mod sentinel_kit;
+mod tls;
+mod wait_replicas;
+mod waiting;
+mod watchdog;

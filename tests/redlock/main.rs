@@ -1,0 +1,8 @@
+//! Redlock (`redlock://`): the conformance kit on the shared five nodes, and
+//! scenarios on private `redis-server` nodes that go down or lose their keys.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod kit;
+mod scenarios;

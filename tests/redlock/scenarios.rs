@@ -1,0 +1,242 @@
+//! Redlock on five private Redis masters started by the test (the shared
+//! services are left alone): node faults, token growth, round trips.
+#![cfg(feature = "redis")]
+
+use crate::common::redis;
+
+use std::time::{Duration, Instant};
+
+use lockkit::{LockClient, LockError, LockOptions};
+use redis::Server;
+
+fn five() -> Vec<Server> {
+    (0..5).map(|_| Server::start()).collect()
+}
+
+fn url(nodes: &[Server]) -> String {
+    let hosts: Vec<String> = nodes.iter().map(Server::addr).collect();
+    format!("redlock://{}", hosts.join(","))
+}
+
+async fn client(nodes: &[Server]) -> LockClient {
+    lockkit::connect(&url(nodes))
+        .await
+        .expect("connect to the redlock nodes")
+}
+
+fn long() -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_secs(60))
+        .wait(Duration::from_secs(10))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_down_still_works() {
+    if !redis::available("two_of_five_down_still_works") {
+        return;
+    }
+    let mut nodes = five();
+    let (a, b) = (client(&nodes).await, client(&nodes).await);
+    nodes[1].stop();
+    nodes[3].stop();
+    let mut last = 0;
+    for _ in 0..5 {
+        let g = a
+            .lock_with("job", &long())
+            .await
+            .expect("a quorum of 3 grants the lock");
+        assert!(g.fencing_token() > last, "tokens keep growing");
+        last = g.fencing_token();
+        assert!(
+            b.try_lock_with("job", &long()).await.expect("try_lock").is_none(),
+            "another owner is excluded with two nodes down"
+        );
+        let info = b.inspect("job").await.expect("inspect").expect("held");
+        assert_eq!((info.owner.as_str(), info.token), (a.owner(), last));
+        g.extend(Duration::from_secs(30)).await.expect("extend by a quorum");
+        assert!(g.unlock().await.expect("unlock").is_free());
+    }
+    // A waiter is handed the lock on release with two nodes down.
+    let g = a.lock_with("job", &long()).await.expect("lock");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock_with("job", &long()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.unlock().await.expect("unlock");
+    let gb = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("handed over promptly")
+        .expect("task")
+        .expect("lock");
+    assert!(gb.fencing_token() > last);
+    gb.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_of_five_down_fails_cleanly_within_the_wait() {
+    if !redis::available("three_of_five_down_fails_cleanly_within_the_wait") {
+        return;
+    }
+    let mut nodes = five();
+    let a = client(&nodes).await;
+    for i in [0, 2, 4] {
+        nodes[i].stop();
+    }
+    let wait = Duration::from_secs(2);
+    let started = Instant::now();
+    let e = a
+        .lock_with("job", &long().wait(wait))
+        .await
+        .expect_err("no quorum: the lock cannot be granted");
+    assert!(
+        matches!(e, LockError::Backend { retryable: true, .. }),
+        "a typed, retryable backend error, got {e:?}"
+    );
+    assert!(
+        started.elapsed() < wait + Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    let message = format!(
+        "{e}: {}",
+        std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()
+    );
+    assert!(message.contains("redlock") && message.contains("3 needed"), "{message}");
+    let e = a.try_lock("job").await.expect_err("try_lock without a quorum");
+    assert!(matches!(e, LockError::Backend { retryable: true, .. }), "{e:?}");
+    // Nothing was left behind on the two live nodes.
+    for i in [1, 3] {
+        let keys = nodes[i].cli(&["--scan", "--pattern", "lockkit:*:job"]);
+        assert!(keys.trim().is_empty(), "node {i} kept {keys:?}");
+    }
+    // With the nodes back the same client works again.
+    for i in [0, 2, 4] {
+        nodes[i].restart();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match a.lock_with("job", &long()).await {
+            Ok(g) => {
+                g.unlock().await.expect("unlock");
+                break;
+            }
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("redlock did not recover after the nodes came back: {e:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_loses_its_keys_does_not_admit_a_second_owner() {
+    if !redis::available("a_node_that_loses_its_keys_does_not_admit_a_second_owner") {
+        return;
+    }
+    let mut nodes = five();
+    let (a, b) = (client(&nodes).await, client(&nodes).await);
+    let ga = a.lock_with("job", &long()).await.expect("lock on all five");
+    // Two nodes restart without persistence: the hold is gone from them.
+    nodes[0].restart();
+    nodes[4].restart();
+    for i in [0, 4] {
+        assert_eq!(nodes[i].cli(&["DBSIZE"]).trim(), "0", "node {i} lost its keys");
+    }
+    for _ in 0..5 {
+        assert!(
+            b.try_lock_with("job", &long()).await.expect("try_lock").is_none(),
+            "B must not hold while A still has a quorum (3 of 5)"
+        );
+    }
+    let e = b
+        .lock_with("job", &long().wait(Duration::from_millis(300)))
+        .await
+        .expect_err("B waits in vain");
+    assert!(matches!(e, LockError::WaitTimeout { .. }), "{e:?}");
+    // B's failed attempts were undone on the restarted nodes.
+    for i in [0, 4] {
+        let keys = nodes[i].cli(&["--scan", "--pattern", "lockkit:*:job"]);
+        assert!(keys.trim().is_empty(), "node {i} kept B's partial hold: {keys:?}");
+    }
+    let info = b.inspect("job").await.expect("inspect").expect("held");
+    assert_eq!((info.owner.as_str(), info.token), (a.owner(), ga.fencing_token()));
+    ga.extend(Duration::from_secs(60))
+        .await
+        .expect("A still extends with a quorum");
+    assert!(!ga.is_lost());
+    let token = ga.fencing_token();
+    ga.unlock().await.expect("unlock");
+    let gb = b.lock_with("job", &long()).await.expect("free after A's release");
+    assert!(gb.fencing_token() > token);
+    gb.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_growing_when_every_node_loses_its_counters() {
+    if !redis::available("tokens_keep_growing_when_every_node_loses_its_counters") {
+        return;
+    }
+    let mut nodes = five();
+    let a = client(&nodes).await;
+    let mut last = 0;
+    for _ in 0..3 {
+        let g = a.lock_with("job", &long()).await.expect("lock");
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.unlock().await.expect("unlock");
+    }
+    for n in &mut nodes {
+        n.restart();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let g = loop {
+        match a.lock_with("job", &long()).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("lock after the restarts: {e:?}"),
+        }
+    };
+    assert!(
+        g.fencing_token() > last,
+        "token {} after {last}: counters restart from the nodes' clocks",
+        g.fencing_token()
+    );
+    g.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_acquisition_takes_one_round_trip() {
+    if !redis::available("a_first_acquisition_takes_one_round_trip") {
+        return;
+    }
+    let nodes = five();
+    let (a, b) = (client(&nodes).await, client(&nodes).await);
+    // Warm up: every node loads the scripts once.
+    a.lock("warm-up").await.expect("lock").unlock().await.expect("unlock");
+    let before: Vec<u64> = nodes
+        .iter()
+        .map(|n| n.command_calls().get("evalsha").copied().unwrap_or(0))
+        .collect();
+    let cycles = 10;
+    let mut last = 0;
+    for i in 0..cycles {
+        let c = if i % 2 == 0 { &a } else { &b };
+        let g = c.lock_with("job", &long()).await.expect("lock");
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.unlock().await.expect("unlock");
+    }
+    for (node, before) in nodes.iter().zip(before) {
+        let calls = node.command_calls().get("evalsha").copied().unwrap_or(0) - before;
+        // One acquire and one release script per cycle; an undo and a
+        // second acquire round only when fresh nodes disagree on the token.
+        assert!(
+            calls <= 2 * cycles + 2,
+            "{calls} script calls on {} for {cycles} lock/unlock cycles",
+            node.addr()
+        );
+    }
+}

@@ -1,0 +1,20 @@
+//! The SQL lock table on MySQL/MariaDB, Postgres and SQLite: the conformance
+//! kit on each, and the table's own concerns (extension, the fair waiting
+//! line, least privilege, several processes, races, server restarts, the
+//! schema and its migration, waiting). Each module is compiled with the
+//! features it needs.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod extend;
+mod fair;
+mod mysql_kit;
+mod postgres_kit;
+mod privileges;
+mod processes;
+mod race;
+mod restart;
+mod schema;
+mod sqlite_kit;
+mod waiting;

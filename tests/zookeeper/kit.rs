@@ -1,0 +1,39 @@
+//! The conformance kit against ZooKeeper: a single server
+//! (`LOCKKIT_ZK_URL`) and a three-node ensemble (`LOCKKIT_ZK_ENSEMBLE_URL`),
+//! both from `scripts/services`.
+#![cfg(feature = "zookeeper")]
+
+use std::fs::File;
+use std::sync::LazyLock;
+
+use lockkit_core::testkit::Kit;
+
+/// Held (shared) while this process runs ensemble cases, so that the fault
+/// tests of tests/zookeeper_ensemble/main.rs, which stop servers and take it
+/// exclusively, never run at the same time — not even from another cargo.
+static ENSEMBLE_IN_USE: LazyLock<File> = LazyLock::new(|| {
+    let path = std::env::temp_dir().join("lockkit-zk-ensemble.lock");
+    let file = File::create(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    file.lock_shared().expect("lock the ensemble for the conformance run");
+    file
+});
+
+/// The kit for the server in `var`, with a 4 s session timeout so the crash
+/// case does not wait for the 10 s default.
+fn kit(var: &str) -> Option<Kit> {
+    Kit::from_env(var, |url| async move {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        lockkit::connect(&format!("{url}{sep}session_timeout=4s")).await
+    })
+    .map(|k| k.with_stress(8, 50))
+}
+
+mod single {
+    lockkit_core::conformance_tests!(super::kit("LOCKKIT_ZK_URL"));
+}
+
+mod ensemble {
+    lockkit_core::conformance_tests!(super::kit("LOCKKIT_ZK_ENSEMBLE_URL").inspect(|_| {
+        std::sync::LazyLock::force(&super::ENSEMBLE_IN_USE);
+    }));
+}

@@ -1,0 +1,16 @@
+//! The ZooKeeper backend: the conformance kit (single server and ensemble),
+//! and scenarios on the single server (a killed holder process, the herd,
+//! partial failures, attempts restarted in a new session, sessions cut off).
+//! The ensemble's fault tests, which stop servers, are the
+//! `zookeeper_ensemble` binary.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod crash;
+mod herd;
+mod kit;
+mod partial_failure;
+mod restarted_attempt;
+mod session;
+mod support;

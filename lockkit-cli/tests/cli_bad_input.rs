@@ -2,7 +2,7 @@
 //! input exits 1 (75 for a lock it could not have in time) with one line on
 //! stderr that names the problem, no panic, no password, within a time
 //! bound; and nothing is left held afterwards. The API's matrix is
-//! `tests/bad_input.rs` at the workspace root.
+//! `tests/facade/bad_input.rs` at the workspace root.
 #![cfg(feature = "sqlite")]
 
 use std::io::Read;

@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::url::ConnectUrl;
+use lockkit_core::url::{ConnectUrl, decode_component};
 
 /// The port of a host given without one.
 pub const DEFAULT_PORT: u16 = 2181;
@@ -93,9 +93,8 @@ impl ZkConfig {
         let digest = match (url.url.username(), url.url.password()) {
             ("", None) => None,
             (user, Some(password)) if !user.is_empty() && !password.is_empty() => {
-                let bad = || LockError::config("url credentials", "not valid percent-encoded UTF-8");
-                let user = percent_decode(user).ok_or_else(bad)?;
-                let password = percent_decode(password).ok_or_else(bad)?;
+                let user = decode_component(user, "url credentials")?;
+                let password = decode_component(password, "url credentials")?;
                 if user.contains(':') {
                     return Err(LockError::config(
                         "url credentials",
@@ -161,7 +160,7 @@ fn timeout_param(url: &mut ConnectUrl, key: &str, default: Duration) -> Result<D
 /// none with characters ZooKeeper refuses in paths.
 fn parse_chroot(raw: &str) -> Result<String, LockError> {
     let bad = |why: &str| LockError::config("url path", format!("{raw:?} is not a ZooKeeper chroot: {why}"));
-    let path = percent_decode(raw).ok_or_else(|| bad("it is not valid percent-encoded UTF-8"))?;
+    let path = decode_component(raw, "url path").map_err(|_| bad("it is not valid percent-encoded UTF-8"))?;
     if path.is_empty() || path == "/" {
         return Ok("/".to_owned());
     }
@@ -188,21 +187,6 @@ fn parse_chroot(raw: &str) -> Result<String, LockError> {
 /// Characters ZooKeeper refuses in paths (`PathUtils.validatePath`).
 fn refused_in_paths(c: char) -> bool {
     matches!(u32::from(c), 0x0000..=0x001f | 0x007f..=0x009f | 0xd800..=0xf8ff | 0xfff0..=0xffff)
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let hi = char::from(bytes.next()?).to_digit(16)?;
-            let lo = char::from(bytes.next()?).to_digit(16)?;
-            out.push((hi * 16 + lo) as u8);
-        } else {
-            out.push(b);
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -92,7 +92,7 @@ mod tests {
     }
 
     /// The library's `Custom` errors cannot be made outside it: the
-    /// `*_too_late_*` cases of `tests/zookeeper_partial_failure.rs` get them
+    /// `*_too_late_*` cases of `tests/zookeeper/partial_failure.rs` get them
     /// from a real connection.
     #[test]
     fn connection_losses() {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::url::{ConnectUrl, HostPort, Scheme};
+use lockkit_core::url::{ConnectUrl, HostPort, Scheme, decode_component};
 
 use super::{
     DEFAULT_REDLOCK_RESPONSE_TIMEOUT, Mode, Node, REDIS_PORT, RedisConfig, SENTINEL_PORT, Tls,
@@ -265,8 +265,5 @@ fn decode(s: &str, part: &str) -> Result<Option<String>, LockError> {
     if s.is_empty() {
         return Ok(None);
     }
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8()
-        .map(|s| Some(s.into_owned()))
-        .map_err(|_| LockError::config(part.to_owned(), "not valid UTF-8 after percent-decoding"))
+    decode_component(s, part).map(Some)
 }

@@ -17,8 +17,8 @@ use redis::{RedisResult, Value};
 use crate::config::{Mode, RedisConfig};
 use crate::conn::{self, Conn};
 use crate::error::Fault;
+use crate::inspect::inspect_listed;
 use crate::layout::Keys;
-use crate::list::inspect_listed;
 use crate::scripts::{self, Publish, Replicas};
 use crate::wait::Waiters;
 

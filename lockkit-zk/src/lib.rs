@@ -104,7 +104,6 @@ use lockkit_core::backend::LockBackend;
 use lockkit_core::url::ConnectUrl;
 
 mod acquire;
-mod admin;
 mod backend;
 mod cache;
 mod change;
@@ -113,6 +112,7 @@ mod conn;
 mod error;
 mod extend;
 mod hold;
+mod inspect;
 mod join;
 mod layout;
 mod leftover;

@@ -389,7 +389,7 @@ impl LockBackend for RedlockBackend {
             return Err(LockError::backend(KIND, "list", None, e.retryable, e));
         }
         let names = scans.iter().flatten().flatten().filter_map(|k| inner.keys.name_of(k));
-        crate::list::inspect_listed(names, prefix, limit, 16, |n| async move { self.inspect(&n).await }).await
+        crate::inspect::inspect_listed(names, prefix, limit, 16, |n| async move { self.inspect(&n).await }).await
     }
 
     /// The clients a quorum of nodes has queued for `name` (the quorum-th

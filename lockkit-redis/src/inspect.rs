@@ -1,4 +1,4 @@
-//! Listing: the lock keys on every primary, and the inspection of the names
+//! Inspection and listing: the lock keys on every primary, and the inspection of the names
 //! found (shared with Redlock).
 
 use futures_util::future::join_all;

@@ -1,4 +1,4 @@
-//! The operator's side: `inspect`, `list` and `force_release`.
+//! Inspection and the operator's side: `inspect`, `list` and `force_release`.
 
 use lockkit_core::LockError;
 use lockkit_core::backend::LockInfo;

@@ -73,13 +73,9 @@ impl FileLockBackend {
                     store.run("acquire", Some(&op_name), op).await
                 }
             };
-            // Which hold the answer is, if it is one.
-            let hold_of = move |answer: &Result<Granted, LockError>| match answer {
-                Ok(Granted::Yes { token, .. }) => Some(Hold {
-                    name,
-                    owner,
-                    token: *token,
-                }),
+            // The fencing token of the answer, if it is a hold.
+            let token_of = |answer: &Result<Granted, LockError>| match answer {
+                Ok(Granted::Yes { token, .. }) => Some(*token),
                 _ => None,
             };
             let release = move |hold: Hold| async move {
@@ -87,22 +83,24 @@ impl FileLockBackend {
                 let op = move |s: &Store, now| s.release(&hold, &attempt, now);
                 store.run("release", Some(&op_name), op).await
             };
-            Ok(match detach_acquisition(KIND, work, hold_of, release).await?? {
-                Granted::Yes {
-                    token,
-                    hold_count,
-                    remaining,
-                } => TryAcquire::Acquired(Lease {
-                    token,
-                    hold_count,
-                    valid_until: Some(valid_until(sent_at, remaining)),
-                    lost: None,
-                    session_deadline: None,
-                }),
-                Granted::No { remaining } => TryAcquire::Busy {
-                    retry_in: Some(remaining),
+            Ok(
+                match detach_acquisition(KIND, &name, &owner, work, token_of, release).await?? {
+                    Granted::Yes {
+                        token,
+                        hold_count,
+                        remaining,
+                    } => TryAcquire::Acquired(Lease {
+                        token,
+                        hold_count,
+                        valid_until: Some(valid_until(sent_at, remaining)),
+                        lost: None,
+                        session_deadline: None,
+                    }),
+                    Granted::No { remaining } => TryAcquire::Busy {
+                        retry_in: Some(remaining),
+                    },
                 },
-            })
+            )
         }
     }
 }

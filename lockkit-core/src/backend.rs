@@ -87,6 +87,16 @@ pub enum TryAcquire {
     },
 }
 
+impl TryAcquire {
+    /// The fencing token of the hold, if the attempt got one.
+    pub fn token(&self) -> Option<u64> {
+        match self {
+            TryAcquire::Acquired(lease) => Some(lease.token),
+            TryAcquire::Busy { .. } => None,
+        }
+    }
+}
+
 /// The outcome of a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {

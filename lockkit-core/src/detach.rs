@@ -39,30 +39,35 @@ where
     Ok(result)
 }
 
-/// [`detach`] for an acquisition attempt: if the caller stops waiting
-/// before the answer came and the answer turns out to be a hold
-/// (`hold_of` says which), `release` gives that attempt's share back in the
-/// background — a hold nobody will ever use must not wait for its lease to
-/// end. `release` is the backend's own release of that attempt (called
-/// with the hold; it knows the attempt id); a failure is logged, and the
-/// hold then ends with its lease or session.
-pub async fn detach_acquisition<T, W, H, R, RF>(
+/// [`detach`] for an acquisition attempt of `name` by `owner`: if the
+/// caller stops waiting before the answer came and the answer turns out to
+/// be a hold (`token_of` gives its fencing token), `release` gives that
+/// attempt's share back in the background — a hold nobody will ever use
+/// must not wait for its lease to end. `release` is the backend's own
+/// release of that attempt (called with the hold; it knows the attempt
+/// id); a failure is logged, and the hold then ends with its lease or
+/// session.
+pub async fn detach_acquisition<T, W, K, R, RF>(
     backend: &'static str,
+    name: &str,
+    owner: &str,
     work: W,
-    hold_of: H,
+    token_of: K,
     release: R,
 ) -> Result<T, LockError>
 where
     T: Send + 'static,
     W: Future<Output = T> + Send + 'static,
-    H: FnOnce(&T) -> Option<Hold> + Send + 'static,
+    K: FnOnce(&T) -> Option<u64> + Send + 'static,
     R: FnOnce(Hold) -> RF + Send + 'static,
     RF: Future<Output = Result<ReleaseOutcome, LockError>> + Send + 'static,
 {
+    let (name, owner) = (name.to_owned(), owner.to_owned());
     detach(backend, work, move |out| async move {
-        let Some(hold) = hold_of(&out) else {
+        let Some(token) = token_of(&out) else {
             return;
         };
+        let hold = Hold { name, owner, token };
         let name = hold.name.clone();
         match release(hold).await {
             Ok(_) => tracing::debug!(backend, lock = %name, "released the hold of a cancelled acquisition"),
@@ -150,18 +155,15 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_acquisition_releases_what_it_got() {
         let (released_tx, released_rx) = oneshot::channel();
-        let hold = |token| Hold {
-            name: "n".to_owned(),
-            owner: "o".to_owned(),
-            token,
-        };
         let attempt = detach_acquisition(
             "test",
+            "n",
+            "o",
             async {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 Some(7u64)
             },
-            move |got: &Option<u64>| got.map(hold),
+            |got: &Option<u64>| *got,
             move |h: Hold| async move {
                 let _ = released_tx.send(h.token);
                 Ok(ReleaseOutcome::Released { remaining: 0 })
@@ -175,8 +177,10 @@ mod tests {
 
         let kept = detach_acquisition(
             "test",
+            "n",
+            "o",
             async { Some(5u64) },
-            move |got: &Option<u64>| got.map(hold),
+            |got: &Option<u64>| *got,
             |_| async { panic!("not orphaned") },
         )
         .await;

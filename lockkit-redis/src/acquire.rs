@@ -66,7 +66,6 @@ impl RedisBackend {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
-        let held = (name.clone(), owner.clone());
         let releaser = (self.clone(), attempt.clone());
         let work = async move {
             let sent_at = Instant::now();
@@ -90,19 +89,16 @@ impl RedisBackend {
             };
             (sent_at, r)
         };
-        let hold_of = move |(_, reply): &(Instant, Result<AcquireReply, _>)| match reply {
-            Ok(AcquireReply::Acquired { token, .. }) => Some(Hold {
-                name: held.0,
-                owner: held.1,
-                token: *token,
-            }),
+        let token_of = |(_, reply): &(Instant, Result<AcquireReply, _>)| match reply {
+            Ok(AcquireReply::Acquired { token, .. }) => Some(*token),
             _ => None,
         };
         let release = move |hold: Hold| async move {
             let (backend, attempt) = releaser;
             backend.release(&hold, &attempt).await
         };
-        let (sent_at, reply) = detach_acquisition(self.inner.kind, work, hold_of, release).await?;
+        let (sent_at, reply) =
+            detach_acquisition(self.inner.kind, req.name, req.owner, work, token_of, release).await?;
         Ok(match reply.map_err(|f| self.error("acquire", req.name, f))? {
             AcquireReply::Acquired { token, count, pttl, .. } => (
                 TryAcquire::Acquired(Lease {

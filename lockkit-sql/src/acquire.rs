@@ -101,16 +101,12 @@ impl SqlBackend {
             };
             // Only this attempt's share: a re-entry's orphan leaves the
             // holds it re-entered as they were.
-            let hold_of = move |result: &Result<(TryAcquire, bool), LockError>| match result {
-                Ok((TryAcquire::Acquired(lease), _)) => Some(Hold {
-                    name,
-                    owner,
-                    token: lease.token,
-                }),
-                _ => None,
+            let token_of = |result: &Result<(TryAcquire, bool), LockError>| match result {
+                Ok((acquired, _)) => acquired.token(),
+                Err(_) => None,
             };
             let release = move |hold: Hold| async move { inner.release(&hold, &attempt).await };
-            detach_acquisition(kind, work, hold_of, release).await?
+            detach_acquisition(kind, &name, &owner, work, token_of, release).await?
         }
     }
 

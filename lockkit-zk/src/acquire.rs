@@ -196,24 +196,17 @@ impl Inner {
             req.owner.to_owned(),
             req.attempt.to_owned(),
         );
-        let held = (name.clone(), owner.clone());
         let releaser = (self.clone(), attempt.clone());
-        let hold_of = move |r: &Result<TryAcquire, LockError>| match r {
-            Ok(TryAcquire::Acquired(lease)) => Some(Hold {
-                name: held.0,
-                owner: held.1,
-                token: lease.token,
-            }),
-            _ => None,
-        };
         let release = move |hold: Hold| async move {
             let (inner, attempt) = releaser;
             inner.release(&hold, &attempt).await
         };
         detach_acquisition(
             BACKEND,
+            req.name,
+            req.owner,
             async move { inner.try_acquire(&name, &owner, &attempt).await },
-            hold_of,
+            |r: &Result<TryAcquire, LockError>| r.as_ref().ok().and_then(TryAcquire::token),
             release,
         )
         .await?
@@ -328,24 +321,17 @@ impl Inner {
         check_attempt(attempt)?;
         if self.holds(name, owner) {
             let (inner, n, o, a) = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
-            let held = (name.to_owned(), owner.to_owned());
             let releaser = (self.clone(), attempt.to_owned());
-            let hold_of = move |r: &Result<Option<Lease>, LockError>| match r {
-                Ok(Some(lease)) => Some(Hold {
-                    name: held.0,
-                    owner: held.1,
-                    token: lease.token,
-                }),
-                _ => None,
-            };
             let release = move |hold: Hold| async move {
                 let (inner, attempt) = releaser;
                 inner.release(&hold, &attempt).await
             };
             let cached = detach_acquisition(
                 BACKEND,
+                name,
+                owner,
                 async move { inner.reenter_cached(&n, &o, &a).await },
-                hold_of,
+                |r: &Result<Option<Lease>, LockError>| r.as_ref().ok().and_then(|l| l.as_ref()).map(|l| l.token),
                 release,
             );
             let Some(cached) = until(deadline, cached).await else {

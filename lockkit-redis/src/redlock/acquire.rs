@@ -225,22 +225,16 @@ impl RedlockBackend {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
-        let held = (name.clone(), owner.clone());
         let releaser = (self.clone(), attempt.clone());
         let work = async move { inner.attempt(&name, &owner, &attempt, ttl_ms, &queueing).await };
-        let hold_of = move |outcome: &Outcome| match outcome {
-            Outcome::Acquired(lease) => Some(Hold {
-                name: held.0,
-                owner: held.1,
-                token: lease.token,
-            }),
+        let token_of = |outcome: &Outcome| match outcome {
+            Outcome::Acquired(lease) => Some(lease.token),
             _ => None,
         };
         let release = move |hold: Hold| async move {
             let (backend, attempt) = releaser;
             backend.release(&hold, &attempt).await
         };
-        let outcome = detach_acquisition(KIND, work, hold_of, release).await?;
-        Ok(outcome)
+        detach_acquisition(KIND, req.name, req.owner, work, token_of, release).await
     }
 }

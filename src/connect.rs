@@ -42,17 +42,16 @@ pub async fn connect(url: &str) -> Result<LockClient, LockError> {
         Scheme::Postgres => lockkit_sql::connect(&mut url).await?,
         #[cfg(feature = "zookeeper")]
         Scheme::Zookeeper => lockkit_zk::connect(&mut url).await?,
-        Scheme::Registered(_) => match url.scheme.connector() {
+        // A scheme registered by another crate, or a backend not compiled in.
+        other => match other.connector() {
             Some(connect) => connect(&mut url).await?,
-            None => return Err(LockError::config("url scheme", "its registration is gone")),
+            None => {
+                return Err(LockError::FeatureDisabled {
+                    scheme: url.url.scheme().to_owned(),
+                    feature: other.feature(),
+                });
+            }
         },
-        #[allow(unreachable_patterns)]
-        other => {
-            return Err(LockError::FeatureDisabled {
-                scheme: url.url.scheme().to_owned(),
-                feature: other.feature(),
-            });
-        }
     };
     // A parameter no backend took is a typo, not something to ignore. (The
     // network backends already checked this before connecting, so a typo

@@ -229,22 +229,24 @@ fn later(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 
 async fn run(shared: Arc<Shared>) {
     loop {
-        let (batch, next_wake) = plan(&shared);
+        let (mut batch, next_wake) = plan(&shared);
         if !batch.is_empty() {
-            // Parts the backend extends in one go, sent concurrently.
             let window = batch
                 .iter()
                 .map(|(_, ttl)| batch_window(*ttl))
                 .min()
                 .unwrap_or_default();
-            let parts: Vec<Vec<(Hold, Duration)>> = batch.chunks(shared.batch_max).map(<[_]>::to_vec).collect();
             let mut round = shared.round();
-            round.parts_out += parts.len();
+            round.parts_out += batch.len().div_ceil(shared.batch_max);
             round.hold_back_until = Some(Instant::now() + window);
             drop(round);
-            for part in parts {
-                tokio::spawn(extend_batch(shared.clone(), part));
+            // Parts the backend extends in one go, sent concurrently.
+            while batch.len() > shared.batch_max {
+                let rest = batch.split_off(shared.batch_max);
+                tokio::spawn(extend_batch(shared.clone(), batch));
+                batch = rest;
             }
+            tokio::spawn(extend_batch(shared.clone(), batch));
         }
         let sleep = async {
             match next_wake {

@@ -184,8 +184,9 @@ impl Inner {
                         inner.release_orphan(name, owner, lease.token, attempt).await;
                     }
                     Ok(_) => {}
-                    Err(e) if is_session_end(&e) => {}
-                    // The share may have been made all the same.
+                    // The share may have been made all the same (also when
+                    // the session ended: the server may keep it a while, so
+                    // the next session takes the share back).
                     Err(_) => {
                         Leftover::unknown_share(&session, &parent_path(&name), &owner, &attempt)
                             .take_back_retrying()
@@ -219,8 +220,9 @@ fn enqueue_detached(
                         .take_back_retrying()
                         .await
                 }
-                Err(e) if is_session_end(&e) => {}
-                // The server may have made the node all the same.
+                // The server may have made the node all the same (also when
+                // the session ended: the server may keep it, and the node,
+                // a while — the next session takes it back).
                 Err(_) => {
                     Leftover::unknown_node(&session, &parent, &owner, &attempt)
                         .take_back_retrying()
@@ -258,7 +260,8 @@ where
 {
     match tokio::time::timeout(session.client.session_timeout(), queued).await {
         Ok(Ok(Ok(q))) => Cleanup::new(session, &q, owner, attempt).run().await,
-        Ok(Ok(Err(e))) if is_session_end(&e) => {}
+        // Also when the session ended: the node may stand all the same
+        // (the next session takes it back).
         Ok(Ok(Err(_))) => {
             Leftover::unknown_node(session, parent, owner, attempt)
                 .take_back_now()

@@ -143,6 +143,31 @@ async fn an_attempt_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
 /// again, the backend's next session must take the failed call's node back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_lock_whose_session_ended_leaves_no_node_for_a_co_owner() {
+    failed_lock_whose_session_ended(Loss::WhileWaiting).await;
+}
+
+/// The same with the create's answer lost as well: the call's wait runs
+/// out while the create is still unanswered, its queueing goes on detached
+/// until the client gives the session up, and must hand the node it may
+/// have made to the next session. (The case above ran into this one now
+/// and then: its replies were lost from before the queueing had its
+/// answers. CI saw it fail that way twice.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_lock_whose_create_and_session_were_lost_leaves_no_node_for_a_co_owner() {
+    failed_lock_whose_session_ended(Loss::BeforeQueueing).await;
+}
+
+/// When the old session's replies start to be lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loss {
+    /// Once its node stands in the queue (the call waits).
+    WhileWaiting,
+    /// Before the call starts: its create reaches the server, the answer
+    /// never comes back.
+    BeforeQueueing,
+}
+
+async fn failed_lock_whose_session_ended(loss: Loss) {
     let Some(server) = server() else { return };
     let name = unique("orphaned_attempt");
     let owner = format!("shared-{}", lockkit_core::name::random_owner());
@@ -154,6 +179,9 @@ async fn a_failed_lock_whose_session_ended_leaves_no_node_for_a_co_owner() {
     let old = lockkit::LockClient::new(old_backend.clone(), lockkit::LockOptions::new().owner(&owner)).expect("client");
 
     let held = observer.lock(&name).await.expect("another owner locks");
+    if loss == Loss::BeforeQueueing {
+        proxy.set(Fault::LoseReplies);
+    }
     let waiting = {
         let (old, name) = (old.clone(), name.clone());
         tokio::spawn(async move { old.lock_with(&name, &old.options().wait(Duration::from_secs(3))).await })

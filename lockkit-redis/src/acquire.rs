@@ -8,7 +8,7 @@ use lockkit_core::{LockError, detach_acquisition, lease, ttl_millis};
 
 use crate::backend::RedisBackend;
 use crate::replicas::acquire_replicated;
-use crate::scripts::{self, AcquireReply, Queueing, TurnOf, millis};
+use crate::scripts::{self, AcquireReply, Claim, Queueing, TurnOf, millis};
 use crate::wait::{Attempt, Turn, UNKNOWN_LEASE_RECHECK, wait_loop};
 
 impl RedisBackend {
@@ -69,23 +69,17 @@ impl RedisBackend {
         let releaser = (self.clone(), attempt.clone());
         let work = async move {
             let sent_at = Instant::now();
+            let claim = Claim {
+                name: &name,
+                owner: &owner,
+                ttl_ms,
+                attempt: &attempt,
+                proposal: None,
+                queueing: &queueing,
+            };
             let r = match inner.replicas {
-                None => {
-                    scripts::acquire(
-                        &mut inner.conn.clone(),
-                        &inner.keys,
-                        &name,
-                        &owner,
-                        ttl_ms,
-                        &attempt,
-                        None,
-                        &queueing,
-                    )
-                    .await
-                }
-                Some(replicas) => {
-                    acquire_replicated(&inner, &name, &owner, ttl_ms, &attempt, &queueing, replicas).await
-                }
+                None => scripts::acquire(&mut inner.conn.clone(), &inner.keys, &claim).await,
+                Some(replicas) => acquire_replicated(&inner, &claim, replicas).await,
             };
             (sent_at, r)
         };

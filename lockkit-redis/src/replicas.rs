@@ -9,7 +9,7 @@ use lockkit_core::backend::Hold;
 
 use crate::backend::{Inner, RedisBackend};
 use crate::error::{Fault, ReplicasError};
-use crate::scripts::{self, AcquireReply, Queueing, Replicas};
+use crate::scripts::{self, AcquireReply, Claim, Replicas};
 
 /// One acquisition attempt followed by `WAIT` (in the same round trip): a
 /// hold (new, re-entered or repeated) that fewer than `replicas.n` replicas
@@ -17,16 +17,14 @@ use crate::scripts::{self, AcquireReply, Queueing, Replicas};
 /// attempt fails with a retryable [`ReplicasError`].
 pub(crate) async fn acquire_replicated(
     inner: &Arc<Inner>,
-    name: &str,
-    owner: &str,
-    ttl_ms: u64,
-    attempt: &str,
-    queueing: &Queueing,
+    claim: &Claim<'_>,
     replicas: Replicas,
 ) -> Result<AcquireReply, Fault> {
     let mut conn = inner.conn.clone();
-    let (reply, acked) =
-        scripts::acquire_replicated(&mut conn, &inner.keys, name, owner, ttl_ms, attempt, queueing, replicas).await?;
+    let (reply, acked) = scripts::acquire_replicated(&mut conn, &inner.keys, claim, replicas).await?;
+    let Claim {
+        name, owner, attempt, ..
+    } = *claim;
     let AcquireReply::Acquired { token, .. } = reply else {
         return Ok(reply);
     };

@@ -50,6 +50,8 @@ use crate::backend::{Inner, SqlBackend};
 use crate::conn::sent;
 use crate::conn::{Arg, Col, count, from_us, us};
 use crate::sql::ClaimShape;
+#[cfg(feature = "mysql")]
+use crate::sql::MysqlClaim;
 
 /// What a claim found.
 pub(crate) enum Claim {
@@ -95,9 +97,14 @@ impl SqlBackend {
             let work_inner = inner.clone();
             let (work_name, work_owner, work_attempt) = (name.clone(), owner.clone(), attempt.clone());
             let work = async move {
-                work_inner
-                    .attempt(&work_name, &work_owner, ttl, &work_attempt, fair, queued)
-                    .await
+                let req = AcquireRequest {
+                    name: &work_name,
+                    owner: &work_owner,
+                    ttl,
+                    attempt: &work_attempt,
+                    fair,
+                };
+                work_inner.attempt(&req, queued).await
             };
             // Only this attempt's share: a re-entry's orphan leaves the
             // holds it re-entered as they were.
@@ -154,15 +161,16 @@ impl SqlBackend {
 impl Inner {
     /// One claim (see [`Statements::claim`](crate::sql::Statements::claim) and
     /// [`Statements::claim_fair`](crate::sql::Statements::claim_fair)).
-    pub(crate) async fn claim(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl: Duration,
-        attempt: &str,
-        fair: bool,
-        queued: bool,
-    ) -> Result<Claim, LockError> {
+    /// `queued`: the attempt has a row in the fair line (taken out by the
+    /// claim that gives it the name).
+    pub(crate) async fn claim(&self, req: &AcquireRequest<'_>, queued: bool) -> Result<Claim, LockError> {
+        let AcquireRequest {
+            name,
+            owner,
+            ttl,
+            attempt,
+            fair,
+        } = *req;
         let sql = &self.sql;
         let memo = self.config.memo.as_deref();
         let args = [
@@ -181,7 +189,7 @@ impl Inner {
         };
         Ok(match sql.claim_shape {
             #[cfg(feature = "mysql")]
-            ClaimShape::Batch => self.claim_batch(name, owner, ttl, attempt, fair, queued).await?,
+            ClaimShape::Batch => self.claim_batch(req, queued).await?,
             #[cfg(not(feature = "mysql"))]
             ClaimShape::Batch => {
                 let _ = (queued, statement);
@@ -196,8 +204,9 @@ impl Inner {
                 let cols = [Col::Int, Col::Int, Col::Int, Col::Int, Col::Int];
                 let cols = if fair { &cols[..] } else { &cols[..4] };
                 let row = self
-                    .retry_idempotent(op, n, || self.db.fetch_one(statement, &args, cols))
-                    .await?;
+                    .retry_if(op, n, true, || self.db.fetch_one(statement, &args, cols))
+                    .await?
+                    .0;
                 match row.as_deref() {
                     Some([acquired, c, t, r, ..]) if acquired.int() == 1 => Claim::Held {
                         count: count(c.int()),
@@ -219,8 +228,9 @@ impl Inner {
             ClaimShape::RowsOrHolder => {
                 let cols = [Col::Int, Col::Int, Col::Int];
                 let row = self
-                    .retry_idempotent(op, n, || self.db.fetch_one(statement, &args, &cols))
-                    .await?;
+                    .retry_if(op, n, true, || self.db.fetch_one(statement, &args, &cols))
+                    .await?
+                    .0;
                 match row.as_deref() {
                     Some([c, t, r]) => Claim::Held {
                         count: count(c.int()),
@@ -264,38 +274,36 @@ impl Inner {
     /// attempt not in line that found the name free but marked, the batch
     /// again reading the line.
     #[cfg(feature = "mysql")]
-    async fn claim_batch(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl: Duration,
-        attempt: &str,
-        fair: bool,
-        queued: bool,
-    ) -> Result<Claim, LockError> {
-        let sql = &self.sql;
-        let memo = self.config.memo.as_deref();
-        let (op, n) = ("acquire", Some(name));
-        let buckets = sql.buckets;
+    async fn claim_batch(&self, req: &AcquireRequest<'_>, queued: bool) -> Result<Claim, LockError> {
+        let (sql, fair) = (&self.sql, req.fair);
+        let (op, n) = ("acquire", Some(req.name));
         let cols: &[Col] = &[Col::Int, Col::Int, Col::Int];
         // The fair batch reads the line only for an attempt in it,
         // or when the name is free but marked (see
         // `mysql_claim_batch_fair`).
+        let claim = MysqlClaim::new(
+            req.name.as_bytes(),
+            req.owner.as_bytes(),
+            us(req.ttl),
+            self.config.memo.as_deref(),
+            req.attempt,
+            bucket(req.name, sql.buckets),
+        );
+        let claim = &claim;
         let run = |line: bool| {
-            self.retry_idempotent(op, n, move || {
-                let (name, owner, bucket) = (name.as_bytes(), owner.as_bytes(), bucket(name, buckets));
+            self.retry_if(op, n, true, move || {
                 let batch = if fair {
-                    sql.mysql_claim_batch_fair(name, owner, us(ttl), memo, attempt, bucket, line, queued)
+                    sql.mysql_claim_batch_fair(claim, line, queued)
                 } else {
-                    sql.mysql_claim_batch(name, owner, us(ttl), memo, attempt, bucket)
+                    sql.mysql_claim_batch(claim)
                 };
                 self.db.mysql_batch(batch, cols)
             })
         };
-        let (mut done, mut rows) = run(queued).await?;
+        let ((mut done, mut rows), _) = run(queued).await?;
         // The claim is the statement after BEGIN.
         if fair && !queued && rows.is_empty() && done.get(1).is_some_and(|c| c.rows > 0 && c.last_id == 1) {
-            (done, rows) = run(true).await?;
+            ((done, rows), _) = run(true).await?;
         }
         Ok(match (rows.first().map(Vec::as_slice), done.get(1)) {
             // Ours: fresh, taken over or re-entered, stamped in the batch.
@@ -327,16 +335,15 @@ impl Inner {
     /// the one to try again when the name comes free (see [`Claim::Busy`]).
     pub(crate) async fn attempt(
         &self,
-        name: &str,
-        owner: &str,
-        ttl: Duration,
-        attempt: &str,
-        fair: bool,
+        req: &AcquireRequest<'_>,
         queued: bool,
     ) -> Result<(TryAcquire, bool), LockError> {
-        let ttl = Duration::from_millis(ttl_millis(ttl));
+        let req = AcquireRequest {
+            ttl: Duration::from_millis(ttl_millis(req.ttl)),
+            ..*req
+        };
         let called = Instant::now();
-        let (claimed, sent) = sent::timed(self.claim(name, owner, ttl, attempt, fair, queued)).await;
+        let (claimed, sent) = sent::timed(self.claim(&req, queued)).await;
         let sent_at = sent.unwrap_or(called);
         Ok(match claimed? {
             Claim::Held {

@@ -37,7 +37,8 @@ impl Inner {
     /// [`retry`](Self::retry); with `idempotent`, also after a failure that
     /// may have taken effect (a connection lost mid-statement, e.g. a pooled
     /// connection the server closed when it restarted) — for statements that
-    /// do nothing the second time. Says whether such a failure happened.
+    /// record or check the attempt id, so that a second run changes nothing
+    /// the first did. Says whether such a failure happened.
     pub(crate) async fn retry_if<T, F, Fut>(
         &self,
         operation: &'static str,
@@ -68,21 +69,5 @@ impl Inner {
             tracing::debug!(backend = self.kind, operation, error = %e, "transient failure; retrying");
             tokio::time::sleep(backoff.next_delay()).await;
         }
-    }
-
-    /// Runs `op` like [`retry_if`](Self::retry_if) with `idempotent`: for
-    /// statements that record or check the attempt id, so that a second
-    /// run after a lost connection changes nothing the first did.
-    pub(crate) async fn retry_idempotent<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        name: Option<&str>,
-        op: F,
-    ) -> Result<T, LockError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, sqlx::Error>>,
-    {
-        Ok(self.retry_if(operation, name, true, op).await?.0)
     }
 }

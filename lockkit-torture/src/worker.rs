@@ -274,29 +274,25 @@ async fn task(
                     }
                 }
             }
-            Some(Err(e)) => {
+            // Failed, or the run ended first.
+            failed => {
+                let error = match &failed {
+                    Some(Err(e)) => e.to_string(),
+                    _ => "run ended".into(),
+                };
                 write(
                     &log,
                     Record::Fail {
                         t: mono_ns(),
                         name,
                         owner: owner.clone(),
-                        error: e.to_string(),
+                        error,
                     },
                 );
+                if failed.is_none() {
+                    return;
+                }
                 tokio::time::sleep(Duration::from_millis(100 + rng.below(200))).await;
-            }
-            None => {
-                write(
-                    &log,
-                    Record::Fail {
-                        t: mono_ns(),
-                        name,
-                        owner: owner.clone(),
-                        error: "run ended".into(),
-                    },
-                );
-                return;
             }
         }
         // A short gap between holds (sometimes none).

@@ -20,7 +20,7 @@ use crate::join::Joined;
 use crate::layout::{Share, node_name, owner_tag, parent_path};
 use crate::leftover::{Cleanup, Leftover, Orphan};
 use crate::queue::{Plan, enqueue, plan, refresh};
-use crate::wait::{Waited, until};
+use crate::wait::{Waited, enqueue_failed, until};
 
 /// An acquisition carried on from a session that ended, until it queues
 /// in a new one: if it ends first (its wait runs out or fails while a new
@@ -251,16 +251,9 @@ impl Inner {
         let parent = parent_path(name);
         let mut q = match enqueue(session, &parent, owner, tag, attempt).await {
             Ok(q) => q,
-            Err(e) if is_session_end(&e) => {
-                session.end(&e);
-                return Ok(None);
-            }
             Err(e) => {
-                // The server may have made the node all the same.
-                Leftover::unknown_node(session, &parent, owner, attempt)
-                    .take_back_now()
-                    .await;
-                return Err(zk("acquire", Some(name), e));
+                enqueue_failed(session, name, owner, attempt, e).await?;
+                return Ok(None);
             }
         };
         let mut cleanup = Cleanup::new(session, &q, owner, attempt);

@@ -1,7 +1,7 @@
 //! Changing the shares a node carries: versioned writes, each idempotent
 //! by attempt id, and what is known of a node between them.
 
-use zookeeper_client::{Client, Error as ZkError};
+use zookeeper_client::{Client, Error as ZkError, Stat};
 
 use crate::conn::reconnect::Reconnect;
 use crate::error::is_connection_loss;
@@ -18,6 +18,15 @@ pub(crate) struct Known {
 }
 
 impl Known {
+    /// A node as read: its data and stat.
+    pub(crate) fn read(data: NodeData, stat: &Stat) -> Self {
+        Known {
+            data,
+            version: stat.version,
+            czxid: stat.czxid,
+        }
+    }
+
     /// The fencing token of the hold the node is part of.
     pub(crate) fn token(&self) -> i64 {
         self.data.hold_token(self.czxid)

@@ -24,6 +24,18 @@ pub(crate) struct HoldNode {
     pub(crate) session: i64,
 }
 
+impl HoldNode {
+    /// The node at `path` (named `name`) as read.
+    fn read(path: String, name: String, data: NodeData, stat: &Stat) -> Self {
+        HoldNode {
+            path,
+            name,
+            session: stat.ephemeral_owner,
+            known: Known::read(data, stat),
+        }
+    }
+}
+
 /// A hold and the nodes that carry it: the first contender's node, and the
 /// share nodes of other sessions of the same owner.
 #[derive(Debug, Clone)]
@@ -131,16 +143,7 @@ impl HoldReads<'_> {
             match read.await {
                 Ok((data, stat)) => {
                     if let Some(data) = NodeData::decode(&data).filter(|d| d.token.is_some()) {
-                        nodes.push(HoldNode {
-                            path: share.path(parent),
-                            name: share.name,
-                            session: stat.ephemeral_owner,
-                            known: Known {
-                                data,
-                                version: stat.version,
-                                czxid: stat.czxid,
-                            },
-                        });
+                        nodes.push(HoldNode::read(share.path(parent), share.name, data, &stat));
                     }
                 }
                 // Released meanwhile: not part of the hold any more.
@@ -162,19 +165,7 @@ impl HoldReads<'_> {
                 && stat.czxid == token
                 && data.owner == owner
             {
-                nodes.insert(
-                    0,
-                    HoldNode {
-                        path: format!("{parent}/{name}"),
-                        name,
-                        session: stat.ephemeral_owner,
-                        known: Known {
-                            data,
-                            version: stat.version,
-                            czxid: stat.czxid,
-                        },
-                    },
-                );
+                nodes.insert(0, HoldNode::read(format!("{parent}/{name}"), name, data, &stat));
             }
             return Ok(Some(View::Held(HoldView { owner, token, nodes })));
         }
@@ -184,16 +175,7 @@ impl HoldReads<'_> {
             Some((name, Some(data), stat)) => View::Held(HoldView {
                 owner: data.owner.clone(),
                 token: stat.czxid,
-                nodes: vec![HoldNode {
-                    path: format!("{parent}/{name}"),
-                    name,
-                    session: stat.ephemeral_owner,
-                    known: Known {
-                        data,
-                        version: stat.version,
-                        czxid: stat.czxid,
-                    },
-                }],
+                nodes: vec![HoldNode::read(format!("{parent}/{name}"), name, data, &stat)],
             }),
         }))
     }

@@ -235,11 +235,7 @@ impl Leftover {
                     let Some((Some(data), stat)) = read(client, &path).await? else {
                         continue;
                     };
-                    let known = Known {
-                        data,
-                        version: stat.version,
-                        czxid: stat.czxid,
-                    };
+                    let known = Known::read(data, &stat);
                     let remove = Change::Remove(&self.attempt);
                     change(client, &path, &self.owner, Some(stat.czxid), Some(known), remove, None).await?;
                 }

@@ -176,18 +176,10 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
                 session.proven(sent);
                 let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
                 let node = match stat.is_invalid() {
-                    false => Known {
-                        data: data.clone(),
-                        version: stat.version,
-                        czxid: stat.czxid,
-                    },
+                    false => Known::read(data.clone(), &stat),
                     // Some servers answer a create in a multi without its stat.
                     true => match read(client, &format!("{parent}/{name}")).await? {
-                        Some((_, stat)) => Known {
-                            data: data.clone(),
-                            version: stat.version,
-                            czxid: stat.czxid,
-                        },
+                        Some((_, stat)) => Known::read(data.clone(), &stat),
                         None => continue,
                     },
                 };

@@ -52,16 +52,9 @@ impl Inner {
         };
         let mut q = match queued? {
             Ok(q) => q,
-            Err(e) if is_session_end(&e) => {
-                session.end(&e);
-                return Ok(Waited::Restart);
-            }
             Err(e) => {
-                // The server may have made the node all the same.
-                Leftover::unknown_node(session, &parent, owner, attempt)
-                    .take_back_now()
-                    .await;
-                return Err(zk("acquire", Some(name), e));
+                enqueue_failed(session, name, owner, attempt, e).await?;
+                return Ok(Waited::Restart);
             }
         };
         let mut cleanup = Cleanup::new(session, &q, owner, attempt);
@@ -231,6 +224,27 @@ fn enqueue_detached(
             }
         },
     )
+}
+
+/// After queueing for `name` failed with `e`: Ok when the session ended
+/// (the acquisition starts over in a new one, which takes the attempt's
+/// earlier node back), else the error, once the node the server may have
+/// made all the same is taken back.
+pub(crate) async fn enqueue_failed(
+    session: &Arc<Session>,
+    name: &str,
+    owner: &str,
+    attempt: &str,
+    e: ZkError,
+) -> Result<(), LockError> {
+    if is_session_end(&e) {
+        session.end(&e);
+        return Ok(());
+    }
+    Leftover::unknown_node(session, &parent_path(name), owner, attempt)
+        .take_back_now()
+        .await;
+    Err(zk("acquire", Some(name), e))
 }
 
 /// `fut`'s output, unless `deadline` passes first.

@@ -10,7 +10,7 @@ use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend};
 use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
 use crate::error::{Fault, QuorumError};
-use crate::scripts::{self, AcquireReply, Publish, Queueing, TurnOf, UndoThen, millis};
+use crate::scripts::{self, AcquireReply, Claim, Publish, Queueing, TurnOf, UndoThen, millis};
 use crate::wait::Turn;
 
 use super::quorum::{NodeHold, Settled};
@@ -74,10 +74,16 @@ impl Inner {
                 .map(|now| now.max(above.unwrap_or(0)).saturating_add(lead));
             let keys = &self.keys;
             let sent_at = Instant::now();
+            let claim = &Claim {
+                name,
+                owner,
+                ttl_ms,
+                attempt,
+                proposal,
+                queueing,
+            };
             let replies = self
-                .all(|_, mut c| async move {
-                    scripts::acquire(&mut c, keys, name, owner, ttl_ms, attempt, proposal, queueing).await
-                })
+                .all(|_, mut c| async move { scripts::acquire(&mut c, keys, claim).await })
                 .await;
             let mut held = Vec::new();
             let mut busy = Vec::new();

@@ -265,22 +265,7 @@ impl LockBackend for RedlockBackend {
     /// again in the background (it is idempotent by `attempt`).
     async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let inner = &self.inner;
-        let results = inner
-            .all(|_, mut c| async move {
-                scripts::release(
-                    &mut c,
-                    &inner.keys,
-                    &hold.name,
-                    &hold.owner,
-                    hold.token,
-                    attempt,
-                    Publish::Classic,
-                    false,
-                )
-                .await
-                .map(|r| r.remaining)
-            })
-            .await;
+        let results = inner.all(|_, c| nodes::release_on(&inner.keys, c, hold, attempt)).await;
         let (yes, no, failures) = tally(&results);
         if yes > 0 {
             let unanswered: Vec<usize> = (0..inner.n()).filter(|&i| results[i].is_err()).collect();

@@ -97,20 +97,9 @@ impl Inner {
         tokio::spawn(async move {
             let (hold, attempt, nodes) = (&hold, &attempt, &nodes);
             let keys = &this.keys;
-            this.on_nodes(true, |node, mut c| async move {
+            this.on_nodes(true, |node, c| async move {
                 if nodes.contains(&node) {
-                    scripts::release(
-                        &mut c,
-                        keys,
-                        &hold.name,
-                        &hold.owner,
-                        hold.token,
-                        attempt,
-                        Publish::Classic,
-                        false,
-                    )
-                    .await
-                    .map(|r| r.remaining)
+                    release_on(keys, c, hold, attempt).await
                 } else {
                     Ok(None)
                 }
@@ -201,4 +190,26 @@ impl RedlockBackend {
         }
         Ok(RedlockBackend { inner: Arc::new(inner) })
     }
+}
+
+/// Takes `attempt`'s share of `hold` back on one node: the holds of it left
+/// there (`None`: not held there).
+pub(super) async fn release_on(
+    keys: &Keys,
+    mut conn: ConnectionManager,
+    hold: &Hold,
+    attempt: &str,
+) -> Result<Option<u32>, Fault> {
+    scripts::release(
+        &mut conn,
+        keys,
+        &hold.name,
+        &hold.owner,
+        hold.token,
+        attempt,
+        Publish::Classic,
+        false,
+    )
+    .await
+    .map(|r| r.remaining)
 }

@@ -175,17 +175,22 @@ impl Queueing {
     }
 }
 
+/// One attempt's arguments to the acquire script: `owner`'s attempt
+/// `attempt` at `name` for `ttl_ms`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claim<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) ttl_ms: u64,
+    pub(crate) attempt: &'a str,
+    /// Redlock: the token every node is to issue, unless it issued more.
+    pub(crate) proposal: Option<u64>,
+    pub(crate) queueing: &'a Queueing,
+}
+
 /// The acquire script call of one attempt on one server.
-#[allow(clippy::too_many_arguments)]
-fn acquire_call(
-    keys: &Keys,
-    name: &str,
-    owner: &str,
-    ttl_ms: u64,
-    attempt: &str,
-    proposal: Option<u64>,
-    queueing: &Queueing,
-) -> ScriptInvocation<'static> {
+fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
+    let (name, queueing) = (claim.name, claim.queueing);
     let mut flags = String::with_capacity(3);
     for (on, flag) in [(queueing.join, 'w'), (queueing.stay, 'k'), (queueing.fair, 'f')] {
         if on {
@@ -195,10 +200,10 @@ fn acquire_call(
     let mut inv = SCRIPTS.acquire.key(keys.lock(name));
     inv.key(keys.counter(name))
         .key(keys.queue(name))
-        .arg(owner)
-        .arg(ttl_ms)
-        .arg(attempt)
-        .arg(proposal.map(|p| p.to_string()).unwrap_or_default())
+        .arg(claim.owner)
+        .arg(claim.ttl_ms)
+        .arg(claim.attempt)
+        .arg(claim.proposal.map(|p| p.to_string()).unwrap_or_default())
         .arg(queueing.waiter.as_deref().unwrap_or(""))
         .arg(flags)
         .arg(queueing.stale.as_deref().unwrap_or(""))
@@ -209,38 +214,25 @@ fn acquire_call(
 }
 
 /// One acquire attempt on one server.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
-    name: &str,
-    owner: &str,
-    ttl_ms: u64,
-    attempt: &str,
-    proposal: Option<u64>,
-    queueing: &Queueing,
+    claim: &Claim<'_>,
 ) -> Result<AcquireReply, Fault> {
-    let v: Value = acquire_call(keys, name, owner, ttl_ms, attempt, proposal, queueing)
-        .invoke_async(conn)
-        .await?;
+    let v: Value = acquire_call(keys, claim).invoke_async(conn).await?;
     Ok(parse_acquire(&v)?)
 }
 
 /// One acquire attempt on one server followed by `WAIT` for `replicas`, in
 /// one round trip: the reply, and how many replicas acknowledged the
 /// connection's writes up to it.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_replicated<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
-    name: &str,
-    owner: &str,
-    ttl_ms: u64,
-    attempt: &str,
-    queueing: &Queueing,
+    claim: &Claim<'_>,
     replicas: Replicas,
 ) -> Result<(AcquireReply, u32), Fault> {
-    let call = acquire_call(keys, name, owner, ttl_ms, attempt, None, queueing);
+    let call = acquire_call(keys, claim);
     let (replies, acked) = pipelined(conn, &SCRIPTS.acquire, std::slice::from_ref(&call), Some(replicas)).await?;
     let reply = replies
         .first()

@@ -35,7 +35,7 @@ use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{Fault, UnexpectedReply};
 
-pub(crate) use acquire::{AcquireReply, Queueing, Share, TurnOf, acquire, acquire_replicated};
+pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, TurnOf, acquire, acquire_replicated};
 pub(crate) use extend::{ExtendItem, extend};
 pub(crate) use inspect::{Stored, inspect, scan};
 pub(crate) use release::{Released, UndoThen, force_release, release, undo};

@@ -59,6 +59,32 @@ pub(crate) struct Done {
     pub last_id: u64,
 }
 
+/// MySQL's insert id from a statement's result (0 on the other drivers).
+trait LastId {
+    fn last_id(&self) -> u64;
+}
+
+#[cfg(feature = "mysql")]
+impl LastId for sqlx::mysql::MySqlQueryResult {
+    fn last_id(&self) -> u64 {
+        self.last_insert_id()
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl LastId for sqlx::postgres::PgQueryResult {
+    fn last_id(&self) -> u64 {
+        0
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl LastId for sqlx::sqlite::SqliteQueryResult {
+    fn last_id(&self) -> u64 {
+        0
+    }
+}
+
 /// The pool of one of the enabled drivers.
 #[derive(Debug, Clone)]
 pub(crate) enum Db {
@@ -309,57 +335,34 @@ impl Db {
 
     /// Runs a statement; affected rows and MySQL's insert id.
     pub async fn exec(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
-        macro_rules! query {
-            () => {
-                bind_all!(sqlx::query(sqlx::AssertSqlSafe(sql.clone())), args)
-            };
-        }
+        let _turn = self.turn().await;
+        with_pool!(self, pool => {
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+            let mut conn = pool.acquire().await?;
+            super::sent::mark();
+            let r = bind_all!(query, args).execute(&mut *conn).await?;
+            Ok(Done {
+                rows: r.rows_affected(),
+                last_id: r.last_id(),
+            })
+        })
+    }
+
+    /// SQLite: waits for this statement's turn on the file (see
+    /// [`sqlite_gate`]); nothing elsewhere.
+    async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
         match self {
-            #[cfg(feature = "mysql")]
-            Db::Mysql(pool) => {
-                let mut conn = pool.acquire().await?;
-                super::sent::mark();
-                let r = query!().execute(&mut *conn).await?;
-                Ok(Done {
-                    rows: r.rows_affected(),
-                    last_id: r.last_insert_id(),
-                })
-            }
-            #[cfg(feature = "postgres")]
-            Db::Postgres(pool) => {
-                let mut conn = pool.acquire().await?;
-                super::sent::mark();
-                let r = query!().execute(&mut *conn).await?;
-                Ok(Done {
-                    rows: r.rows_affected(),
-                    last_id: 0,
-                })
-            }
             #[cfg(feature = "sqlite")]
-            Db::Sqlite(pool, gate) => {
-                let _turn = gate.lock().await;
-                let mut conn = pool.acquire().await?;
-                super::sent::mark();
-                let r = query!().execute(&mut *conn).await?;
-                Ok(Done {
-                    rows: r.rows_affected(),
-                    last_id: 0,
-                })
-            }
-            #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
-            Db::None(never) => match *never {},
+            Db::Sqlite(_, gate) => Some(gate.lock().await),
+            #[allow(unreachable_patterns)]
+            _ => None,
         }
     }
 
     /// Runs a query; every row decoded as `cols` says.
     pub async fn fetch(&self, sql: &Arc<str>, args: &[Arg<'_>], cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
         use sqlx::Row;
-        #[cfg(feature = "sqlite")]
-        let _turn = match self {
-            Db::Sqlite(_, gate) => Some(gate.lock().await),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        };
+        let _turn = self.turn().await;
         with_pool!(self, pool => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
             let mut conn = pool.acquire().await?;

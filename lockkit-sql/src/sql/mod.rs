@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::config::Dialect;
 use mysql::MY_REMAINING;
 #[cfg(feature = "mysql")]
-pub(crate) use mysql::mysql_inline;
+pub(crate) use mysql::{MysqlClaim, mysql_inline};
 use postgres::{PG_NO_FLUSH, pg_us};
 use sqlite::SQLITE_NOW;
 

@@ -41,6 +41,34 @@ pub(crate) fn mysql_inline(statement: &str, args: &[crate::conn::Arg<'_>]) -> St
     out
 }
 
+/// One claim's values as MySQL literals, for the claim batches (see
+/// [`Statements::mysql_claim_batch`]).
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) struct MysqlClaim {
+    /// The name, owner, attempt id and memo (`NULL` for none).
+    n: String,
+    o: String,
+    a: String,
+    memo: String,
+    ttl_us: i64,
+    /// The name's token counter bucket.
+    bucket: i64,
+}
+
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+impl MysqlClaim {
+    pub(crate) fn new(name: &[u8], owner: &[u8], ttl_us: i64, memo: Option<&str>, attempt: &str, bucket: i64) -> Self {
+        MysqlClaim {
+            n: hex(name),
+            o: hex(owner),
+            a: hex(attempt.as_bytes()),
+            memo: memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes())),
+            ttl_us,
+            bucket,
+        }
+    }
+}
+
 /// MySQL: microseconds from now to `expires_at`, at least 1.
 pub(super) const MY_REMAINING: &str = "GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))";
 
@@ -65,35 +93,35 @@ impl Statements {
     /// decimal literals (the text protocol has no bind parameters), which
     /// cannot change the statements: nothing but `[0-9A-F]` and digits.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub fn mysql_claim_batch(
-        &self,
-        name: &[u8],
-        owner: &[u8],
-        ttl_us: i64,
-        memo: Option<&str>,
-        attempt: &str,
-        bucket: i64,
-    ) -> String {
+    pub fn mysql_claim_batch(&self, c: &MysqlClaim) -> String {
         let t = &self.table;
-        let (n, o) = (hex(name), hex(owner));
-        let memo = memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes()));
+        let MysqlClaim {
+            n, o, a, memo, ttl_us, ..
+        } = c;
         let claim = self.claim.replacen(
             "VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?)",
-            &format!(
-                "VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), \
-                 {memo}, {})",
-                hex(attempt.as_bytes())
-            ),
+            &format!("VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), {memo}, {a})"),
             1,
         );
+        let stamp = self.mysql_stamp(c);
         format!(
-            "BEGIN; {claim}; \
-             INSERT INTO `{t}_tokens` (bucket, last_token) \
-               SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
-               ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
-             UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0; \
+            "BEGIN; {claim}; {stamp} \
              SELECT hold_count, token, {MY_REMAINING} FROM `{t}` WHERE name = {n} AND owner = {o}; \
              COMMIT"
+        )
+    }
+
+    /// The statements of a claim batch that stamp a new hold (the row is
+    /// ours with token 0): draw from the name's counter bucket, then write
+    /// the token.
+    fn mysql_stamp(&self, c: &MysqlClaim) -> String {
+        let t = &self.table;
+        let MysqlClaim { n, o, bucket, .. } = c;
+        format!(
+            "INSERT INTO `{t}_tokens` (bucket, last_token) \
+               SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
+               ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
+             UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0;"
         )
     }
 
@@ -118,21 +146,11 @@ impl Statements {
     /// packet's insert id (`head`: whether the attempt heads the line, read
     /// only with `line`; 0 without).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    #[allow(clippy::too_many_arguments)]
-    pub fn mysql_claim_batch_fair(
-        &self,
-        name: &[u8],
-        owner: &[u8],
-        ttl_us: i64,
-        memo: Option<&str>,
-        attempt: &str,
-        bucket: i64,
-        line: bool,
-        queued: bool,
-    ) -> String {
+    pub fn mysql_claim_batch_fair(&self, c: &MysqlClaim, line: bool, queued: bool) -> String {
         let t = &self.table;
-        let (n, o, a) = (hex(name), hex(owner), hex(attempt.as_bytes()));
-        let memo = memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes()));
+        let MysqlClaim {
+            n, o, a, memo, ttl_us, ..
+        } = c;
         let now = "UTC_TIMESTAMP(6)";
         let mine = format!("(owner = VALUES(owner) AND expires_at > {now})");
         // `take`: decided in the first assignment, read by the rest;
@@ -161,6 +179,7 @@ impl Statements {
                 "queued".to_owned(),
             )
         };
+        let stamp = self.mysql_stamp(c);
         let served = if queued {
             format!(
                 "DELETE FROM `{t}_waiters` WHERE attempt = {a} AND EXISTS (SELECT 1 FROM `{t}` \
@@ -183,10 +202,7 @@ impl Statements {
                queued = IF({take}, {unmark}, IF({mine} OR expires_at <= {now}, queued, 1)), \
                owner = IF({take}, VALUES(owner), owner), \
                expires_at = IF({take} OR {mine}, GREATEST(expires_at, VALUES(expires_at)), expires_at); \
-             INSERT INTO `{t}_tokens` (bucket, last_token) \
-               SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
-               ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
-             UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0; \
+             {stamp} \
              {served}\
              SELECT hold_count, token, {MY_REMAINING} FROM `{t}` WHERE name = {n} AND owner = {o} AND expires_at > {now}; \
              COMMIT"

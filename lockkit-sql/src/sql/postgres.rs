@@ -140,21 +140,12 @@ pub(super) fn postgres(t: &str) -> Statements {
         // advisory lock on the name (held to the commit): any earlier holder
         // drew its token under the same lock, so before ours.
         claim: s(format!(
-            "WITH guard AS (SELECT pg_advisory_xact_lock(hashtext('lockkit:{t}'), hashtext(encode($1, 'hex')))), \
+            "WITH {guard}, \
              claim AS (\
                INSERT INTO \"{t}\" AS l (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
                VALUES ($1, $2, 1, (SELECT nextval('\"{t}_token_seq\"') FROM guard), \
                  now() + $3::int8 * interval '1 microsecond', now(), $4::text, $5::text) \
-               ON CONFLICT (name) DO UPDATE SET \
-                 owner = EXCLUDED.owner, \
-                 attempts = CASE WHEN l.expires_at <= now() THEN $5 \
-                   WHEN strpos(l.attempts, $5) > 0 THEN l.attempts ELSE l.attempts || ' ' || $5 END, \
-                 hold_count = CASE WHEN l.expires_at <= now() THEN 1 \
-                   WHEN strpos(l.attempts, $5) > 0 THEN {l_shares} ELSE {l_shares} + 1 END, \
-                 token = CASE WHEN l.expires_at <= now() THEN EXCLUDED.token ELSE l.token END, \
-                 acquired_at = CASE WHEN l.expires_at <= now() THEN now() ELSE l.acquired_at END, \
-                 memo = CASE WHEN l.expires_at <= now() THEN EXCLUDED.memo ELSE l.memo END, \
-                 expires_at = GREATEST(l.expires_at, EXCLUDED.expires_at) \
+               ON CONFLICT (name) DO UPDATE SET {claim_set} \
                WHERE l.expires_at <= now() OR l.owner = EXCLUDED.owner \
                RETURNING hold_count, token, expires_at) \
              SELECT 1::int8, hold_count, token, {remaining} FROM claim \

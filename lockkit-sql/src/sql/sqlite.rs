@@ -25,6 +25,26 @@ pub(super) fn sqlite(t: &str) -> Statements {
     let (head5, head2) = (head("?5"), head("?2"));
     // A hold's row made free (expired, no owner) for the line.
     let free = format!("owner = x'', hold_count = 0, attempts = '', memo = NULL, expires_at = {now}");
+    // A claim: inserts the row, or takes over an expired one or re-enters
+    // one's own (the `WHERE` that follows says which may).
+    let claim_insert = format!(
+        "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+         VALUES (?1, ?2, 1, {next}, {now} + ?3, {now}, ?4, ?5) \
+         ON CONFLICT (name) DO UPDATE SET"
+    );
+    let claim_sets = format!(
+        "owner = excluded.owner, \
+         attempts = CASE WHEN \"{t}\".expires_at <= {now} THEN ?5 \
+           WHEN instr(\"{t}\".attempts, ?5) > 0 THEN \"{t}\".attempts \
+           ELSE \"{t}\".attempts || ' ' || ?5 END, \
+         hold_count = CASE WHEN \"{t}\".expires_at <= {now} THEN 1 \
+           WHEN instr(\"{t}\".attempts, ?5) > 0 THEN {t_shares} ELSE {t_shares} + 1 END, \
+         token = CASE WHEN \"{t}\".expires_at <= {now} THEN {next} ELSE \"{t}\".token END, \
+         acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
+         memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
+         expires_at = MAX(\"{t}\".expires_at, excluded.expires_at)"
+    );
+    let claim = format!("{claim_insert} {claim_sets}");
     Statements {
         create: vec![
             (
@@ -104,19 +124,7 @@ pub(super) fn sqlite(t: &str) -> Statements {
         columns: s("SELECT name, lower(type) FROM pragma_table_info(?1)".to_owned()),
         name_types: &[],
         claim: s(format!(
-            "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
-             VALUES (?1, ?2, 1, {next}, {now} + ?3, {now}, ?4, ?5) \
-             ON CONFLICT (name) DO UPDATE SET \
-               owner = excluded.owner, \
-               attempts = CASE WHEN \"{t}\".expires_at <= {now} THEN ?5 \
-                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN \"{t}\".attempts \
-                 ELSE \"{t}\".attempts || ' ' || ?5 END, \
-               hold_count = CASE WHEN \"{t}\".expires_at <= {now} THEN 1 \
-                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN {t_shares} ELSE {t_shares} + 1 END, \
-               token = CASE WHEN \"{t}\".expires_at <= {now} THEN {next} ELSE \"{t}\".token END, \
-               acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
-               memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
-               expires_at = MAX(\"{t}\".expires_at, excluded.expires_at) \
+            "{claim} \
              WHERE \"{t}\".expires_at <= {now} OR \"{t}\".owner = excluded.owner \
              RETURNING hold_count, token, expires_at - {now}"
         )),
@@ -186,22 +194,11 @@ pub(super) fn sqlite(t: &str) -> Statements {
         // concurrent statement, so a claim that finds the name held need
         // not mark it (the join did).
         claim_fair: s(format!(
-            "INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
-             VALUES (?1, ?2, 1, {next}, {now} + ?3, {now}, ?4, ?5) \
-             ON CONFLICT (name) DO UPDATE SET \
+            "{claim_insert} \
                queued = CASE WHEN \"{t}\".expires_at <= {now} THEN \"{t}\".queued AND EXISTS \
                  (SELECT 1 FROM \"{t}_waiters\" WHERE name = ?1 AND attempt <> ?5 AND expires_at > {now}) \
                  ELSE \"{t}\".queued END, \
-               owner = excluded.owner, \
-               attempts = CASE WHEN \"{t}\".expires_at <= {now} THEN ?5 \
-                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN \"{t}\".attempts \
-                 ELSE \"{t}\".attempts || ' ' || ?5 END, \
-               hold_count = CASE WHEN \"{t}\".expires_at <= {now} THEN 1 \
-                 WHEN instr(\"{t}\".attempts, ?5) > 0 THEN {t_shares} ELSE {t_shares} + 1 END, \
-               token = CASE WHEN \"{t}\".expires_at <= {now} THEN {next} ELSE \"{t}\".token END, \
-               acquired_at = CASE WHEN \"{t}\".expires_at <= {now} THEN {now} ELSE \"{t}\".acquired_at END, \
-               memo = CASE WHEN \"{t}\".expires_at <= {now} THEN excluded.memo ELSE \"{t}\".memo END, \
-               expires_at = MAX(\"{t}\".expires_at, excluded.expires_at) \
+               {claim_sets} \
              WHERE (\"{t}\".expires_at <= {now} AND (\"{t}\".queued = 0 OR {head5})) \
                OR (\"{t}\".owner = excluded.owner AND \"{t}\".expires_at > {now}) \
              RETURNING hold_count, token, expires_at - {now}"

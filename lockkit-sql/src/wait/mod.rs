@@ -297,8 +297,8 @@ impl Inner {
         let n = Some(name);
         #[cfg(feature = "mysql")]
         if self.config.dialect == Dialect::Mysql {
-            let (done, _) = self
-                .retry_idempotent("acquire", n, || {
+            let ((done, _), _) = self
+                .retry_if("acquire", n, true, || {
                     let batch = self
                         .sql
                         .mysql_join_batch(name.as_bytes(), owner.as_bytes(), attempt, lease);
@@ -309,8 +309,8 @@ impl Inner {
             let id = done.get(1).map_or(u64::MAX, |d| d.last_id);
             return Ok(i64::try_from(id).unwrap_or(i64::MAX));
         }
-        let row = self
-            .retry_idempotent("acquire", n, || {
+        let (row, _) = self
+            .retry_if("acquire", n, true, || {
                 self.line_db.fetch_one(&self.sql.join, &args, &[Col::Int])
             })
             .await?;
@@ -320,7 +320,7 @@ impl Inner {
     /// Takes `attempt` out of its line (idempotent).
     async fn leave(&self, attempt: &str) -> Result<(), LockError> {
         let args = [Arg::Text(Some(attempt))];
-        self.retry_idempotent("acquire", None, || self.line_db.exec(&self.sql.leave, &args))
+        self.retry_if("acquire", None, true, || self.line_db.exec(&self.sql.leave, &args))
             .await
             .map(drop)
     }

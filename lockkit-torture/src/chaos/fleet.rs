@@ -68,6 +68,21 @@ pub(super) struct Fleet {
 }
 
 impl Fleet {
+    /// Resumes the worker of slot `i` if it is paused (SIGCONT), and logs it.
+    pub(super) fn resume(&mut self, i: usize) {
+        let s = &mut self.slots[i];
+        if s.paused_until.take().is_some() {
+            signal(s.pid, libc::SIGCONT);
+            let e = Event::Resume {
+                t: mono_ns(),
+                worker: s.worker,
+                incarnation: s.incarnation,
+                pid: s.pid,
+            };
+            self.event(e);
+        }
+    }
+
     pub(super) fn event(&mut self, e: Event) {
         if let Err(err) = self.events.write(&e) {
             eprintln!("torture: cannot write the chaos log: {err}");
@@ -200,15 +215,7 @@ pub(super) fn tend(
     for i in 0..fleet.slots.len() {
         let s = &mut fleet.slots[i];
         if s.paused_until.is_some_and(|u| now >= u) {
-            signal(s.pid, libc::SIGCONT);
-            s.paused_until = None;
-            let e = Event::Resume {
-                t: mono_ns(),
-                worker: s.worker,
-                incarnation: s.incarnation,
-                pid: s.pid,
-            };
-            fleet.event(e);
+            fleet.resume(i);
             continue;
         }
         let s = &mut fleet.slots[i];

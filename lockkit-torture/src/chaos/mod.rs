@@ -271,17 +271,7 @@ fn wind_down(
         f.finish(&mut |e| fleet.event(e));
     }
     for i in 0..fleet.slots.len() {
-        let s = &mut fleet.slots[i];
-        if s.paused_until.take().is_some() {
-            signal(s.pid, libc::SIGCONT);
-            let e = Event::Resume {
-                t: mono_ns(),
-                worker: s.worker,
-                incarnation: s.incarnation,
-                pid: s.pid,
-            };
-            fleet.event(e);
-        }
+        fleet.resume(i);
     }
     if let Some(mut c) = restart.take() {
         let status = c.wait().map_err(|e| format!("restart command: {e}"))?;

@@ -212,8 +212,14 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
         // (1) overlaps of valid intervals.
         run.check_overlaps(name, ids, &mut report);
         // (2) tokens in grant order; (4) hold counts balance.
-        shares::check_tokens(name, ids, &run.holds, &mut report, &describe);
-        shares::check_counts(name, ids, &run.holds, &mut report, &describe);
+        let on = shares::NameHolds {
+            name,
+            ids,
+            holds: &run.holds,
+            describe: &describe,
+        };
+        shares::check_tokens(&on, &mut report);
+        shares::check_counts(&on, &mut report);
     }
     // (5) the names every holder released are free after the run.
     shares::check_inspections(events, &by_name, &run.holds, run.bound + run.slack, &secs, &mut report);

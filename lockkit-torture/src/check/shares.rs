@@ -20,6 +20,17 @@ use std::collections::HashMap;
 use super::{Hold, ProcInfo, Report};
 use crate::log::Event;
 
+/// The holds of one name, for the checks of it.
+#[derive(Clone, Copy)]
+pub(crate) struct NameHolds<'a> {
+    pub(crate) name: &'a str,
+    /// Indexes into `holds` of the name's holds.
+    pub(crate) ids: &'a [usize],
+    pub(crate) holds: &'a [Hold],
+    /// A hold as a violation names it.
+    pub(crate) describe: &'a dyn Fn(&Hold) -> String,
+}
+
 /// When a hold's share certainly left the server, if its holder said so:
 /// its `unlock` returned (or, for a release line without an outcome, the
 /// task wrote its next line, which it does only after `unlock` returned
@@ -135,13 +146,13 @@ fn standing<'a>(
 /// the hold this call made before its reply was lost), and no older than
 /// any other owner's hold granted before (no other owner held the name in
 /// between).
-pub(crate) fn check_tokens(
-    name: &str,
-    ids: &[usize],
-    holds: &[Hold],
-    report: &mut Report,
-    describe: &dyn Fn(&Hold) -> String,
-) {
+pub(crate) fn check_tokens(on: &NameHolds<'_>, report: &mut Report) {
+    let NameHolds {
+        name,
+        ids,
+        holds,
+        describe,
+    } = *on;
     let owners = by_owner(ids, holds);
     let mut valid: Vec<usize> = ids
         .iter()
@@ -195,14 +206,9 @@ pub(crate) fn check_tokens(
 /// other shares that may stand (in a run without shared owners: a grant
 /// has count 1 and an unlock leaves 0, unless an unclean share of the same
 /// task may still stand).
-pub(crate) fn check_counts(
-    name: &str,
-    ids: &[usize],
-    holds: &[Hold],
-    report: &mut Report,
-    describe: &dyn Fn(&Hold) -> String,
-) {
-    let owners = by_owner(ids, holds);
+pub(crate) fn check_counts(on: &NameHolds<'_>, report: &mut Report) {
+    let (name, holds, describe) = (on.name, on.holds, on.describe);
+    let owners = by_owner(on.ids, holds);
     for o in owners.values() {
         for &b in &o.ids {
             let hb = &holds[b];

@@ -4,7 +4,7 @@
 //! kit runs against it below.
 //!
 //! ```sh
-//! cargo run --example file_lock    # lock, print the token, unlock, on a temp dir
+//! cargo run --example file_lock    # lock, print the token, unlock, on a temp dir (filelock:///DIR)
 //! cargo test --example file_lock   # the conformance kit
 //! ```
 //!
@@ -34,10 +34,24 @@ use lockkit_core::raw::{
     AcquireRequest, Backoff, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockError, LockInfo,
     ReleaseOutcome, TryAcquire, async_trait, check_attempt_id, detach_acquisition, ttl_millis, valid_until,
 };
+use lockkit_core::url::{BackendSchemes, ConnectUrl};
 use lockkit_core::{LockClient, LockOptions};
 
 /// The backend's name in errors, traces and metrics.
 const KIND: &str = "file";
+
+/// The scheme this backend serves: `filelock:///DIR` (register it with
+/// `lockkit::register_backend`, then `lockkit::connect` reaches it).
+pub const SCHEMES: BackendSchemes = BackendSchemes {
+    names: &["filelock"],
+    connect: |url: &mut ConnectUrl| {
+        let dir = url.url.to_file_path();
+        Box::pin(async move {
+            let dir = dir.map_err(|()| LockError::config("url path", "filelock:///DIR takes an absolute path"))?;
+            Ok(Arc::new(FileLockBackend::open(dir)?) as Arc<dyn LockBackend>)
+        })
+    },
+};
 
 /// A lock store in a directory, shared by every process that opens it.
 #[derive(Debug, Clone)]
@@ -520,7 +534,8 @@ fn unhex(text: &str) -> Option<String> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let locks = LockClient::new(FileLockBackend::open(dir.path())?, LockOptions::new())?;
+    lockkit::register_backend(SCHEMES)?;
+    let locks = lockkit::connect(&format!("filelock://{}?ttl=10s", dir.path().display())).await?;
     let guard = locks.lock("report:nightly").await?;
     println!(
         "holding {:?} with fencing token {}",
@@ -552,6 +567,23 @@ mod tests {
     }
 
     lockkit_core::conformance_tests!(kit());
+
+    /// Registered, the backend is reached by URL, with its own scheme and
+    /// lockkit's common parameters; a relative path is a typed error.
+    #[tokio::test]
+    async fn reached_by_url_once_registered() {
+        let dir = tempfile::tempdir().unwrap();
+        lockkit::register_backend(SCHEMES).unwrap();
+        let url = format!("filelock://{}?wait=1s", dir.path().display());
+        let locks = lockkit::connect(&url).await.unwrap();
+        assert_eq!(locks.options().wait_value(), Some(Duration::from_secs(1)));
+        let held = locks.lock("by-url").await.unwrap();
+        let direct = LockClient::new(FileLockBackend::open(dir.path()).unwrap(), LockOptions::new()).unwrap();
+        assert!(direct.try_lock("by-url").await.unwrap().is_none(), "one store");
+        held.unlock().await.unwrap();
+        let relative = lockkit::connect("filelock://relative/dir").await.unwrap_err();
+        assert!(matches!(relative, LockError::InvalidConfig { .. }), "{relative:?}");
+    }
 
     #[test]
     fn records_round_trip() {

@@ -1,9 +1,9 @@
-//! `connect(url)`: one `match` over the URL scheme.
+//! `connect(url)`: the scheme table's backend for the URL (see
+//! [`schemes`](crate::schemes)).
 
-use lockkit_core::url::{ConnectUrl, Scheme};
-use std::sync::Arc;
+use lockkit_core::url::ConnectUrl;
 
-use lockkit_core::{LockBackend, LockClient, LockError, memory::MemoryBackend};
+use lockkit_core::{LockClient, LockError};
 
 /// Connects to the backend a URL names and returns a client with the URL's
 /// default options (`ttl`, `wait`, `auto_extend`, `owner` query parameters).
@@ -18,41 +18,16 @@ use lockkit_core::{LockBackend, LockClient, LockError, memory::MemoryBackend};
 /// ```
 ///
 /// A backend of another crate registered with
-/// [`register_scheme`](lockkit_core::url::register_scheme) is reached the
-/// same way.
+/// [`register_backend`](crate::register_backend) is reached the same way.
 ///
 /// Errors: [`LockError::InvalidConfig`] for a malformed URL or an unknown
 /// scheme or parameter (naming the part), [`LockError::FeatureDisabled`] for
 /// a backend not compiled in, [`LockError::Backend`] if the server cannot be
 /// reached.
 pub async fn connect(url: &str) -> Result<LockClient, LockError> {
-    #[allow(unused_mut)] // only the network backends take parameters of their own
     let mut url = ConnectUrl::parse(url)?;
-    let backend: Arc<dyn LockBackend> = match url.scheme {
-        Scheme::Memory => Arc::new(MemoryBackend::from_url(&url.url)?),
-        #[cfg(feature = "redis")]
-        Scheme::Redis | Scheme::RedisSentinel | Scheme::RedisCluster | Scheme::Redlock => {
-            lockkit_redis::connect(&mut url).await?
-        }
-        #[cfg(feature = "sqlite")]
-        Scheme::Sqlite => lockkit_sql::connect(&mut url).await?,
-        #[cfg(feature = "mysql")]
-        Scheme::Mysql => lockkit_sql::connect(&mut url).await?,
-        #[cfg(feature = "postgres")]
-        Scheme::Postgres => lockkit_sql::connect(&mut url).await?,
-        #[cfg(feature = "zookeeper")]
-        Scheme::Zookeeper => lockkit_zk::connect(&mut url).await?,
-        // A scheme registered by another crate, or a backend not compiled in.
-        other => match other.connector() {
-            Some(connect) => connect(&mut url).await?,
-            None => {
-                return Err(LockError::FeatureDisabled {
-                    scheme: url.url.scheme().to_owned(),
-                    feature: other.feature(),
-                });
-            }
-        },
-    };
+    let connect = crate::schemes::connector(&url.scheme)?;
+    let backend = connect(&mut url).await?;
     // A parameter no backend took is a typo, not something to ignore. (The
     // network backends already checked this before connecting, so a typo
     // on an unreachable URL is reported as the typo; this covers memory://.)
@@ -86,7 +61,11 @@ impl Connect for LockClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockkit_core::url::register_scheme;
+    use crate::register_backend;
+    use lockkit_core::LockBackend;
+    use lockkit_core::memory::MemoryBackend;
+    use lockkit_core::url::BackendSchemes;
+    use std::sync::Arc;
 
     fn inproc(url: &mut ConnectUrl) -> lockkit_core::url::Connecting<'_> {
         let named = url.take("store");
@@ -104,7 +83,8 @@ mod tests {
     /// ones; a typo is still refused.
     #[tokio::test]
     async fn a_registered_scheme_connects() {
-        register_scheme("inproc-test", inproc).unwrap();
+        let schemes = |names| BackendSchemes { names, connect: inproc };
+        register_backend(schemes(&["inproc-test", "inproc-test2"])).unwrap();
         let a = connect("inproc-test://?store=reg&ttl=5s").await.unwrap();
         let b = connect("INPROC-TEST://?store=reg").await.unwrap();
         assert_eq!(a.options().ttl_value(), std::time::Duration::from_secs(5));
@@ -116,7 +96,24 @@ mod tests {
         held.unlock().await.unwrap();
         let typo = connect("inproc-test://?stor=reg").await.unwrap_err();
         assert!(matches!(typo, LockError::InvalidConfig { .. }), "{typo:?}");
-        assert!(register_scheme("inproc-test", inproc).is_err(), "registered twice");
-        assert!(register_scheme("zk", inproc).is_err(), "a built-in scheme");
+        assert!(connect("inproc-test2://").await.is_ok(), "every scheme it declared");
+        let refused = [
+            (&["inproc-test"][..], "registered twice"),
+            (
+                &["inproc-test3", "zk"],
+                "a built-in scheme (this one is refused, the other not registered)",
+            ),
+            (&["inproc-test4", "INPROC-TEST4"], "one scheme twice"),
+            (&["not a scheme"], "not a URL scheme"),
+        ];
+        for (names, why) in refused {
+            let e = register_backend(schemes(names)).unwrap_err();
+            assert!(matches!(e, LockError::InvalidConfig { .. }), "{why}: {e:?}");
+        }
+        let unknown = connect("inproc-test3://").await.unwrap_err();
+        assert!(
+            matches!(&unknown, LockError::InvalidConfig { part, .. } if part == "url scheme"),
+            "nothing of a refused registration stays: {unknown:?}"
+        );
     }
 }

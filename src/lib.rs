@@ -32,6 +32,7 @@
 #[cfg(feature = "serde")]
 mod config;
 mod connect;
+mod schemes;
 
 #[cfg(feature = "serde")]
 pub use config::LockConfig;
@@ -41,6 +42,7 @@ pub use lockkit_core::{
     Capabilities, DEFAULT_TTL, DEFAULT_WAIT, LeaseKind, LockBackend, LockClient, LockError, LockGuard, LockInfo,
     LockOptions, LostReason, LostSignal, Unlocked, backend, memory, one_line, url,
 };
+pub use schemes::register_backend;
 
 /// The conformance kit (feature `testkit`), for testing a backend.
 #[cfg(feature = "testkit")]

@@ -103,6 +103,15 @@ impl State {
     }
 }
 
+/// The memory backend's URL scheme: `memory://[NAME]`.
+pub const SCHEMES: crate::url::BackendSchemes = crate::url::BackendSchemes {
+    names: &["memory"],
+    connect: |url| {
+        let backend = MemoryBackend::from_url(&url.url);
+        Box::pin(async move { Ok(Arc::new(backend?) as Arc<dyn crate::LockBackend>) })
+    },
+};
+
 impl MemoryBackend {
     /// A private store nobody else sees.
     pub fn new() -> Self {

@@ -1,144 +1,56 @@
-//! Connection URLs: the scheme table and the query parameters every backend
-//! shares (`ttl`, `wait`, `auto_extend`, `owner`, `fair`).
+//! Connection URLs: parsing, the query parameters every backend shares
+//! (`ttl`, `wait`, `auto_extend`, `owner`, `fair`), and what a backend crate
+//! declares to serve its schemes ([`BackendSchemes`]).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use url::Url;
 
 use crate::{LockBackend, LockError, LockOptions};
 
-/// The backends a URL can name. Dispatch is one `match` over this enum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Scheme {
-    /// `memory://[NAME]`
-    Memory,
-    /// `sqlite://PATH`, `sqlite::memory:`
-    Sqlite,
-    /// `redis://`, `rediss://`
-    Redis,
-    /// `redis+sentinel://`
-    RedisSentinel,
-    /// `redis+cluster://`
-    RedisCluster,
-    /// `redlock://h1,h2,h3`
-    Redlock,
-    /// `mysql://`, `mariadb://`
-    Mysql,
-    /// `postgres://`, `postgresql://`
-    Postgres,
-    /// `zk://`, `zookeeper://`
-    Zookeeper,
-    /// A scheme a backend outside lockkit registered with
-    /// [`register_scheme`].
-    Registered(&'static str),
-}
-
-impl Scheme {
-    /// The scheme of a URL string, by its text before `:`.
-    pub fn of(scheme: &str) -> Option<Scheme> {
-        Scheme::builtin(scheme).or_else(|| registered(scheme).map(|(name, _)| Scheme::Registered(name)))
-    }
-
-    /// One of lockkit's own schemes.
-    fn builtin(scheme: &str) -> Option<Scheme> {
-        Some(match scheme.to_ascii_lowercase().as_str() {
-            "memory" => Scheme::Memory,
-            "sqlite" => Scheme::Sqlite,
-            "redis" | "rediss" => Scheme::Redis,
-            "redis+sentinel" | "rediss+sentinel" => Scheme::RedisSentinel,
-            "redis+cluster" | "rediss+cluster" => Scheme::RedisCluster,
-            "redlock" => Scheme::Redlock,
-            "mysql" | "mariadb" => Scheme::Mysql,
-            "postgres" | "postgresql" => Scheme::Postgres,
-            "zk" | "zookeeper" => Scheme::Zookeeper,
-            _ => return None,
-        })
-    }
-
-    /// The cargo feature of the `lockkit` crate that provides this backend.
-    pub fn feature(self) -> &'static str {
-        match self {
-            Scheme::Memory => "(always on)",
-            Scheme::Sqlite => "sqlite",
-            Scheme::Redis | Scheme::RedisSentinel | Scheme::RedisCluster | Scheme::Redlock => "redis",
-            Scheme::Mysql => "mysql",
-            Scheme::Postgres => "postgres",
-            Scheme::Zookeeper => "zookeeper",
-            Scheme::Registered(_) => "(registered)",
-        }
-    }
-}
-
-/// How a registered backend connects: it takes its own query parameters
-/// from the URL (see [`ConnectUrl::take`]) and returns the backend.
+/// How a backend connects from a URL: it takes its own query parameters
+/// (see [`ConnectUrl::take`]) and returns the backend.
 pub type Connector = for<'a> fn(&'a mut ConnectUrl) -> Connecting<'a>;
 
-/// A registered backend's connect in progress.
+/// A backend's connect in progress.
 pub type Connecting<'a> = Pin<Box<dyn Future<Output = Result<Arc<dyn LockBackend>, LockError>> + Send + 'a>>;
 
-static REGISTERED: RwLock<Vec<(&'static str, Connector)>> = RwLock::new(Vec::new());
-
-fn registered(scheme: &str) -> Option<(&'static str, Connector)> {
-    let table = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
-    table
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(scheme))
-        .copied()
+/// The URL schemes one backend crate serves, and how it connects. Each
+/// backend crate declares its own (`lockkit_redis::SCHEMES`,
+/// [`memory::SCHEMES`](crate::memory::SCHEMES), …); the `lockkit` facade's
+/// scheme table is made of those of the crates compiled in, and a backend of
+/// another crate joins it with `lockkit::register_scheme`.
+#[derive(Clone, Copy)]
+pub struct BackendSchemes {
+    /// The schemes, lowercase (`"redis"`, `"rediss"`, …).
+    pub names: &'static [&'static str],
+    /// Connects to a URL of one of them.
+    pub connect: Connector,
 }
 
-/// Registers a backend of another crate under `scheme`, so that
-/// `lockkit::connect("SCHEME://…")` (and the CLI, and the config file)
-/// reach it like a built-in one. Call it once at start-up, before the
-/// first connect. Fails for a scheme lockkit has (or another crate
-/// registered already) and for a name that is not a URL scheme.
-///
-/// ```
-/// use std::sync::Arc;
-/// use lockkit_core::url::{ConnectUrl, Connecting, register_scheme};
-/// use lockkit_core::{LockBackend, memory::MemoryBackend};
-///
-/// fn connect(url: &mut ConnectUrl) -> Connecting<'_> {
-///     Box::pin(async move { Ok(Arc::new(MemoryBackend::from_url(&url.url)?) as Arc<dyn LockBackend>) })
-/// }
-/// register_scheme("inproc", connect).unwrap();
-/// assert!(register_scheme("redis", connect).is_err());
-/// ```
-pub fn register_scheme(scheme: &'static str, connect: Connector) -> Result<(), LockError> {
-    let valid = scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
-    if !valid {
-        return Err(LockError::config("scheme", format!("{scheme:?} is not a URL scheme")));
+impl std::fmt::Debug for BackendSchemes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendSchemes").field("names", &self.names).finish()
     }
-    let mut table = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
-    let taken = table.iter().any(|(name, _)| name.eq_ignore_ascii_case(scheme));
-    if taken || Scheme::builtin(scheme).is_some() {
-        return Err(LockError::config("scheme", format!("{scheme:?} is taken")));
-    }
-    table.push((scheme, connect));
-    Ok(())
 }
 
-impl Scheme {
-    /// The connect function registered for this scheme (see
-    /// [`register_scheme`]); `None` for lockkit's own schemes.
-    pub fn connector(self) -> Option<Connector> {
-        match self {
-            Scheme::Registered(name) => registered(name).map(|(_, connect)| connect),
-            _ => None,
-        }
-    }
+/// Whether `scheme` is a valid URL scheme (a letter, then letters, digits,
+/// `+`, `-`, `.`).
+pub fn is_scheme(scheme: &str) -> bool {
+    scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
 }
 
 /// A parsed connection URL: its scheme, the URL, and the options every
 /// backend shares, with backend-specific query parameters left to take.
 #[derive(Debug, Clone)]
 pub struct ConnectUrl {
-    /// The backend named by the scheme.
-    pub scheme: Scheme,
+    /// The scheme, lowercase: which backend the URL names (the facade's
+    /// scheme table says which backend crate serves it).
+    pub scheme: String,
     /// The URL. For a multi-host URL (`redlock://h1:1,h2:2/…`) its host is
     /// the first of [`hosts`](Self::hosts); everything else is as written.
     pub url: Url,
@@ -152,27 +64,27 @@ pub struct ConnectUrl {
     params: Vec<(String, String)>,
 }
 
-/// The schemes lockkit knows, for messages.
-pub const KNOWN_SCHEMES: &str =
-    "memory, sqlite, redis, rediss, redis+sentinel, redis+cluster, redlock, mysql, mariadb, postgres, zk";
-
 impl ConnectUrl {
     /// Parses `url`, its scheme and the common query parameters.
     pub fn parse(url: &str) -> Result<Self, LockError> {
         let url = url.trim();
-        let Some((scheme_text, _)) = url.split_once(':') else {
-            return Err(LockError::config(
-                "url",
-                format!("{url:?} is not a URL: expected SCHEME://…, one of {KNOWN_SCHEMES}"),
-            ));
+        let scheme = match url.split_once(':') {
+            Some((scheme, _)) if is_scheme(scheme) => scheme.to_ascii_lowercase(),
+            Some((scheme, _)) => {
+                return Err(LockError::config(
+                    "url scheme",
+                    format!("unknown scheme {scheme:?} in {url:?}: expected SCHEME://…"),
+                ));
+            }
+            None => {
+                return Err(LockError::config(
+                    "url",
+                    format!("{url:?} is not a URL: expected SCHEME://…"),
+                ));
+            }
         };
-        let scheme = Scheme::of(scheme_text).ok_or_else(|| {
-            LockError::config(
-                "url scheme",
-                format!("unknown scheme {scheme_text:?}; lockkit knows {KNOWN_SCHEMES}"),
-            )
-        })?;
-        if scheme != Scheme::Sqlite {
+        // A SQLite URL's path is a file path, relative ones included.
+        if scheme != "sqlite" {
             refuse_dot_segments(url)?;
         }
         let (single, hosts) = split_hosts(url)?;
@@ -438,7 +350,7 @@ mod tests {
     #[test]
     fn common_options() {
         let mut u = ConnectUrl::parse("memory://?ttl=5s&wait=forever&auto_extend=off&owner=me&x=1").unwrap();
-        assert_eq!(u.scheme, Scheme::Memory);
+        assert_eq!(u.scheme, "memory");
         assert_eq!(u.options.ttl_value(), Duration::from_secs(5));
         assert_eq!(u.options.wait_value(), None);
         assert!(!u.options.auto_extend_value());
@@ -495,7 +407,8 @@ mod tests {
     #[test]
     fn bad_urls() {
         assert_eq!(part(ConnectUrl::parse("nonsense").unwrap_err()), "url");
-        assert_eq!(part(ConnectUrl::parse("ftp://x").unwrap_err()), "url scheme");
+        assert_eq!(part(ConnectUrl::parse("not a scheme://x").unwrap_err()), "url scheme");
+        assert_eq!(ConnectUrl::parse("FTP://x").unwrap().scheme, "ftp");
         assert_eq!(part(ConnectUrl::parse("redis://[::1").unwrap_err()), "url");
         assert_eq!(
             part(ConnectUrl::parse("memory://?ttl=abc").unwrap_err()),
@@ -513,7 +426,5 @@ mod tests {
         assert_eq!(part(ConnectUrl::parse("zk://h1:1,h2:2/./x").unwrap_err()), "url path");
         assert!(ConnectUrl::parse("zk://h:2181/a.b/..c").is_ok());
         assert!(ConnectUrl::parse("sqlite://./lockkit.db").is_ok());
-        assert_eq!(Scheme::of("REDIS"), Some(Scheme::Redis));
-        assert_eq!(Scheme::Redlock.feature(), "redis");
     }
 }

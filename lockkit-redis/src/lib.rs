@@ -7,7 +7,7 @@
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockkit_core::LockError> {
-//! use lockkit_core::url::ConnectUrl;
+//! use lockkit_core::url::{BackendSchemes, ConnectUrl};
 //! use lockkit_core::LockClient;
 //!
 //! // What `lockkit::connect("redis://…")` does:
@@ -172,8 +172,22 @@ pub use config::{Mode, RedisConfig};
 pub use error::{NodeTimeout, QuorumError, ReplicasError, UnexpectedReply};
 pub use redlock::RedlockBackend;
 
-use lockkit_core::url::ConnectUrl;
+use lockkit_core::url::{BackendSchemes, ConnectUrl};
 use lockkit_core::{LockBackend, LockError};
+
+/// The schemes this crate serves (see [`connect`]).
+pub const SCHEMES: BackendSchemes = BackendSchemes {
+    names: &[
+        "redis",
+        "rediss",
+        "redis+sentinel",
+        "rediss+sentinel",
+        "redis+cluster",
+        "rediss+cluster",
+        "redlock",
+    ],
+    connect: |url| Box::pin(connect(url)),
+};
 
 /// Connects to the Redis (or the Redlock nodes) a `redis://`, `rediss://`,
 /// `redis+sentinel://`, `redis+cluster://` or `redlock://` URL names, taking

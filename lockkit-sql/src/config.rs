@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::url::{ConnectUrl, Scheme, decode_component, redact};
+use lockkit_core::url::{ConnectUrl, decode_component, redact};
 
 /// The database a backend talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,10 +133,10 @@ impl SqlConfig {
     /// Reads the settings from a parsed URL, taking this backend's query
     /// parameters from it (the caller fails on any left over).
     pub fn from_url(url: &mut ConnectUrl) -> Result<Self, LockError> {
-        let dialect = match url.scheme {
-            Scheme::Mysql => Dialect::Mysql,
-            Scheme::Postgres => Dialect::Postgres,
-            Scheme::Sqlite => Dialect::Sqlite,
+        let dialect = match url.scheme.as_str() {
+            "mysql" | "mariadb" => Dialect::Mysql,
+            "postgres" | "postgresql" => Dialect::Postgres,
+            "sqlite" => Dialect::Sqlite,
             other => {
                 return Err(LockError::config(
                     "url scheme",

@@ -9,7 +9,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockkit_core::LockError> {
 //! # #[cfg(feature = "sqlite")] {
-//! use lockkit_core::url::ConnectUrl;
+//! use lockkit_core::url::{BackendSchemes, ConnectUrl};
 //! use lockkit_core::{LockClient, LockOptions};
 //!
 //! let mut url = ConnectUrl::parse("sqlite::memory:?table=locks&sweep_interval=5s")?;
@@ -211,12 +211,33 @@ use std::sync::Arc;
 
 use lockkit_core::LockError;
 use lockkit_core::backend::LockBackend;
-use lockkit_core::url::ConnectUrl;
+use lockkit_core::url::{BackendSchemes, ConnectUrl};
 
 pub use backend::SqlBackend;
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_LEASE, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
     DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, SqlConfig, validate_table,
+};
+
+/// SQLite's schemes (see [`connect`]).
+#[cfg(feature = "sqlite")]
+pub const SQLITE_SCHEMES: BackendSchemes = BackendSchemes {
+    names: &["sqlite"],
+    connect: |url| Box::pin(connect(url)),
+};
+
+/// MySQL's and MariaDB's schemes (see [`connect`]).
+#[cfg(feature = "mysql")]
+pub const MYSQL_SCHEMES: BackendSchemes = BackendSchemes {
+    names: &["mysql", "mariadb"],
+    connect: |url| Box::pin(connect(url)),
+};
+
+/// Postgres's schemes (see [`connect`]).
+#[cfg(feature = "postgres")]
+pub const POSTGRES_SCHEMES: BackendSchemes = BackendSchemes {
+    names: &["postgres", "postgresql"],
+    connect: |url| Box::pin(connect(url)),
 };
 
 /// Connects to the database a `mysql://`, `mariadb://`, `postgres://` or

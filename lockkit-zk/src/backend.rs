@@ -93,7 +93,7 @@ use lockkit_core::LockError;
 use lockkit_core::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
 };
-use lockkit_core::url::{ConnectUrl, Scheme};
+use lockkit_core::url::ConnectUrl;
 use tokio::time::Instant;
 
 use crate::cache::Held;
@@ -174,7 +174,7 @@ impl ZkBackend {
     /// (`ttl`, `wait`, …) are ignored here: they belong to a `LockClient`.
     pub async fn from_url(url: &str) -> Result<Self, LockError> {
         let mut url = ConnectUrl::parse(url)?;
-        if url.scheme != Scheme::Zookeeper {
+        if !crate::SCHEMES.names.contains(&url.scheme.as_str()) {
             return Err(LockError::config("url scheme", "expected zk:// or zookeeper://"));
         }
         let config = ZkConfig::from_url(&mut url)?;

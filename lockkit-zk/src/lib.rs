@@ -101,7 +101,7 @@ use std::sync::Arc;
 
 use lockkit_core::LockError;
 use lockkit_core::backend::LockBackend;
-use lockkit_core::url::ConnectUrl;
+use lockkit_core::url::{BackendSchemes, ConnectUrl};
 
 mod acquire;
 mod backend;
@@ -124,6 +124,12 @@ pub use backend::{ZkBackend, ZkStats};
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, ZkConfig};
 pub use error::{BACKEND, ConnectTimeout, ForeignNode};
 pub use layout::{decode_name, encode_name};
+
+/// The schemes this crate serves (see [`connect`]).
+pub const SCHEMES: BackendSchemes = BackendSchemes {
+    names: &["zk", "zookeeper"],
+    connect: |url| Box::pin(connect(url)),
+};
 
 /// Connects to the ZooKeeper ensemble a `zk://` URL names, taking its own
 /// query parameters (`session_timeout`, `connect_timeout`) from `url`.

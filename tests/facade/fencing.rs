@@ -20,6 +20,8 @@
 //! Servers come from `LOCKKIT_REDIS_URL`, `LOCKKIT_REDLOCK_URL`,
 //! `LOCKKIT_MYSQL_URL`, `LOCKKIT_POSTGRES_URL`, `LOCKKIT_ZK_URL` (skipped
 //! without, failed with `LOCKKIT_REQUIRE_SERVICES=1`).
+// A build without any server backend runs the memory case only.
+#![cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -30,7 +32,7 @@ use lockkit_core::testkit::{FencedStore, StaleToken};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
-use crate::common::{unique, with_params};
+use crate::common::unique;
 
 const ROLE: &str = "LOCKKIT_FENCING_CHILD";
 const URL: &str = "LOCKKIT_FENCING_URL";
@@ -319,13 +321,16 @@ impl Scenario {
     }
 }
 
+#[cfg(any(feature = "redis", feature = "mysql", feature = "postgres", feature = "zookeeper"))]
 /// `scenario` on the server in `var`, A connecting with `params` added.
 async fn on_server(var: &str, params: &str, scenario: Scenario) {
     let Some(url) = lockkit_core::testkit::server_url(var) else {
         return;
     };
     let other = lockkit::connect(&url).await.expect("connect");
-    scenario.run(var, &with_params(&url, params), other).await;
+    scenario
+        .run(var, &crate::common::with_params(&url, params), other)
+        .await;
 }
 
 /// `scenario` on an SQLite file both processes open.

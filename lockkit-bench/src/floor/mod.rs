@@ -40,16 +40,15 @@ pub trait Floor: Send + Sync {
 /// sentinel, backends this build leaves out).
 pub async fn floor_for(url: &str) -> Result<Option<Box<dyn Floor>>, BenchError> {
     let mut parsed = lockkit::url::ConnectUrl::parse(url)?;
-    use lockkit::url::Scheme;
-    match parsed.scheme {
+    match parsed.scheme.as_str() {
         #[cfg(feature = "redis")]
-        Scheme::Redis | Scheme::Redlock => Ok(Some(Box::new(redis::RedisFloor::connect(&parsed).await?))),
+        "redis" | "rediss" | "redlock" => Ok(Some(Box::new(redis::RedisFloor::connect(&parsed).await?))),
         #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
-        Scheme::Mysql | Scheme::Postgres | Scheme::Sqlite => {
+        "mysql" | "mariadb" | "postgres" | "postgresql" | "sqlite" => {
             Ok(Some(Box::new(sql::SqlFloor::connect(&mut parsed).await?)))
         }
         #[cfg(feature = "zookeeper")]
-        Scheme::Zookeeper => Ok(Some(Box::new(zk::ZkFloor::connect(&mut parsed).await?))),
+        "zk" | "zookeeper" => Ok(Some(Box::new(zk::ZkFloor::connect(&mut parsed).await?))),
         _ => Ok(None),
     }
 }

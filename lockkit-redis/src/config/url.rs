@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::url::{ConnectUrl, HostPort, Scheme, decode_component};
+use lockkit_core::url::{ConnectUrl, HostPort, decode_component};
 
 use super::{
     DEFAULT_REDLOCK_RESPONSE_TIMEOUT, Mode, Node, REDIS_PORT, RedisConfig, SENTINEL_PORT, Tls,
@@ -17,12 +17,12 @@ impl RedisConfig {
     /// `redis+cluster://` or `redlock://` URL, taking this backend's query
     /// parameters (and leaving the others for [`ConnectUrl::finish`]).
     pub fn from_url(url: &mut ConnectUrl) -> Result<Self, LockError> {
-        let scheme = url.url.scheme().to_ascii_lowercase();
-        let mode = match url.scheme {
-            Scheme::Redis => Mode::Single,
-            Scheme::RedisCluster => Mode::Cluster,
-            Scheme::Redlock => Mode::Redlock,
-            Scheme::RedisSentinel => Mode::Sentinel { service: String::new() },
+        let scheme = url.scheme.clone();
+        let mode = match scheme.as_str() {
+            "redis" | "rediss" => Mode::Single,
+            "redis+cluster" | "rediss+cluster" => Mode::Cluster,
+            "redlock" => Mode::Redlock,
+            "redis+sentinel" | "rediss+sentinel" => Mode::Sentinel { service: String::new() },
             _ => {
                 return Err(LockError::config(
                     "url scheme",

@@ -407,7 +407,7 @@ mod tests {
     #[test]
     fn mysql_batch_splices_only_literals() {
         let sql = Statements::new(Dialect::Mysql, "locks");
-        let batch = sql.mysql_claim_batch(
+        let claim = MysqlClaim::new(
             "a'; DROP TABLE x; --".as_bytes(),
             b"o",
             1500,
@@ -415,10 +415,16 @@ mod tests {
             "0123456789abcdef",
             7,
         );
-        assert!(!batch.contains('?'), "every placeholder is filled: {batch}");
-        assert!(!batch.contains("DROP"), "the name is hex: {batch}");
-        assert!(batch.contains("X'61273B2044524F50205441424C4520783B202D2D'"));
-        assert!(batch.contains("INTERVAL 1500 MICROSECOND") && batch.contains("SELECT 7,"));
+        for batch in [
+            sql.mysql_claim_batch(&claim),
+            sql.mysql_claim_batch_fair(&claim, false, false),
+            sql.mysql_claim_batch_fair(&claim, true, true),
+        ] {
+            assert!(!batch.contains('?'), "every placeholder is filled: {batch}");
+            assert!(!batch.contains("DROP"), "the name is hex: {batch}");
+            assert!(batch.contains("X'61273B2044524F50205441424C4520783B202D2D'"));
+            assert!(batch.contains("INTERVAL 1500 MICROSECOND") && batch.contains("SELECT 7,"));
+        }
         assert_eq!(hex(b""), "X''");
     }
 }

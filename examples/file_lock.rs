@@ -76,45 +76,46 @@ impl FileLockBackend {
         let store = self.store.clone();
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let ttl_ms = ttl_millis(req.ttl);
+        let checked = check_attempt_id(&attempt);
+        let sent_at = Instant::now();
+        let work = {
+            let (store, name, owner, attempt) = (store.clone(), name.clone(), owner.clone(), attempt.clone());
+            async move {
+                let op_name = name.clone();
+                let op = move |s: &Store, now| s.acquire(&name, &owner, &attempt, ttl_ms, now);
+                store.run("acquire", Some(&op_name), op).await
+            }
+        };
+        // The fencing token of the answer, if it is a hold.
+        let token_of = |answer: &Result<Granted, LockError>| match answer {
+            Ok(Granted::Yes { token, .. }) => Some(*token),
+            _ => None,
+        };
+        let release = move |hold: Hold| async move {
+            let op_name = hold.name.clone();
+            let op = move |s: &Store, now| s.release(&hold, &attempt, now);
+            store.run("release", Some(&op_name), op).await
+        };
+        // Nothing runs before the future is awaited.
+        let detached = detach_acquisition(KIND, req, work, token_of, release);
         async move {
-            check_attempt_id(&attempt)?;
-            let sent_at = Instant::now();
-            let work = {
-                let (store, name, owner, attempt) = (store.clone(), name.clone(), owner.clone(), attempt.clone());
-                async move {
-                    let op_name = name.clone();
-                    let op = move |s: &Store, now| s.acquire(&name, &owner, &attempt, ttl_ms, now);
-                    store.run("acquire", Some(&op_name), op).await
-                }
-            };
-            // The fencing token of the answer, if it is a hold.
-            let token_of = |answer: &Result<Granted, LockError>| match answer {
-                Ok(Granted::Yes { token, .. }) => Some(*token),
-                _ => None,
-            };
-            let release = move |hold: Hold| async move {
-                let op_name = hold.name.clone();
-                let op = move |s: &Store, now| s.release(&hold, &attempt, now);
-                store.run("release", Some(&op_name), op).await
-            };
-            Ok(
-                match detach_acquisition(KIND, &name, &owner, work, token_of, release).await?? {
-                    Granted::Yes {
-                        token,
-                        hold_count,
-                        remaining,
-                    } => TryAcquire::Acquired(Lease {
-                        token,
-                        hold_count,
-                        valid_until: Some(valid_until(sent_at, remaining)),
-                        lost: None,
-                        session_deadline: None,
-                    }),
-                    Granted::No { remaining } => TryAcquire::Busy {
-                        retry_in: Some(remaining),
-                    },
+            checked?;
+            Ok(match detached.await?? {
+                Granted::Yes {
+                    token,
+                    hold_count,
+                    remaining,
+                } => TryAcquire::Acquired(Lease {
+                    token,
+                    hold_count,
+                    valid_until: Some(valid_until(sent_at, remaining)),
+                    lost: None,
+                    session_deadline: None,
+                }),
+                Granted::No { remaining } => TryAcquire::Busy {
+                    retry_in: Some(remaining),
                 },
-            )
+            })
         }
     }
 }

@@ -40,7 +40,8 @@ pub use connect::{Connect, URL_VAR, connect, connect_from_env};
 #[doc(inline)]
 pub use lockkit_core::{
     Capabilities, DEFAULT_TTL, DEFAULT_WAIT, LeaseKind, LockBackend, LockClient, LockError, LockGuard, LockInfo,
-    LockOptions, LostReason, LostSignal, Unlocked, backend, memory, one_line, url,
+    LockKind, LockOptions, LostReason, LostSignal, MAX_PERMITS, RwLock, Semaphore, Unlocked, backend, memory, one_line,
+    url,
 };
 pub use schemes::register_backend;
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit::backend::{AcquireRequest, ExtendOutcome, Hold, Lease, ReleaseOutcome, TryAcquire};
+use lockkit::backend::{AcquireRequest, ExtendOutcome, Hold, Lease, LockKind, ReleaseOutcome, TryAcquire};
 use lockkit::{Capabilities, LockBackend, LockError, LockInfo};
 
 /// Counts calls into the wrapped backend. A batched `extend_many` counts as
@@ -84,6 +84,16 @@ impl LockBackend for Counting {
     async fn waiting(&self, name: &str) -> Result<usize, LockError> {
         self.count(1);
         self.inner.waiting(name).await
+    }
+
+    async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+        self.count(1);
+        self.inner.holders(name, kind).await
+    }
+
+    async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+        self.count(1);
+        self.inner.waiting_for(name, kind).await
     }
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         self.count(1);

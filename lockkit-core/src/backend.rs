@@ -13,6 +13,55 @@ use tokio_util::sync::CancellationToken;
 use crate::LockError;
 use crate::lease::SessionDeadline;
 
+/// What kind of hold a request asks for. Each kind keeps its own names: a
+/// mutex, a semaphore and a read-write lock called `"x"` are three locks.
+/// Read and write holds of one name are one read-write lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// A mutex: one owner holds the name at a time ([`LockClient::lock`]).
+    ///
+    /// [`LockClient::lock`]: crate::LockClient::lock
+    #[default]
+    Mutex,
+    /// One permit of a semaphore of `permits` ([`LockClient::semaphore`]):
+    /// at most that many permits are held at once, each one a hold of its
+    /// own with a fencing token of its own (an owner asking again takes
+    /// another permit; a repeated attempt is the same one). The count is
+    /// part of the name's state: a request with another count while the
+    /// name is in use fails with [`LockError::Conflict`].
+    ///
+    /// [`LockClient::semaphore`]: crate::LockClient::semaphore
+    Permit {
+        /// How many permits the semaphore has (at least 1).
+        permits: u32,
+    },
+    /// A read hold of a read-write lock ([`LockClient::rw_lock`]): shared
+    /// with every other reader, never beside another owner's write hold,
+    /// and not granted while a writer waits (no writer starvation).
+    /// Re-entrant by owner; an owner that holds the write lock may read
+    /// too (and so downgrade). Its token is that of the last write hold.
+    ///
+    /// [`LockClient::rw_lock`]: crate::LockClient::rw_lock
+    Read,
+    /// The write hold of a read-write lock: alone on the name, re-entrant
+    /// by owner, with a token greater than every earlier writer's. An owner
+    /// holding only a read hold cannot upgrade: [`LockError::Conflict`].
+    Write,
+}
+
+impl LockKind {
+    /// The short name of the kind, for messages and traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockKind::Mutex => "mutex",
+            LockKind::Permit { .. } => "permit",
+            LockKind::Read => "read",
+            LockKind::Write => "write",
+        }
+    }
+}
+
 /// One acquisition attempt: who wants which name for how long.
 #[derive(Clone, Copy, Debug)]
 pub struct AcquireRequest<'a> {
@@ -37,6 +86,8 @@ pub struct AcquireRequest<'a> {
     ///
     /// [`LockOptions::fair`]: crate::LockOptions::fair
     pub fair: bool,
+    /// What kind of hold ([`LockKind::Mutex`] for a lock).
+    pub kind: LockKind,
 }
 
 /// One existing hold: a name held by an owner under a fencing token.
@@ -51,6 +102,20 @@ pub struct Hold {
     pub owner: String,
     /// The fencing token of the hold.
     pub token: u64,
+    /// What kind of hold it is.
+    pub kind: LockKind,
+}
+
+impl Hold {
+    /// A mutex hold of `name` by `owner` under `token`.
+    pub fn mutex(name: impl Into<String>, owner: impl Into<String>, token: u64) -> Self {
+        Hold {
+            name: name.into(),
+            owner: owner.into(),
+            token,
+            kind: LockKind::Mutex,
+        }
+    }
 }
 
 /// A granted hold, as the backend reports it.
@@ -175,6 +240,12 @@ pub struct Capabilities {
     /// ([`AcquireRequest::fair`]), and [`LockBackend::waiting`] counts them;
     /// the conformance kit's fairness cases run wherever it is declared.
     pub fair: bool,
+    /// Semaphores ([`LockKind::Permit`]) are implemented, with the same
+    /// leases, idempotence and order of service as the mutex.
+    pub semaphores: bool,
+    /// Read-write locks ([`LockKind::Read`], [`LockKind::Write`]) are
+    /// implemented, likewise.
+    pub rw_locks: bool,
 }
 
 impl Capabilities {
@@ -214,6 +285,29 @@ impl Capabilities {
             admin: false,
             idempotent_attempts: false,
             fair: false,
+            semaphores: false,
+            rw_locks: false,
+        }
+    }
+
+    /// The same, declaring semaphores (see [`semaphores`](Self::semaphores)).
+    pub const fn with_semaphores(mut self) -> Self {
+        self.semaphores = true;
+        self
+    }
+
+    /// The same, declaring read-write locks (see [`rw_locks`](Self::rw_locks)).
+    pub const fn with_rw_locks(mut self) -> Self {
+        self.rw_locks = true;
+        self
+    }
+
+    /// Whether requests of `kind` are implemented.
+    pub const fn supports(&self, kind: LockKind) -> bool {
+        match kind {
+            LockKind::Mutex => true,
+            LockKind::Permit { .. } => self.semaphores,
+            LockKind::Read | LockKind::Write => self.rw_locks,
         }
     }
 
@@ -291,6 +385,21 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Who holds `name`, if anybody.
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError>;
 
+    /// Every hold of `kind` on `name`: a semaphore's permits, a read-write
+    /// lock's readers ([`LockKind::Read`]) or its writer
+    /// ([`LockKind::Write`]), in the order they were granted. The default
+    /// answers for the mutex from [`inspect`](Self::inspect); backends that
+    /// implement more kinds override it.
+    async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+        match kind {
+            LockKind::Mutex => Ok(self.inspect(name).await?.into_iter().collect()),
+            _ => Err(LockError::Unsupported {
+                backend: self.kind(),
+                operation: kind.as_str(),
+            }),
+        }
+    }
+
     /// Held names starting with `prefix`, in name order, at most `limit`.
     /// Operator tooling; backends that cannot enumerate keep the default.
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
@@ -311,6 +420,19 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
             backend: self.kind(),
             operation: "waiting",
         })
+    }
+
+    /// How many acquisitions of `kind` wait for `name` (see
+    /// [`waiting`](Self::waiting), which answers for the mutex: the
+    /// default). Backends that implement more kinds override it.
+    async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+        match kind {
+            LockKind::Mutex => self.waiting(name).await,
+            _ => Err(LockError::Unsupported {
+                backend: self.kind(),
+                operation: "waiting",
+            }),
+        }
     }
 
     /// Deletes the hold on `name` whoever holds it — the operator's override

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Capabilities, Hold, Lease, LockBackend, LockInfo, TryAcquire};
+use crate::backend::{AcquireRequest, Capabilities, Hold, Lease, LockBackend, LockInfo, LockKind, TryAcquire};
 use crate::name::{new_attempt_id, random_owner, validate_name, validate_owner};
 use crate::watchdog::Watchdog;
 use crate::{LockError, LockGuard, LockOptions, telemetry};
@@ -143,8 +143,19 @@ impl LockClient {
     /// the call's attempt id), so no hold is left behind for the owner's
     /// next acquisition to re-enter.
     pub async fn lock_with(&self, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+        self.acquire_waiting(name, LockKind::Mutex, options).await
+    }
+
+    /// Acquires a hold of `kind` on `name`, waiting as `options` say; a
+    /// wait that runs out is a [`LockError::WaitTimeout`].
+    pub(crate) async fn acquire_waiting(
+        &self,
+        name: &str,
+        kind: LockKind,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
         let backend = self.shared.backend.kind();
-        match self.acquire(name, options, false).await? {
+        match self.acquire(name, kind, options, false).await? {
             Some(guard) => Ok(guard),
             None => Err(LockError::WaitTimeout {
                 backend,
@@ -157,12 +168,12 @@ impl LockClient {
     /// Acquires `name` if no other owner holds it; never waits for one.
     /// `Ok(None)` when the name is held by another owner.
     pub async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>, LockError> {
-        self.acquire(name, &self.shared.defaults, true).await
+        self.acquire(name, LockKind::Mutex, &self.shared.defaults, true).await
     }
 
     /// [`try_lock`](Self::try_lock) with `options` (the wait is ignored).
     pub async fn try_lock_with(&self, name: &str, options: &LockOptions) -> Result<Option<LockGuard>, LockError> {
-        self.acquire(name, options, true).await
+        self.acquire(name, LockKind::Mutex, options, true).await
     }
 
     /// Who holds `name`, if anybody.
@@ -202,11 +213,24 @@ impl LockClient {
         Ok(removed)
     }
 
-    async fn acquire(&self, name: &str, options: &LockOptions, no_wait: bool) -> Result<Option<LockGuard>, LockError> {
+    /// One `lock`/`try_lock` (`no_wait`) of any kind.
+    pub(crate) async fn acquire(
+        &self,
+        name: &str,
+        kind: LockKind,
+        options: &LockOptions,
+        no_wait: bool,
+    ) -> Result<Option<LockGuard>, LockError> {
         validate_name(name)?;
         options.validate()?;
         let owner = options.owner_value().unwrap_or(&self.owner);
         let backend = &self.shared.backend;
+        if !backend.capabilities().supports(kind) {
+            return Err(LockError::Unsupported {
+                backend: backend.kind(),
+                operation: kind.as_str(),
+            });
+        }
         let attempt = new_attempt_id();
         let req = AcquireRequest {
             name,
@@ -214,13 +238,14 @@ impl LockClient {
             ttl: options.ttl_value(),
             attempt: &attempt,
             fair: options.fair_value(),
+            kind,
         };
         let wait = if no_wait {
             Some(Duration::ZERO)
         } else {
             options.wait_value()
         };
-        let span = tracing::debug_span!("lockkit.acquire", backend = backend.kind(), lock = %name, %owner, ?wait);
+        let span = tracing::debug_span!("lockkit.acquire", backend = backend.kind(), lock = %name, kind = kind.as_str(), %owner, ?wait);
         let kind = backend.kind();
         async {
             let started = Instant::now();
@@ -240,7 +265,8 @@ impl LockClient {
                     if error.is_retryable() {
                         // It may have been granted unseen: take it back.
                         let (name, owner) = (name.to_owned(), owner.to_owned());
-                        crate::undo::undo_failed_attempt(backend.clone(), name, owner, attempt.clone(), req.ttl).await;
+                        let undo = crate::undo::undo_failed_attempt(backend.clone(), name, owner, req.kind, attempt.clone(), req.ttl);
+                        undo.await;
                     }
                     return Err(error);
                 }
@@ -263,6 +289,7 @@ impl LockClient {
             name: req.name.to_owned(),
             owner: req.owner.to_owned(),
             token: lease.token,
+            kind: req.kind,
         };
         // The renewal schedule counts from the start of the call: an upper
         // bound on when the lease began.

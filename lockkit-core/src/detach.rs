@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::LockError;
-use crate::backend::{Hold, ReleaseOutcome};
+use crate::backend::{AcquireRequest, Hold, ReleaseOutcome};
 
 /// Runs `work` so that a request that reached the server always has its
 /// answer read, even if the caller stops waiting (a timeout, a `select!`):
@@ -39,22 +39,21 @@ where
     Ok(result)
 }
 
-/// [`detach`] for an acquisition attempt of `name` by `owner`: if the
+/// [`detach`] for the acquisition attempt `req`: if the
 /// caller stops waiting before the answer came and the answer turns out to
 /// be a hold (`token_of` gives its fencing token), `release` gives that
 /// attempt's share back in the background — a hold nobody will ever use
 /// must not wait for its lease to end. `release` is the backend's own
 /// release of that attempt (called with the hold; it knows the attempt
 /// id); a failure is logged, and the hold then ends with its lease or
-/// session.
-pub async fn detach_acquisition<T, W, K, R, RF>(
+/// session. `req` is read at the call: the future does not borrow it.
+pub fn detach_acquisition<T, W, K, R, RF>(
     backend: &'static str,
-    name: &str,
-    owner: &str,
+    req: &AcquireRequest<'_>,
     work: W,
     token_of: K,
     release: R,
-) -> Result<T, LockError>
+) -> impl Future<Output = Result<T, LockError>> + Send + use<T, W, K, R, RF>
 where
     T: Send + 'static,
     W: Future<Output = T> + Send + 'static,
@@ -62,12 +61,17 @@ where
     R: FnOnce(Hold) -> RF + Send + 'static,
     RF: Future<Output = Result<ReleaseOutcome, LockError>> + Send + 'static,
 {
-    let (name, owner) = (name.to_owned(), owner.to_owned());
+    let (name, owner, kind) = (req.name.to_owned(), req.owner.to_owned(), req.kind);
     detach(backend, work, move |out| async move {
         let Some(token) = token_of(&out) else {
             return;
         };
-        let hold = Hold { name, owner, token };
+        let hold = Hold {
+            name,
+            owner,
+            token,
+            kind,
+        };
         let name = hold.name.clone();
         match release(hold).await {
             Ok(_) => tracing::debug!(backend, lock = %name, "released the hold of a cancelled acquisition"),
@@ -75,7 +79,6 @@ where
                 "releasing the hold of a cancelled acquisition failed; it ends with its lease or session"),
         }
     })
-    .await
 }
 
 /// The work of a [`detach`] while it runs. Dropped before the work finished,
@@ -116,6 +119,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::LockKind;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
@@ -155,10 +159,17 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_acquisition_releases_what_it_got() {
         let (released_tx, released_rx) = oneshot::channel();
+        let req = AcquireRequest {
+            name: "n",
+            owner: "o",
+            ttl: Duration::from_secs(1),
+            attempt: "0123456789abcdef",
+            fair: true,
+            kind: LockKind::Mutex,
+        };
         let attempt = detach_acquisition(
             "test",
-            "n",
-            "o",
+            &req,
             async {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 Some(7u64)
@@ -177,8 +188,7 @@ mod tests {
 
         let kept = detach_acquisition(
             "test",
-            "n",
-            "o",
+            &req,
             async { Some(5u64) },
             |got: &Option<u64>| *got,
             |_| async { panic!("not orphaned") },

@@ -75,6 +75,20 @@ pub enum LockError {
         reason: crate::LostReason,
     },
 
+    /// The name's state on the server does not allow the request: a
+    /// semaphore held with another permit count, an upgrade of a read hold
+    /// to a write hold, a downgrade of a guard that is not a write hold.
+    /// Nothing was changed.
+    #[error("{backend}: lock {name:?}: {reason}")]
+    Conflict {
+        /// The backend.
+        backend: &'static str,
+        /// The lock name.
+        name: String,
+        /// What disagrees.
+        reason: String,
+    },
+
     /// The backend does not support this operation.
     #[error("{backend}: {operation} is not supported by this backend")]
     Unsupported {

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
+    TryAcquire,
 };
 
 macro_rules! forward {
@@ -53,6 +54,14 @@ macro_rules! forward {
 
             async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
                 (**self).inspect(name).await
+            }
+
+            async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+                (**self).holders(name, kind).await
+            }
+
+            async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+                (**self).waiting_for(name, kind).await
             }
 
             async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{ExtendOutcome, ReleaseOutcome};
+use crate::backend::{ExtendOutcome, LockKind, ReleaseOutcome};
 use crate::held::{HeldLock, LostReason, LostSignal, wait_lost};
 use crate::{LockClient, LockError};
 
@@ -72,6 +72,12 @@ impl LockGuard {
     /// The owner holding the lock.
     pub fn owner(&self) -> &str {
         &self.held.hold.owner
+    }
+
+    /// What kind of hold this is: a lock's, a semaphore's permit, a read or
+    /// a write hold.
+    pub fn kind(&self) -> LockKind {
+        self.held.hold.kind
     }
 
     /// The fencing token: pass it to the storage you write to, and have that
@@ -196,6 +202,44 @@ impl LockGuard {
                 })
             }
         }
+    }
+
+    /// Turns a write hold into a read hold without letting go: takes the
+    /// owner's read hold (granted at once beside its own write hold), then
+    /// releases this write share. Readers that waited come in; no writer
+    /// gets between. Takes the client's default options for the read hold.
+    ///
+    /// Fails with [`LockError::Conflict`] (the guard unchanged, released
+    /// as any dropped guard) unless this is a write hold.
+    pub async fn downgrade(self) -> Result<LockGuard, LockError> {
+        let backend = self.client.backend().kind();
+        if self.kind() != LockKind::Write {
+            return Err(LockError::Conflict {
+                backend,
+                name: self.name().to_owned(),
+                reason: format!(
+                    "a {} hold cannot be downgraded: only a write hold can",
+                    self.kind().as_str()
+                ),
+            });
+        }
+        let options = self.client.options().owner(self.owner());
+        let read = self
+            .client
+            .acquire(self.name(), LockKind::Read, &options, true)
+            .await?
+            .ok_or_else(|| LockError::Conflict {
+                backend,
+                name: self.name().to_owned(),
+                reason: "the read hold was refused beside the owner's write hold (the write hold was lost)".to_owned(),
+            })?;
+        match self.unlock().await {
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(backend, lock = %read.name(), %error, "downgrade: the write hold was gone already")
+            }
+        }
+        Ok(read)
     }
 
     /// Gives the hold up without releasing it: the watchdog stops extending

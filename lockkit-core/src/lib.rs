@@ -48,6 +48,7 @@ mod error;
 mod forward;
 mod guard;
 mod held;
+mod kinds;
 pub mod lease;
 pub mod memory;
 pub mod name;
@@ -62,14 +63,15 @@ mod watchdog;
 pub mod testkit;
 
 pub use backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, ReleaseOutcome,
-    TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, LockKind,
+    ReleaseOutcome, TryAcquire,
 };
 pub use client::LockClient;
 pub use detach::{detach, detach_acquisition};
 pub use error::{BoxError, LockError, Result, one_line};
 pub use guard::{LockGuard, Unlocked};
 pub use held::{LostReason, LostSignal};
+pub use kinds::{MAX_PERMITS, RwLock, Semaphore};
 pub use options::{DEFAULT_TTL, DEFAULT_WAIT, LockOptions, MAX_TTL, MAX_WAIT, MIN_TTL, ttl_millis};
 
 /// Re-exported so backends and the testkit macro name the same versions.

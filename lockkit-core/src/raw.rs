@@ -25,8 +25,8 @@
 
 pub use crate::async_trait;
 pub use crate::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, ReleaseOutcome,
-    TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, LockKind,
+    ReleaseOutcome, TryAcquire,
 };
 pub use crate::backoff::{Backoff, acquire_with_backoff, bounded_delay};
 pub use crate::detach::{detach, detach_acquisition};

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Hold, LockBackend, ReleaseOutcome};
+use crate::backend::{Hold, LockBackend, LockKind, ReleaseOutcome};
 use crate::backoff::Backoff;
 
 /// How many looks the undo takes, spread over the lease.
@@ -35,6 +35,7 @@ pub(crate) async fn undo_failed_attempt(
     backend: Arc<dyn LockBackend>,
     name: String,
     owner: String,
+    kind: LockKind,
     attempt: String,
     ttl: Duration,
 ) {
@@ -53,7 +54,7 @@ pub(crate) async fn undo_failed_attempt(
             }
             let mut backoff = Backoff::new(Duration::from_millis(20), gap.max(Duration::from_millis(100)));
             loop {
-                match take_back(backend.as_ref(), &name, &owner, &attempt).await {
+                match take_back(backend.as_ref(), &name, &owner, kind, &attempt).await {
                     Ok(Some(remaining)) => {
                         tracing::debug!(backend = backend.kind(), lock = %name, remaining,
                             "took back the share of an acquisition that failed but had been granted");
@@ -81,26 +82,30 @@ pub(crate) async fn undo_failed_attempt(
 }
 
 /// One look: `Some(holds left)` if the owner holds the name (this attempt's
-/// share, if it was there, is gone now), `None` if it does not.
+/// share, if it was there, is gone now), `None` if it does not. Every hold
+/// of the owner gets the release: only the one carrying the attempt's
+/// share changes (a semaphore's permits are holds of their own).
 async fn take_back(
     backend: &dyn LockBackend,
     name: &str,
     owner: &str,
+    kind: LockKind,
     attempt: &str,
 ) -> Result<Option<u32>, crate::LockError> {
-    let Some(info) = backend.inspect(name).await? else {
-        return Ok(None);
-    };
-    if info.owner != owner {
-        return Ok(None);
+    let mut left = None;
+    for info in backend.holders(name, kind).await? {
+        if info.owner != owner {
+            continue;
+        }
+        let hold = Hold {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            token: info.token,
+            kind,
+        };
+        if let ReleaseOutcome::Released { remaining } = backend.release(&hold, attempt).await? {
+            left = Some(left.unwrap_or(0) + remaining);
+        }
     }
-    let hold = Hold {
-        name: name.to_owned(),
-        owner: owner.to_owned(),
-        token: info.token,
-    };
-    Ok(match backend.release(&hold, attempt).await? {
-        ReleaseOutcome::Released { remaining } => Some(remaining),
-        ReleaseOutcome::NotHeld => None,
-    })
+    Ok(left)
 }

@@ -91,8 +91,7 @@ impl RedisBackend {
             let (backend, attempt) = releaser;
             backend.release(&hold, &attempt).await
         };
-        let (sent_at, reply) =
-            detach_acquisition(self.inner.kind, req.name, req.owner, work, token_of, release).await?;
+        let (sent_at, reply) = detach_acquisition(self.inner.kind, req, work, token_of, release).await?;
         Ok(match reply.map_err(|f| self.error("acquire", req.name, f))? {
             AcquireReply::Acquired { token, count, pttl, .. } => (
                 TryAcquire::Acquired(Lease {

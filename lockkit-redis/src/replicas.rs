@@ -35,6 +35,7 @@ pub(crate) async fn acquire_replicated(
         name: name.to_owned(),
         owner: owner.to_owned(),
         token,
+        kind: lockkit_core::backend::LockKind::Mutex,
     };
     let backend = RedisBackend { inner: inner.clone() };
     match backend.release(&hold, attempt).await {

@@ -89,31 +89,35 @@ impl SqlBackend {
         queued: bool,
     ) -> impl Future<Output = Result<(TryAcquire, bool), LockError>> + use<> {
         let inner = self.inner.clone();
-        let (name, owner, ttl, fair) = (req.name.to_owned(), req.owner.to_owned(), req.ttl, req.fair);
+        let (name, owner, ttl, fair, kind) = (req.name.to_owned(), req.owner.to_owned(), req.ttl, req.fair, req.kind);
         let attempt = req.attempt.to_owned();
+        let checked = check_attempt_id(&attempt);
+        let work_inner = inner.clone();
+        let work_attempt = attempt.clone();
+        let work = async move {
+            let req = AcquireRequest {
+                name: &name,
+                owner: &owner,
+                ttl,
+                attempt: &work_attempt,
+                fair,
+                kind,
+            };
+            work_inner.attempt(&req, queued).await
+        };
+        // Only this attempt's share: a re-entry's orphan leaves the
+        // holds it re-entered as they were.
+        let token_of = |result: &Result<(TryAcquire, bool), LockError>| match result {
+            Ok((acquired, _)) => acquired.token(),
+            Err(_) => None,
+        };
+        let backend = inner.kind;
+        let release = move |hold: Hold| async move { inner.release(&hold, &attempt).await };
+        // Nothing runs before the future is awaited.
+        let detached = detach_acquisition(backend, req, work, token_of, release);
         async move {
-            let kind = inner.kind;
-            check_attempt_id(&attempt)?;
-            let work_inner = inner.clone();
-            let (work_name, work_owner, work_attempt) = (name.clone(), owner.clone(), attempt.clone());
-            let work = async move {
-                let req = AcquireRequest {
-                    name: &work_name,
-                    owner: &work_owner,
-                    ttl,
-                    attempt: &work_attempt,
-                    fair,
-                };
-                work_inner.attempt(&req, queued).await
-            };
-            // Only this attempt's share: a re-entry's orphan leaves the
-            // holds it re-entered as they were.
-            let token_of = |result: &Result<(TryAcquire, bool), LockError>| match result {
-                Ok((acquired, _)) => acquired.token(),
-                Err(_) => None,
-            };
-            let release = move |hold: Hold| async move { inner.release(&hold, &attempt).await };
-            detach_acquisition(kind, &name, &owner, work, token_of, release).await?
+            checked?;
+            detached.await?
         }
     }
 
@@ -170,6 +174,7 @@ impl Inner {
             ttl,
             attempt,
             fair,
+            ..
         } = *req;
         let sql = &self.sql;
         let memo = self.config.memo.as_deref();

@@ -197,6 +197,7 @@ impl SqlBackend {
                 name: name.to_owned(),
                 owner: info.owner.clone(),
                 token: info.token,
+                kind: lockkit_core::backend::LockKind::Mutex,
             };
             // Idempotent: retried after a lost connection; a try that may
             // have deleted it unseen counts as deleted (it is gone either way).

@@ -203,8 +203,7 @@ impl Inner {
         };
         detach_acquisition(
             BACKEND,
-            req.name,
-            req.owner,
+            req,
             async move { inner.try_acquire(&name, &owner, &attempt).await },
             |r: &Result<TryAcquire, LockError>| r.as_ref().ok().and_then(TryAcquire::token),
             release,
@@ -306,11 +305,10 @@ impl Inner {
 
     pub(crate) async fn acquire(
         self: &Arc<Self>,
-        name: &str,
-        owner: &str,
-        attempt: &str,
+        req: &AcquireRequest<'_>,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
+        let (name, owner, attempt) = (req.name, req.owner, req.attempt);
         check_attempt(attempt)?;
         if self.holds(name, owner) {
             let (inner, n, o, a) = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
@@ -321,8 +319,7 @@ impl Inner {
             };
             let cached = detach_acquisition(
                 BACKEND,
-                name,
-                owner,
+                req,
                 async move { inner.reenter_cached(&n, &o, &a).await },
                 |r: &Result<Option<Lease>, LockError>| r.as_ref().ok().and_then(|l| l.as_ref()).map(|l| l.token),
                 release,

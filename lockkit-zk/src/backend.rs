@@ -237,7 +237,7 @@ impl LockBackend for ZkBackend {
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| Instant::now() + w);
-        self.inner.acquire(req.name, req.owner, req.attempt, deadline).await
+        self.inner.acquire(req, deadline).await
     }
 
     async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {

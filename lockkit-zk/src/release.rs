@@ -15,7 +15,12 @@ use crate::queue::ZkResult;
 impl Inner {
     /// Releases a hold whose acquirer stopped waiting for it.
     pub(crate) async fn release_orphan(&self, name: String, owner: String, token: u64, attempt: String) {
-        let hold = Hold { name, owner, token };
+        let hold = Hold {
+            name,
+            owner,
+            token,
+            kind: lockkit_core::backend::LockKind::Mutex,
+        };
         match self.release(&hold, &attempt).await {
             Ok(outcome) => {
                 tracing::debug!(backend = BACKEND, lock = %hold.name, ?outcome, "released an abandoned acquisition")

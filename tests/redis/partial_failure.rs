@@ -505,6 +505,7 @@ async fn cluster_release_sent_twice_takes_one_share() {
             ttl: Duration::from_secs(30),
             attempt,
             fair: true,
+            kind: lockkit_core::backend::LockKind::Mutex,
         };
         match a.backend().try_acquire(&req).await.expect("acquire") {
             TryAcquire::Acquired(lease) => token = lease.token,
@@ -515,6 +516,7 @@ async fn cluster_release_sent_twice_takes_one_share() {
         name: name.clone(),
         owner: a.owner().to_owned(),
         token,
+        kind: lockkit_core::backend::LockKind::Mutex,
     };
     for send in ["sent", "re-sent"] {
         assert_eq!(

@@ -36,6 +36,7 @@ async fn extend_many(client: LockClient) {
                 name: g.name().to_owned(),
                 owner: client.owner().to_owned(),
                 token: g.fencing_token(),
+                kind: lockkit_core::backend::LockKind::Mutex,
             };
             (hold, Duration::from_secs(ttl))
         })
@@ -56,6 +57,7 @@ async fn extend_many(client: LockClient) {
             name: format!("lockkit-test/extend_many/{run}/never"),
             owner: client.owner().to_owned(),
             token: 1,
+            kind: lockkit_core::backend::LockKind::Mutex,
         },
         Duration::from_secs(30),
     ));

@@ -259,6 +259,7 @@ async fn a_repeated_attempt_of_the_second_session_counts_once() {
         ttl: Duration::from_secs(30),
         attempt: &attempt,
         fair: true,
+        kind: lockkit_core::backend::LockKind::Mutex,
     };
     for round in ["re-entry", "the same attempt again"] {
         match p2_backend.try_acquire(&req).await.expect(round) {
@@ -274,6 +275,7 @@ async fn a_repeated_attempt_of_the_second_session_counts_once() {
         name: name.clone(),
         owner: owner.clone(),
         token,
+        kind: lockkit_core::backend::LockKind::Mutex,
     };
     for round in ["release", "the same release again"] {
         let released = p2_backend.release(&hold, &attempt).await.expect(round);
@@ -314,6 +316,7 @@ async fn an_attempt_in_two_sessions_counts_once() {
         ttl: Duration::from_secs(30),
         attempt: &attempt,
         fair: true,
+        kind: lockkit_core::backend::LockKind::Mutex,
     };
     let acquired = |r: TryAcquire| match r {
         TryAcquire::Acquired(lease) => (lease.token, lease.hold_count),
@@ -331,6 +334,7 @@ async fn an_attempt_in_two_sessions_counts_once() {
         name: name.clone(),
         owner: owner.clone(),
         token,
+        kind: lockkit_core::backend::LockKind::Mutex,
     };
     let released = p2_backend.release(&hold, &attempt).await.expect("release");
     assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });

@@ -35,6 +35,7 @@ async fn acquire(backend: ZkBackend, name: String, owner: String, attempt: Strin
         ttl: Duration::from_secs(30),
         attempt: &attempt,
         fair: true,
+        kind: lockkit_core::backend::LockKind::Mutex,
     };
     backend.acquire(&req, Some(BOUND)).await.expect("acquire")
 }
@@ -101,6 +102,7 @@ async fn an_attempt_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
         name: name.clone(),
         owner: owner.clone(),
         token: lease.token,
+        kind: lockkit_core::backend::LockKind::Mutex,
     };
     let released = new_session.release(&hold, &attempt).await.expect("release");
     assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });

@@ -58,7 +58,9 @@ macro_rules! conformance_tests {
             mutual_exclusion reentrancy try_lock_never_waits bounded_wait cancellation_safety
             release_by_non_owner idempotent_attempts extend_and_auto_extend lost_signal fencing_monotonic crash_release
             names invalid_input stress admin
-            fifo_order releaser_does_not_overtake dead_waiter_skipped unfair_still_correct);
+            fifo_order releaser_does_not_overtake dead_waiter_skipped unfair_still_correct
+            semaphore_permits semaphore_crash_release semaphore_order_and_bound
+            rw_exclusion_and_tokens rw_writer_not_starved rw_reentry_and_downgrade rw_crash_release);
     };
     (@cases ($kit:expr) $($case:ident)*) => {
         $(

@@ -241,6 +241,6 @@ impl RedlockBackend {
             let (backend, attempt) = releaser;
             backend.release(&hold, &attempt).await
         };
-        detach_acquisition(KIND, req.name, req.owner, work, token_of, release).await
+        detach_acquisition(KIND, req, work, token_of, release).await
     }
 }

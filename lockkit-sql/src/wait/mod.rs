@@ -355,6 +355,7 @@ mod tests {
             ttl: Duration::from_secs(30),
             attempt,
             fair: true,
+            kind: lockkit_core::backend::LockKind::Mutex,
         };
         let busy = backend.detached_attempt(&req("o2", second), true).await.unwrap();
         assert!(

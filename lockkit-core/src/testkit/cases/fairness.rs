@@ -12,7 +12,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::{Instant, timeout};
+use tokio::time::timeout;
+
+use crate::backend::LockKind;
 
 use super::{holder, must_lock, must_unlock, spawn_lock};
 use crate::testkit::kit::{Kit, error_chain};
@@ -32,22 +34,7 @@ fn fair(kit: &Kit, client: &LockClient, case: &str) -> bool {
 
 /// Waits (up to the kit's bound) until `n` acquisitions wait for `name`.
 async fn until_waiting(kit: &Kit, client: &LockClient, name: &str, n: usize) {
-    let deadline = Instant::now() + kit.bound;
-    loop {
-        let waiting = client
-            .waiting(name)
-            .await
-            .unwrap_or_else(|e| panic!("waiting({name:?}): {}", error_chain(&e)));
-        if waiting == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{n} waiters expected on {name:?} within {:?}, the backend counts {waiting}",
-            kit.bound
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    super::until_waiting(kit, client, name, LockKind::Mutex, n).await;
 }
 
 /// The order in which tasks got a name, by their labels.

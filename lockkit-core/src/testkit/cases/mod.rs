@@ -12,10 +12,16 @@ mod leases;
 mod names;
 mod ownership;
 mod reentry;
+mod rwlock;
+mod semaphore;
 mod waiting;
 
-use super::kit::error_chain;
-use crate::backend::LeaseKind;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::kit::{Kit, error_chain};
+use crate::backend::{LeaseKind, LockKind};
 use crate::{LockClient, LockError, LockGuard};
 
 pub use admin::admin;
@@ -26,10 +32,34 @@ pub use leases::{crash_release, extend_and_auto_extend, lost_signal};
 pub use names::{invalid_input, names};
 pub use ownership::release_by_non_owner;
 pub use reentry::{idempotent_attempts, reentrancy};
+pub use rwlock::{rw_crash_release, rw_exclusion_and_tokens, rw_reentry_and_downgrade, rw_writer_not_starved};
+pub use semaphore::{semaphore_crash_release, semaphore_order_and_bound, semaphore_permits};
 pub use waiting::{bounded_wait, cancellation_safety};
 
 fn ttl_leases(client: &LockClient) -> bool {
     client.capabilities().leases == LeaseKind::Ttl
+}
+
+/// Waits (up to the kit's bound) until `n` acquisitions of `kind` wait for
+/// `name`.
+pub(super) async fn until_waiting(kit: &Kit, client: &LockClient, name: &str, kind: LockKind, n: usize) {
+    let deadline = Instant::now() + kit.bound;
+    loop {
+        let waiting = client
+            .backend()
+            .waiting_for(name, kind)
+            .await
+            .unwrap_or_else(|e| panic!("waiting({name:?}): {}", error_chain(&e)));
+        if waiting == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} waiters expected on {name:?} within {:?}, the backend counts {waiting}",
+            kit.bound
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 pub(super) async fn holder(client: &LockClient, name: &str) -> Option<(String, u32, u64)> {

@@ -23,16 +23,19 @@ pub async fn release_by_non_owner(kit: &Kit) {
             name: name.clone(),
             owner: b.owner().to_owned(),
             token,
+            kind: crate::backend::LockKind::Mutex,
         },
         Hold {
             name: name.clone(),
             owner: a.owner().to_owned(),
             token: token + 1,
+            kind: crate::backend::LockKind::Mutex,
         },
         Hold {
             name: name.clone(),
             owner: a.owner().to_owned(),
             token: token.wrapping_sub(1),
+            kind: crate::backend::LockKind::Mutex,
         },
     ];
     for hold in &wrong {
@@ -47,6 +50,7 @@ pub async fn release_by_non_owner(kit: &Kit) {
         name: kit.name("never_held"),
         owner: a.owner().to_owned(),
         token: 1,
+        kind: crate::backend::LockKind::Mutex,
     };
     assert_eq!(
         a.backend().release(&never, &new_attempt_id()).await.expect("release"),

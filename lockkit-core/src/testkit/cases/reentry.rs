@@ -79,6 +79,7 @@ pub async fn idempotent_attempts(kit: &Kit) {
         ttl,
         attempt,
         fair: true,
+        kind: crate::backend::LockKind::Mutex,
     };
     let grant = |r: Result<TryAcquire, LockError>, what: &str| match r {
         Ok(TryAcquire::Acquired(lease)) => (lease.token, lease.hold_count),
@@ -104,6 +105,7 @@ pub async fn idempotent_attempts(kit: &Kit) {
         name: name.clone(),
         owner: a.owner().to_owned(),
         token,
+        kind: crate::backend::LockKind::Mutex,
     };
     let release = |attempt: &str| {
         let (backend, hold, attempt) = (backend.clone(), hold.clone(), attempt.to_owned());
@@ -137,6 +139,7 @@ pub async fn idempotent_attempts(kit: &Kit) {
         name: name.clone(),
         owner: a.owner().to_owned(),
         token: next,
+        kind: crate::backend::LockKind::Mutex,
     };
     let r = backend.release(&hold, &third).await.expect("release");
     assert_eq!(r, ReleaseOutcome::Released { remaining: 0 });

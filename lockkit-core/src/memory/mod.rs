@@ -9,7 +9,9 @@
 //! tokens come from one counter per store, so they grow per name too; they
 //! are not durable (a store lives as long as a backend handle on it).
 
-use std::collections::{HashMap, VecDeque};
+mod state;
+
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -17,10 +19,15 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
+    TryAcquire,
 };
 use crate::options::ttl_millis;
 use crate::{LockError, lease};
+use state::{Granted, Key, Space, State, key};
+
+/// The backend's name in errors, traces and metrics.
+const KIND: &str = "memory";
 
 /// The in-memory lock store.
 #[derive(Debug, Clone)]
@@ -33,75 +40,7 @@ struct Store {
     state: Mutex<State>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    locks: HashMap<String, Entry>,
-    /// One slot per name somebody is waiting for.
-    waiters: HashMap<String, WaitSlot>,
-    last_token: u64,
-    last_ticket: u64,
-}
-
-#[derive(Debug)]
-struct Entry {
-    owner: String,
-    /// One attempt id per share of the hold: the hold count is their number.
-    attempts: Vec<String>,
-    token: u64,
-    expires_at: Instant,
-}
-
-impl Entry {
-    fn count(&self) -> u32 {
-        u32::try_from(self.attempts.len()).unwrap_or(u32::MAX)
-    }
-
-    fn info(&self, name: &str, now: Instant) -> LockInfo {
-        LockInfo {
-            name: name.to_owned(),
-            owner: self.owner.clone(),
-            hold_count: self.count(),
-            token: self.token,
-            remaining: Some(self.expires_at - now),
-        }
-    }
-}
-
-/// The waiters of one name, first come first served.
-#[derive(Debug)]
-struct WaitSlot {
-    notify: Arc<Notify>,
-    queue: VecDeque<u64>,
-}
-
 static STORES: LazyLock<Mutex<HashMap<String, Weak<Store>>>> = LazyLock::new(Default::default);
-
-impl State {
-    /// The live entry of `name`; an expired one is removed on the way.
-    fn live(&mut self, name: &str, now: Instant) -> Option<&mut Entry> {
-        if self.locks.get(name).is_some_and(|e| e.expires_at <= now) {
-            self.locks.remove(name);
-        }
-        self.locks.get_mut(name)
-    }
-
-    fn held_by(&mut self, hold: &Hold, now: Instant) -> Option<&mut Entry> {
-        self.live(&hold.name, now)
-            .filter(|e| e.owner == hold.owner && e.token == hold.token)
-    }
-
-    fn first_in_line(&self, name: &str, ticket: Option<u64>) -> bool {
-        self.waiters
-            .get(name)
-            .is_none_or(|slot| slot.queue.front().is_none_or(|t| Some(*t) == ticket))
-    }
-
-    fn wake(&self, name: &str) {
-        if let Some(slot) = self.waiters.get(name) {
-            slot.notify.notify_waiters();
-        }
-    }
-}
 
 /// The memory backend's URL scheme: `memory://[NAME]`.
 pub const SCHEMES: crate::url::BackendSchemes = crate::url::BackendSchemes {
@@ -149,75 +88,42 @@ impl MemoryBackend {
         self.store.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One attempt. Fair, a waiter (`ticket`) may take a free name only when
-    /// it is first in line, and `try_lock` (no ticket) only when nobody
-    /// waits, so a releaser that locks again at once queues behind the
-    /// waiters instead of starving them. Unfair, any free name is taken.
-    fn attempt(&self, req: &AcquireRequest<'_>, ticket: Option<u64>) -> TryAcquire {
+    /// One attempt (see `state`). Fair, a waiter (`ticket`) may take a free
+    /// name only when it is first in line, and `try_lock` (no ticket) only
+    /// when nobody waits, so a releaser that locks again at once queues
+    /// behind the waiters instead of starving them. Unfair, any free name is
+    /// taken. A reader never passes a waiting writer.
+    fn attempt(&self, req: &AcquireRequest<'_>, ticket: Option<u64>) -> Result<TryAcquire, LockError> {
         let now = Instant::now();
         let ttl = Duration::from_millis(ttl_millis(req.ttl));
-        let mut state = self.state();
-        let my_turn = !req.fair || state.first_in_line(req.name, ticket);
-        let (token, hold_count, expires_at) = match state.live(req.name, now) {
-            Some(e) if e.owner == req.owner => {
-                // A repeated attempt is the same share, counted once.
-                if !e.attempts.iter().any(|a| a == req.attempt) {
-                    e.attempts.push(req.attempt.to_owned());
-                }
-                e.expires_at = e.expires_at.max(now + ttl);
-                (e.token, e.count(), e.expires_at)
-            }
-            Some(e) => {
-                return TryAcquire::Busy {
-                    retry_in: Some(e.expires_at - now),
-                };
-            }
-            None if !my_turn => {
-                return TryAcquire::Busy { retry_in: None };
-            }
-            None => {
-                if let Some(slot) = state.waiters.get_mut(req.name)
-                    && ticket.is_some()
-                {
-                    slot.queue.retain(|t| Some(*t) != ticket);
-                }
-                state.last_token += 1;
-                let token = state.last_token;
-                let entry = Entry {
-                    owner: req.owner.to_owned(),
-                    attempts: vec![req.attempt.to_owned()],
-                    token,
-                    expires_at: now + ttl,
-                };
-                state.locks.insert(req.name.to_owned(), entry);
-                (token, 1, now + ttl)
-            }
-        };
-        TryAcquire::Acquired(Lease {
-            token,
-            hold_count,
-            valid_until: Some(lease::valid_until(now, expires_at - now)),
-            lost: None,
-            session_deadline: None,
+        Ok(match self.state().attempt(req, ticket, ttl, KIND)? {
+            Granted::Held {
+                token,
+                count,
+                expires_at,
+            } => TryAcquire::Acquired(Lease {
+                token,
+                hold_count: count,
+                valid_until: Some(lease::valid_until(now, expires_at.saturating_duration_since(now))),
+                lost: None,
+                session_deadline: None,
+            }),
+            Granted::Busy(until) => TryAcquire::Busy {
+                retry_in: until.map(|u| u.saturating_duration_since(now)),
+            },
         })
     }
 
-    /// Queues a waiter for `name`; the slot goes when the last waiter does.
-    fn enqueue(&self, name: &str) -> WaiterHandle<'_> {
-        let mut state = self.state();
-        state.last_ticket += 1;
-        let ticket = state.last_ticket;
-        let slot = state.waiters.entry(name.to_owned()).or_insert_with(|| WaitSlot {
-            notify: Arc::new(Notify::new()),
-            queue: VecDeque::new(),
-        });
-        slot.queue.push_back(ticket);
-        WaiterHandle {
+    /// Queues a waiter for `req`'s name; the slot goes when the last waiter
+    /// does.
+    fn enqueue(&self, req: &AcquireRequest<'_>) -> Result<WaiterHandle<'_>, LockError> {
+        let (ticket, notify) = self.state().enqueue(req, KIND)?;
+        Ok(WaiterHandle {
             backend: self,
-            name: name.to_owned(),
-            notify: slot.notify.clone(),
+            key: key(req.name, req.kind),
+            notify,
             ticket,
-        }
+        })
     }
 }
 
@@ -228,34 +134,24 @@ impl Default for MemoryBackend {
 }
 
 /// A waiter's place in line; dropping it (also when the waiting future is
-/// cancelled) leaves the line, and wakes the others if it was first.
+/// cancelled) leaves the line, and wakes the others.
 struct WaiterHandle<'a> {
     backend: &'a MemoryBackend,
-    name: String,
+    key: Key,
     notify: Arc<Notify>,
     ticket: u64,
 }
 
 impl Drop for WaiterHandle<'_> {
     fn drop(&mut self) {
-        let mut state = self.backend.state();
-        let Some(slot) = state.waiters.get_mut(&self.name) else {
-            return;
-        };
-        let was_first = slot.queue.front() == Some(&self.ticket);
-        slot.queue.retain(|t| *t != self.ticket);
-        if slot.queue.is_empty() {
-            state.waiters.remove(&self.name);
-        } else if was_first {
-            slot.notify.notify_waiters();
-        }
+        self.backend.state().leave(&self.key, self.ticket, true);
     }
 }
 
 #[async_trait]
 impl LockBackend for MemoryBackend {
     fn kind(&self) -> &'static str {
-        "memory"
+        KIND
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -264,22 +160,24 @@ impl LockBackend for MemoryBackend {
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()
+            .with_semaphores()
+            .with_rw_locks()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-        Ok(self.attempt(req, None))
+        self.attempt(req, None)
     }
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-        let waiter = self.enqueue(req.name);
+        let waiter = self.enqueue(req)?;
         loop {
             // Listen before trying, so a release between the attempt and the
             // sleep is not missed.
             let notified = waiter.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let retry_in = match self.attempt(req, Some(waiter.ticket)) {
+            let retry_in = match self.attempt(req, Some(waiter.ticket))? {
                 TryAcquire::Acquired(lease) => return Ok(Some(lease)),
                 TryAcquire::Busy { retry_in } => retry_in.unwrap_or(Duration::from_secs(1)),
             };
@@ -290,7 +188,7 @@ impl LockBackend for MemoryBackend {
                 _ = tokio::time::sleep_until(wake_at) => {
                     if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                         // One last attempt: the name may have come free at the deadline.
-                        return Ok(match self.attempt(req, Some(waiter.ticket)) {
+                        return Ok(match self.attempt(req, Some(waiter.ticket))? {
                             TryAcquire::Acquired(lease) => Some(lease),
                             TryAcquire::Busy { .. } => None,
                         });
@@ -301,32 +199,25 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
-        let now = Instant::now();
-        let mut state = self.state();
-        let Some(entry) = state.held_by(hold, now) else {
-            return Ok(ReleaseOutcome::NotHeld);
-        };
-        // A share already taken back (a repeated release) changes nothing.
-        entry.attempts.retain(|a| a != attempt);
-        let remaining = entry.count();
-        if remaining == 0 {
-            state.locks.remove(&hold.name);
-            state.wake(&hold.name);
-        }
-        Ok(ReleaseOutcome::Released { remaining })
+        Ok(match self.state().release(hold, attempt, Instant::now()) {
+            Some(remaining) => ReleaseOutcome::Released { remaining },
+            None => ReleaseOutcome::NotHeld,
+        })
     }
 
     async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
         let now = Instant::now();
         let ttl = Duration::from_millis(ttl_millis(ttl));
         let mut state = self.state();
-        Ok(match state.held_by(hold, now) {
-            Some(entry) => {
-                entry.expires_at = entry.expires_at.max(now + ttl);
-                ExtendOutcome::Extended {
-                    valid_until: Some(lease::valid_until(now, entry.expires_at - now)),
-                }
-            }
+        let extended = state.held_by(hold, now).map(|entry| {
+            entry.expires_at = entry.expires_at.max(now + ttl);
+            entry.expires_at - now
+        });
+        state.tidy(&key(&hold.name, hold.kind));
+        Ok(match extended {
+            Some(left) => ExtendOutcome::Extended {
+                valid_until: Some(lease::valid_until(now, left)),
+            },
             None => ExtendOutcome::NotHeld,
         })
     }
@@ -340,19 +231,21 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        let now = Instant::now();
-        let mut state = self.state();
-        Ok(state.live(name, now).map(|e| e.info(name, now)))
+        Ok(self.holders(name, LockKind::Mutex).await?.into_iter().next())
+    }
+
+    async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+        Ok(self.state().holders(name, kind, Instant::now()))
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
         let now = Instant::now();
         let state = self.state();
         let mut held: Vec<LockInfo> = state
-            .locks
+            .names
             .iter()
-            .filter(|(name, e)| name.starts_with(prefix) && e.expires_at > now)
-            .map(|(name, e)| e.info(name, now))
+            .filter(|((space, name), _)| *space == Space::Mutex && name.starts_with(prefix))
+            .filter_map(|((_, name), holds)| holds.iter().find(|e| e.expires_at > now).map(|e| e.info(name, now)))
             .collect();
         held.sort_by(|a, b| a.name.cmp(&b.name));
         held.truncate(limit);
@@ -360,17 +253,21 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn waiting(&self, name: &str) -> Result<usize, LockError> {
-        Ok(self.state().waiters.get(name).map_or(0, |slot| slot.queue.len()))
+        self.waiting_for(name, LockKind::Mutex).await
+    }
+
+    async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+        let key = key(name, kind);
+        Ok(self.state().waiters.get(&key).map_or(0, |slot| slot.queue.len()))
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let now = Instant::now();
+        let key = key(name, LockKind::Mutex);
         let mut state = self.state();
-        let info = state.live(name, now).map(|e| e.info(name, now));
-        if info.is_some() {
-            state.locks.remove(name);
-            state.wake(name);
-        }
+        let info = state.live(&key, now).drain(..).next().map(|e| e.info(name, now));
+        state.wake(&key);
+        state.tidy(&key);
         Ok(info)
     }
 }
@@ -381,7 +278,8 @@ mod tests {
     use crate::{LockClient, LockOptions};
 
     fn queued(backend: &MemoryBackend, name: &str) -> usize {
-        backend.state().waiters.get(name).map_or(0, |s| s.queue.len())
+        let key = key(name, LockKind::Mutex);
+        backend.state().waiters.get(&key).map_or(0, |s| s.queue.len())
     }
 
     /// A releaser that locks again at once queues behind the waiters.

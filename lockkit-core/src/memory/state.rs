@@ -1,0 +1,364 @@
+//! The memory store's state: the holds of every name of every kind, the
+//! waiters' lines, and the rules that grant a request.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::LockError;
+use crate::backend::{AcquireRequest, Hold, LockInfo, LockKind};
+
+/// Where a name lives: each kind keeps its own names (read and write holds
+/// share one read-write lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Space {
+    Mutex,
+    Semaphore,
+    RwLock,
+}
+
+impl Space {
+    pub(super) fn of(kind: LockKind) -> Space {
+        match kind {
+            LockKind::Mutex => Space::Mutex,
+            LockKind::Permit { .. } => Space::Semaphore,
+            LockKind::Read | LockKind::Write => Space::RwLock,
+        }
+    }
+}
+
+/// A name of one kind.
+pub(super) type Key = (Space, String);
+
+pub(super) fn key(name: &str, kind: LockKind) -> Key {
+    (Space::of(kind), name.to_owned())
+}
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    /// The live holds of each name, in the order they were granted.
+    pub(super) names: HashMap<Key, Vec<Entry>>,
+    /// A semaphore's permit count, while it has holds or waiters.
+    permits: HashMap<String, u32>,
+    /// A read-write lock's last write token (readers carry it); kept for
+    /// the life of the store, as a server keeps a name's token counter.
+    last_write: HashMap<String, u64>,
+    /// One line per name somebody is waiting for.
+    pub(super) waiters: HashMap<Key, WaitSlot>,
+    last_token: u64,
+    last_ticket: u64,
+}
+
+/// One hold: a mutex's, a semaphore's permit, a reader's or the writer's.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub(super) owner: String,
+    /// One attempt id per share of the hold: the hold count is their number.
+    pub(super) attempts: Vec<String>,
+    pub(super) token: u64,
+    pub(super) expires_at: Instant,
+    /// A read-write lock's write hold.
+    write: bool,
+}
+
+impl Entry {
+    pub(super) fn count(&self) -> u32 {
+        u32::try_from(self.attempts.len()).unwrap_or(u32::MAX)
+    }
+
+    pub(super) fn info(&self, name: &str, now: Instant) -> LockInfo {
+        LockInfo {
+            name: name.to_owned(),
+            owner: self.owner.clone(),
+            hold_count: self.count(),
+            token: self.token,
+            remaining: Some(self.expires_at - now),
+        }
+    }
+
+    /// Whether this is a hold of `kind` (of its name's space).
+    fn is(&self, kind: LockKind) -> bool {
+        match kind {
+            LockKind::Read => !self.write,
+            LockKind::Write => self.write,
+            _ => true,
+        }
+    }
+}
+
+/// The waiters of one name, first come first served; each says whether it
+/// wants to write (read-write locks: a reader does not pass a writer).
+#[derive(Debug)]
+pub(super) struct WaitSlot {
+    pub(super) notify: Arc<Notify>,
+    pub(super) queue: VecDeque<(u64, bool)>,
+}
+
+/// What one attempt found.
+pub(super) enum Granted {
+    /// The hold, as it is now (new, re-entered or repeated).
+    Held {
+        token: u64,
+        count: u32,
+        expires_at: Instant,
+    },
+    /// Not now; the earliest a hold in the way ends, if one is.
+    Busy(Option<Instant>),
+}
+
+impl State {
+    /// The live holds of `key`; expired ones are dropped on the way.
+    pub(super) fn live(&mut self, key: &Key, now: Instant) -> &mut Vec<Entry> {
+        let holds = self.names.entry(key.clone()).or_default();
+        holds.retain(|e| e.expires_at > now);
+        holds
+    }
+
+    /// Drops the name's entry once it has no holds (and a semaphore's count
+    /// once nobody waits either).
+    pub(super) fn tidy(&mut self, key: &Key) {
+        if self.names.get(key).is_some_and(Vec::is_empty) {
+            self.names.remove(key);
+            if key.0 == Space::Semaphore && !self.waiters.contains_key(key) {
+                self.permits.remove(&key.1);
+            }
+        }
+    }
+
+    /// The hold `hold` names, if it stands (the caller tidies the name).
+    pub(super) fn held_by(&mut self, hold: &Hold, now: Instant) -> Option<&mut Entry> {
+        let key = key(&hold.name, hold.kind);
+        self.live(&key, now)
+            .iter_mut()
+            .find(|e| e.owner == hold.owner && e.token == hold.token && e.is(hold.kind))
+    }
+
+    /// Whether the waiter `ticket` (`None`: a try, not in line) may be
+    /// granted now, as far as the line goes. A writer, a mutex's or a
+    /// semaphore's waiter goes first in line (a try: when nobody waits);
+    /// a reader when no writer waits before it.
+    fn my_turn(&self, key: &Key, ticket: Option<u64>, kind: LockKind) -> bool {
+        let Some(slot) = self.waiters.get(key) else {
+            return true;
+        };
+        match kind {
+            LockKind::Read => !slot
+                .queue
+                .iter()
+                .take_while(|(t, _)| Some(*t) != ticket)
+                .any(|(_, write)| *write),
+            _ => slot.queue.front().is_none_or(|(t, _)| Some(*t) == ticket),
+        }
+    }
+
+    pub(super) fn wake(&self, key: &Key) {
+        if let Some(slot) = self.waiters.get(key) {
+            slot.notify.notify_waiters();
+        }
+    }
+
+    /// Checks (and records) a semaphore's permit count.
+    fn check_permits(&mut self, req: &AcquireRequest<'_>, backend: &'static str) -> Result<(), LockError> {
+        let LockKind::Permit { permits } = req.kind else {
+            return Ok(());
+        };
+        match self.permits.get(req.name) {
+            Some(&n) if n != permits => Err(LockError::Conflict {
+                backend,
+                name: req.name.to_owned(),
+                reason: format!("the semaphore has {n} permits, the request says {permits}"),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                self.permits.insert(req.name.to_owned(), permits);
+                Ok(())
+            }
+        }
+    }
+
+    /// Joins the line of `req`'s name; returns the ticket and the line's
+    /// wake-up.
+    pub(super) fn enqueue(
+        &mut self,
+        req: &AcquireRequest<'_>,
+        backend: &'static str,
+    ) -> Result<(u64, Arc<Notify>), LockError> {
+        self.check_permits(req, backend)?;
+        self.last_ticket += 1;
+        let ticket = self.last_ticket;
+        let slot = self.waiters.entry(key(req.name, req.kind)).or_insert_with(|| WaitSlot {
+            notify: Arc::new(Notify::new()),
+            queue: VecDeque::new(),
+        });
+        slot.queue.push_back((ticket, req.kind == LockKind::Write));
+        Ok((ticket, slot.notify.clone()))
+    }
+
+    /// Leaves the line; with `wake`, the others look again (the one
+    /// leaving may have been in their way).
+    pub(super) fn leave(&mut self, key: &Key, ticket: u64, wake: bool) {
+        let Some(slot) = self.waiters.get_mut(key) else {
+            return;
+        };
+        slot.queue.retain(|(t, _)| *t != ticket);
+        if slot.queue.is_empty() {
+            self.waiters.remove(key);
+            self.tidy(key);
+        } else if wake {
+            slot.notify.notify_waiters();
+        }
+    }
+
+    /// One attempt of `req` (waiter `ticket`, or a try).
+    pub(super) fn attempt(
+        &mut self,
+        req: &AcquireRequest<'_>,
+        ticket: Option<u64>,
+        ttl: Duration,
+        backend: &'static str,
+    ) -> Result<Granted, LockError> {
+        let now = Instant::now();
+        self.check_permits(req, backend)?;
+        let key = key(req.name, req.kind);
+        let turn = (!req.fair && req.kind != LockKind::Read) || self.my_turn(&key, ticket, req.kind);
+        let holds = self.live(&key, now);
+        let grant = match req.kind {
+            LockKind::Mutex => match holds.first() {
+                Some(e) if e.owner == req.owner => Grant::Join(0),
+                Some(e) => Grant::Busy(Some(e.expires_at)),
+                None if turn => Grant::New { write: false },
+                None => Grant::Busy(None),
+            },
+            LockKind::Permit { permits } => {
+                let repeated = holds.iter().position(|e| e.attempts.iter().any(|a| a == req.attempt));
+                match repeated {
+                    Some(i) => Grant::Join(i),
+                    None if turn && holds.len() < permits as usize => Grant::New { write: false },
+                    None => Grant::Busy(holds.iter().map(|e| e.expires_at).min()),
+                }
+            }
+            LockKind::Read => {
+                let mine = holds.iter().position(|e| e.owner == req.owner && !e.write);
+                let writer = holds.iter().find(|e| e.write);
+                match (mine, writer) {
+                    (Some(i), _) => Grant::Join(i),
+                    (None, Some(w)) if w.owner == req.owner => Grant::New { write: false },
+                    (None, Some(w)) => Grant::Busy(Some(w.expires_at)),
+                    (None, None) if turn => Grant::New { write: false },
+                    (None, None) => Grant::Busy(None),
+                }
+            }
+            LockKind::Write => {
+                let mine = holds.iter().position(|e| e.owner == req.owner && e.write);
+                let reading = holds.iter().any(|e| e.owner == req.owner && !e.write);
+                match mine {
+                    Some(i) => Grant::Join(i),
+                    None if reading => {
+                        return Err(LockError::Conflict {
+                            backend,
+                            name: req.name.to_owned(),
+                            reason: "the owner holds it for reading: a read hold cannot be upgraded; release it first"
+                                .to_owned(),
+                        });
+                    }
+                    None if holds.is_empty() && turn => Grant::New { write: true },
+                    None => Grant::Busy(holds.iter().map(|e| e.expires_at).min()),
+                }
+            }
+        };
+        let granted = match grant {
+            Grant::Busy(until) => {
+                self.tidy(&key);
+                return Ok(Granted::Busy(until));
+            }
+            Grant::Join(i) => {
+                let e = &mut holds[i];
+                // A repeated attempt is the same share, counted once.
+                if !e.attempts.iter().any(|a| a == req.attempt) {
+                    e.attempts.push(req.attempt.to_owned());
+                }
+                e.expires_at = e.expires_at.max(now + ttl);
+                Granted::Held {
+                    token: e.token,
+                    count: e.count(),
+                    expires_at: e.expires_at,
+                }
+            }
+            Grant::New { write } => {
+                let token = match req.kind {
+                    LockKind::Read => self.last_write.get(req.name).copied().unwrap_or(0),
+                    _ => {
+                        self.last_token += 1;
+                        self.last_token
+                    }
+                };
+                if write {
+                    self.last_write.insert(req.name.to_owned(), token);
+                }
+                let entry = Entry {
+                    owner: req.owner.to_owned(),
+                    attempts: vec![req.attempt.to_owned()],
+                    token,
+                    expires_at: now + ttl,
+                    write,
+                };
+                self.names.entry(key.clone()).or_default().push(entry);
+                Granted::Held {
+                    token,
+                    count: 1,
+                    expires_at: now + ttl,
+                }
+            }
+        };
+        if let Some(ticket) = ticket {
+            // Another permit or reader may go too: the next ones look again.
+            let shared = matches!(req.kind, LockKind::Permit { .. } | LockKind::Read);
+            self.leave(&key, ticket, shared);
+        }
+        Ok(granted)
+    }
+
+    /// Takes `attempt`'s share out of `hold`: `None` if the hold does not
+    /// stand, else the holds left of it.
+    pub(super) fn release(&mut self, hold: &Hold, attempt: &str, now: Instant) -> Option<u32> {
+        let key = key(&hold.name, hold.kind);
+        let Some(entry) = self.held_by(hold, now) else {
+            self.tidy(&key);
+            return None;
+        };
+        // A share already taken back (a repeated release) changes nothing.
+        entry.attempts.retain(|a| a != attempt);
+        let remaining = entry.count();
+        if remaining == 0 {
+            self.live(&key, now).retain(|e| !e.attempts.is_empty());
+            self.wake(&key);
+            self.tidy(&key);
+        }
+        Some(remaining)
+    }
+
+    /// Every hold of `kind` on `name`, in the order granted.
+    pub(super) fn holders(&mut self, name: &str, kind: LockKind, now: Instant) -> Vec<LockInfo> {
+        let key = key(name, kind);
+        let infos = self
+            .live(&key, now)
+            .iter()
+            .filter(|e| e.is(kind))
+            .map(|e| e.info(name, now))
+            .collect();
+        self.tidy(&key);
+        infos
+    }
+}
+
+/// How an attempt is granted, decided before anything changes.
+enum Grant {
+    /// Not now (the earliest a hold in the way ends).
+    Busy(Option<Instant>),
+    /// Joins (re-enters or repeats) the hold at this index.
+    Join(usize),
+    /// A new hold.
+    New { write: bool },
+}

@@ -1,10 +1,12 @@
-//! `lockkit exec NAME -- CMD…`: a distributed flock(1).
+//! `lockkit exec NAME -- CMD…`: a distributed flock(1) — under the lock
+//! NAME, one of N permits of the semaphore NAME (`--permits N`), or a read
+//! (`--shared`) or the write hold (`--write`) of the read-write lock NAME.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use lockkit::LockError;
+use lockkit::{LockClient, LockError, LockGuard, LockOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -27,6 +29,19 @@ pub struct ExecArgs {
     /// Owner id (equal owners share a hold, e.g. to re-enter from a child).
     #[arg(long)]
     owner: Option<String>,
+    /// Take one of N permits of the semaphore NAME: at most N commands run
+    /// at once, across machines (every exec of NAME must say the same N).
+    #[arg(long, value_name = "N", conflicts_with_all = ["shared", "write"])]
+    permits: Option<u32>,
+    /// Take a read hold of the read-write lock NAME: shared with other
+    /// `--shared` commands, never beside a `--write` one.
+    #[arg(long, conflicts_with = "write")]
+    shared: bool,
+    /// Take the write hold of the read-write lock NAME: alone, and readers
+    /// that come after a waiting writer wait for it. (Without --shared,
+    /// --write or --permits, exec takes the lock NAME, another lock.)
+    #[arg(long)]
+    write: bool,
     /// How long the command gets between SIGTERM and SIGKILL when the lock is lost.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     grace: Duration,
@@ -48,23 +63,17 @@ pub async fn run(url: String, args: ExecArgs) -> Result<ExitCode, CliError> {
     if let Some(owner) = &args.owner {
         opts = opts.owner(owner.clone());
     }
-    let guard = if args.no_wait {
-        match client.try_lock_with(&args.name, &opts).await? {
-            Some(g) => g,
-            None => {
-                eprintln!("lockkit: lock {:?} is held by another owner", args.name);
-                return Ok(ExitCode::from(EXIT_BUSY));
-            }
+    let guard = match take(&client, &args, &opts).await {
+        Ok(Some(g)) => g,
+        Ok(None) => {
+            eprintln!("lockkit: {} {:?} is not free", what(&args), args.name);
+            return Ok(ExitCode::from(EXIT_BUSY));
         }
-    } else {
-        match client.lock_with(&args.name, &opts).await {
-            Ok(g) => g,
-            Err(e @ LockError::WaitTimeout { .. }) => {
-                eprintln!("lockkit: {e}");
-                return Ok(ExitCode::from(EXIT_BUSY));
-            }
-            Err(e) => return Err(e.into()),
+        Err(e @ LockError::WaitTimeout { .. }) => {
+            eprintln!("lockkit: {e}");
+            return Ok(ExitCode::from(EXIT_BUSY));
         }
+        Err(e) => return Err(e.into()),
     };
     let mut child = Command::new(&args.command[0])
         .args(&args.command[1..])
@@ -90,6 +99,43 @@ pub async fn run(url: String, args: ExecArgs) -> Result<ExitCode, CliError> {
         eprintln!("lockkit: releasing {:?}: {e}", args.name);
     }
     Ok(ExitCode::from(exit_code(status)))
+}
+
+/// What the command runs under, for messages.
+fn what(args: &ExecArgs) -> &'static str {
+    match (args.permits, args.shared, args.write) {
+        (Some(_), _, _) => "no permit of semaphore",
+        (None, true, _) => "no read hold of",
+        (None, _, true) => "the write hold of",
+        _ => "lock",
+    }
+}
+
+/// Takes what `args` ask for: waiting as `opts` say, or only if free with
+/// `--no-wait` (`None`: not free).
+async fn take(client: &LockClient, args: &ExecArgs, opts: &LockOptions) -> Result<Option<LockGuard>, LockError> {
+    let name = &args.name;
+    let no_wait = args.no_wait;
+    if let Some(permits) = args.permits {
+        let sem = client.semaphore(name, permits)?;
+        return match no_wait {
+            true => sem.try_acquire_with(opts).await,
+            false => sem.acquire_with(opts).await.map(Some),
+        };
+    }
+    if args.shared || args.write {
+        let rw = client.rw_lock(name)?;
+        return match (no_wait, args.shared) {
+            (true, true) => rw.try_read_with(opts).await,
+            (true, false) => rw.try_write_with(opts).await,
+            (false, true) => rw.read_with(opts).await.map(Some),
+            (false, false) => rw.write_with(opts).await.map(Some),
+        };
+    }
+    match no_wait {
+        true => client.try_lock_with(name, opts).await,
+        false => client.lock_with(name, opts).await.map(Some),
+    }
 }
 
 fn exit_code(status: std::process::ExitStatus) -> u8 {

@@ -41,12 +41,17 @@ enum Command {
     ///
     /// Example: lockkit exec nightly-report --wait 10s -- ./report.sh --full
     ///
+    /// With --permits N, at most N such commands run at once (a semaphore);
+    /// with --shared they share a read-write lock with each other but not
+    /// with a --write one: lockkit exec encoder --permits 4 -- ./encode.sh
+    ///
     /// The command gets LOCKKIT_FENCING_TOKEN and LOCKKIT_LOCK_NAME in its
     /// environment. Its exit code is passed through; 75 means the lock could
     /// not be had in time; 76 means the lock was lost mid-run and the command
     /// was sent SIGTERM (then SIGKILL after --grace).
     Exec(exec::ExecArgs),
-    /// Show who holds a lock.
+    /// Show who holds a name: the lock, the semaphore's permits, the
+    /// read-write lock's readers and writer (what the backend has).
     ///
     /// Example: lockkit status order:42 --json
     Status(status::StatusArgs),

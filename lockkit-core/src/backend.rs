@@ -60,6 +60,17 @@ impl LockKind {
             LockKind::Write => "write",
         }
     }
+
+    /// What a hold of this kind belongs to: `"lock"`, `"semaphore"` or
+    /// `"read-write lock"` (in messages, e.g. what a backend does not
+    /// support).
+    pub fn family(self) -> &'static str {
+        match self {
+            LockKind::Mutex => "lock",
+            LockKind::Permit { .. } => "semaphore",
+            LockKind::Read | LockKind::Write => "read-write lock",
+        }
+    }
 }
 
 /// One acquisition attempt: who wants which name for how long.
@@ -395,7 +406,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
             LockKind::Mutex => Ok(self.inspect(name).await?.into_iter().collect()),
             _ => Err(LockError::Unsupported {
                 backend: self.kind(),
-                operation: kind.as_str(),
+                operation: kind.family(),
             }),
         }
     }

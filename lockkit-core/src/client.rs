@@ -228,7 +228,7 @@ impl LockClient {
         if !backend.capabilities().supports(kind) {
             return Err(LockError::Unsupported {
                 backend: backend.kind(),
-                operation: kind.as_str(),
+                operation: kind.family(),
             });
         }
         let attempt = new_attempt_id();

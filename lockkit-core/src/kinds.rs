@@ -95,6 +95,11 @@ impl Semaphore {
         self.client.acquire(&self.name, self.kind(), options, true).await
     }
 
+    /// How many acquisitions wait for a permit.
+    pub async fn waiting(&self) -> Result<usize, LockError> {
+        self.client.backend().waiting_for(&self.name, self.kind()).await
+    }
+
     /// The permits held now, in the order they were granted.
     pub async fn holders(&self) -> Result<Vec<LockInfo>, LockError> {
         self.client.backend().holders(&self.name, self.kind()).await
@@ -159,9 +164,12 @@ impl RwLock {
     /// Takes a read hold unless a writer holds the lock or waits for it;
     /// never waits.
     pub async fn try_read(&self) -> Result<Option<LockGuard>, LockError> {
-        self.client
-            .acquire(&self.name, LockKind::Read, &self.client.options(), true)
-            .await
+        self.try_read_with(&self.client.options()).await
+    }
+
+    /// [`try_read`](Self::try_read) with `options` (the wait is ignored).
+    pub async fn try_read_with(&self, options: &LockOptions) -> Result<Option<LockGuard>, LockError> {
+        self.client.acquire(&self.name, LockKind::Read, options, true).await
     }
 
     /// Takes the write hold, waiting up to the client's default wait bound.
@@ -177,9 +185,17 @@ impl RwLock {
     /// Takes the write hold if nobody holds the lock (or waits for it);
     /// never waits.
     pub async fn try_write(&self) -> Result<Option<LockGuard>, LockError> {
-        self.client
-            .acquire(&self.name, LockKind::Write, &self.client.options(), true)
-            .await
+        self.try_write_with(&self.client.options()).await
+    }
+
+    /// [`try_write`](Self::try_write) with `options` (the wait is ignored).
+    pub async fn try_write_with(&self, options: &LockOptions) -> Result<Option<LockGuard>, LockError> {
+        self.client.acquire(&self.name, LockKind::Write, options, true).await
+    }
+
+    /// How many acquisitions (readers and writers) wait for the lock.
+    pub async fn waiting(&self) -> Result<usize, LockError> {
+        self.client.backend().waiting_for(&self.name, LockKind::Write).await
     }
 
     /// The read holds now, one per owner, in the order granted.

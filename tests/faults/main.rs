@@ -152,6 +152,31 @@ impl Rig {
         self.other.options().ttl(Duration::from_secs(60)).wait(BOUND)
     }
 
+    /// The holder locks `name` (free), then its path gets `fault`: the
+    /// other owner's grant, which must come after the holder was told.
+    async fn cut_off(&self, name: &str, fault: Fault) -> CutOff {
+        let held = self
+            .holder
+            .lock_with(name, &self.hold())
+            .await
+            .expect("lock a free name");
+        let lost = LostAt::watch(&held);
+        let cut = Instant::now();
+        self.proxy.set(fault);
+        let taken = timeout(BOUND, self.contend(name, held.lost_signal()))
+            .await
+            .expect("another owner gets the name")
+            .expect("task");
+        let lost_at = lost.at(&held).await;
+        assert_told_first(self.spec.var, &taken, lost_at);
+        CutOff {
+            held,
+            taken,
+            cut,
+            lost_at,
+        }
+    }
+
     /// The other owner starts waiting for `name`; the result records when it
     /// got it and whether `holder` had been told by then.
     fn contend(&self, name: &str, holder: LostSignal) -> JoinHandle<Taken> {
@@ -167,6 +192,16 @@ impl Rig {
             }
         })
     }
+}
+
+/// A holder cut off by a fault, and the other owner's grant after it.
+struct CutOff {
+    held: LockGuard,
+    taken: Taken,
+    /// When the fault began.
+    cut: Instant,
+    /// When the holder was told.
+    lost_at: Instant,
 }
 
 /// Another owner's acquisition.
@@ -238,20 +273,12 @@ fn assert_told_first(label: &str, taken: &Taken, lost_at: Instant) {
 async fn blackhole_then_heal(spec: &'static Spec) {
     let Some(rig) = rig(spec).await else { return };
     let name = unique("faults/blackhole");
-    let held = rig
-        .holder
-        .lock_with(&name, &rig.hold())
-        .await
-        .expect("lock a free name");
-    let lost = LostAt::watch(&held);
-    let cut = Instant::now();
-    rig.proxy.set(Fault::Blackhole);
-    let taken = timeout(BOUND, rig.contend(&name, held.lost_signal()))
-        .await
-        .expect("another owner gets the name")
-        .expect("task");
-    let lost_at = lost.at(&held).await;
-    assert_told_first(spec.var, &taken, lost_at);
+    let CutOff {
+        held,
+        taken,
+        cut,
+        lost_at,
+    } = rig.cut_off(&name, Fault::Blackhole).await;
     let theirs = taken.guard.expect("another owner locks");
     assert!(theirs.fencing_token() > held.fencing_token());
     eprintln!(
@@ -287,20 +314,12 @@ async fn blackhole_then_heal(spec: &'static Spec) {
 async fn down_for_good(spec: &'static Spec) {
     let Some(rig) = rig(spec).await else { return };
     let name = unique("faults/down");
-    let held = rig
-        .holder
-        .lock_with(&name, &rig.hold())
-        .await
-        .expect("lock a free name");
-    let lost = LostAt::watch(&held);
-    let cut = Instant::now();
-    rig.proxy.set(Fault::Down);
-    let taken = timeout(BOUND, rig.contend(&name, held.lost_signal()))
-        .await
-        .expect("another owner gets the name")
-        .expect("task");
-    let lost_at = lost.at(&held).await;
-    assert_told_first(spec.var, &taken, lost_at);
+    let CutOff {
+        held,
+        taken,
+        cut,
+        lost_at,
+    } = rig.cut_off(&name, Fault::Down).await;
     let freed_after = taken.at - cut;
     // Generous: the lease bound plus scheduling and a waiter's backoff.
     assert!(

@@ -8,6 +8,7 @@
 mod charts;
 mod counting;
 mod floor;
+mod kinds;
 mod report;
 mod workloads;
 
@@ -31,15 +32,21 @@ struct Args {
     /// A backend URL; repeat for several (default: memory://).
     #[arg(long = "backend", value_name = "URL")]
     backends: Vec<String>,
-    /// Workloads: w1 uncontended, w2 contended, w3 many names, w4 many held.
-    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4")]
+    /// Workloads: w1 uncontended, w2 contended, w3 many names, w4 many held,
+    /// w5 a semaphore (--clients, --permits), w6 a read-write lock with 90 %
+    /// readers (--clients). w5 and w6 are skipped on a backend without the
+    /// kind.
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5,w6")]
     workload: Vec<String>,
     /// Seconds per measurement.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     seconds: Duration,
-    /// Clients in w2.
+    /// Clients in w2, w5 and w6.
     #[arg(long, default_value_t = 16)]
     clients: usize,
+    /// Permits of w5's semaphore.
+    #[arg(long, default_value_t = 4)]
+    permits: u32,
     /// Also write one JSON object per result row here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -82,7 +89,9 @@ async fn bench_backend(
                     }
                 }
                 "w4" => rows.push(workloads::w4(url, floor.as_deref(), plan.w4_held, plan.w4_ttl, 3).await?),
-                other => return Err(format!("unknown workload {other:?} (w1, w2, w3, w4)").into()),
+                "w5" => rows.extend(kinds::w5(url, args.clients, args.permits, plan.seconds).await?),
+                "w6" => rows.extend(kinds::w6(url, args.clients, plan.seconds).await?),
+                other => return Err(format!("unknown workload {other:?} (w1 … w6)").into()),
             }
             Ok(())
         }
@@ -146,8 +155,8 @@ async fn run(args: Args) -> Result<(), BenchError> {
     }
     if let Some(bad) = rows.iter().find(|r| r.counter_exact == Some(false)) {
         return Err(format!(
-            "{}: the shared counter is wrong — the lock did not exclude",
-            bad.backend
+            "{}: {}: the lock did not exclude (the shared counter is wrong, or more permits were held than there are)",
+            bad.backend, bad.workload
         )
         .into());
     }

@@ -64,6 +64,18 @@ pub struct Row {
     /// w4: locks held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<usize>,
+    /// w5: the semaphore's permits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// w5: the most permits held at once (never above `permits`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub most_held: Option<usize>,
+    /// w6: the writes' wait, p50 microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_p50_us: Option<f64>,
+    /// w6: the writes' wait, p99 microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_p99_us: Option<f64>,
     /// The latency distribution (for charts), microseconds → count.
     #[serde(skip)]
     pub distribution: Vec<(u64, u64)>,
@@ -117,6 +129,10 @@ impl Row {
             server_commands_per_period: None,
             rss_bytes: None,
             held: None,
+            permits: None,
+            most_held: None,
+            write_p50_us: None,
+            write_p99_us: None,
             distribution: hist
                 .iter_log(1, 1.25)
                 .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
@@ -151,6 +167,12 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
         if let (Some(lo), Some(hi)) = (r.fairness_min, r.fairness_max) {
             let share = if hi > 0 { lo as f64 / hi as f64 } else { 0.0 };
             extra.push(format!("per-client {lo}..{hi} (min/max {share:.2})"));
+        }
+        if let (Some(n), Some(most)) = (r.permits, r.most_held) {
+            extra.push(format!("{n} permits, at most {most} held at once"));
+        }
+        if let (Some(p50), Some(p99)) = (r.write_p50_us, r.write_p99_us) {
+            extra.push(format!("writes p50 {p50:.0} µs p99 {p99:.0} µs"));
         }
         if let Some(ok) = r.counter_exact {
             extra.push(if ok {

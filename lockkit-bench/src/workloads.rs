@@ -15,18 +15,18 @@ use crate::report::{Row, Series, histogram};
 /// Errors of a benchmark run.
 pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
 
-fn us(d: Duration) -> u64 {
+pub(crate) fn us(d: Duration) -> u64 {
     (d.as_micros() as u64).max(1)
 }
 
-fn opts(client: &LockClient) -> LockOptions {
+pub(crate) fn opts(client: &LockClient) -> LockOptions {
     client
         .options()
         .ttl(Duration::from_secs(10))
         .wait(Duration::from_secs(60))
 }
 
-fn run_id() -> String {
+pub(crate) fn run_id() -> String {
     format!("{:08x}", rand::random::<u32>())
 }
 
@@ -115,7 +115,7 @@ pub async fn w1(url: &str, floor: Option<&dyn Floor>, seconds: Duration) -> Resu
 /// Besides the acquire wait it measures the hand-off: from a holder's
 /// The backend's name in the result rows, marked when its URL turned the
 /// fair queue off.
-fn label(client: &LockClient) -> String {
+pub(crate) fn label(client: &LockClient) -> String {
     let kind = client.backend().kind();
     if client.options().fair_value() {
         kind.to_owned()

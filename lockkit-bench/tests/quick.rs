@@ -39,7 +39,8 @@ fn quick(url: &str) -> Vec<Value> {
         .collect()
 }
 
-fn check(url: &str, has_floor: bool) {
+/// Runs the quick benchmark on `url` and checks its rows; returns them.
+fn check(url: &str, has_floor: bool) -> Vec<Value> {
     let rows = quick(url);
     for w in ["w1", "w2", "w3", "w4"] {
         let ours: Vec<&Value> = rows
@@ -56,6 +57,12 @@ fn check(url: &str, has_floor: bool) {
                 assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{url}: {w} did nothing: {r}");
             }
         }
+    }
+    // w5 and w6 where the backend has the kinds (skipped, not failed,
+    // where it has not): the lock excluded.
+    for r in rows.iter().filter(|r| r["workload"] == "w5" || r["workload"] == "w6") {
+        assert_eq!(r["counter_exact"], true, "{url}: the lock did not exclude: {r}");
+        assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{url}: did nothing: {r}");
     }
     let w2 = rows.iter().find(|r| r["workload"] == "w2").unwrap();
     assert_eq!(w2["counter_exact"], true, "{url}: the lock did not exclude: {w2}");
@@ -74,6 +81,7 @@ fn check(url: &str, has_floor: bool) {
     } else {
         assert_eq!(floors, 0, "{url}: a floor where there is none");
     }
+    rows
 }
 
 fn on_server(var: &str) {
@@ -84,7 +92,13 @@ fn on_server(var: &str) {
 
 #[test]
 fn memory() {
-    check("memory://", false);
+    let rows = check("memory://", false);
+    for w in ["w5", "w6"] {
+        assert!(
+            rows.iter().any(|r| r["impl"] == "lockkit" && r["workload"] == w),
+            "memory has every kind: no {w} row"
+        );
+    }
 }
 
 #[cfg(feature = "sqlite")]

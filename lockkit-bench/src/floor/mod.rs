@@ -39,6 +39,7 @@ pub trait Floor: Send + Sync {
 /// there is none (the in-process memory backend, Redis cluster and
 /// sentinel, backends this build leaves out).
 pub async fn floor_for(url: &str) -> Result<Option<Box<dyn Floor>>, BenchError> {
+    #[allow(unused_mut)] // only the SQL and ZooKeeper floors take parameters
     let mut parsed = lockkit::url::ConnectUrl::parse(url)?;
     match parsed.scheme.as_str() {
         #[cfg(feature = "redis")]

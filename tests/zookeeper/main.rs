@@ -7,7 +7,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod acl;
 mod crash;
+mod fence;
 mod herd;
 mod kit;
 mod partial_failure;

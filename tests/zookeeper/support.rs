@@ -42,6 +42,19 @@ pub fn server() -> Option<Server> {
     Some(Server { url, addr, chroot })
 }
 
+/// The server's `host:port` list and a chroot of its own for `case`; `None`
+/// (the case skips) when no server is configured.
+pub fn hosts_and_chroot(case: &str) -> Option<(String, String)> {
+    let base = server_url("LOCKKIT_ZK_URL")?;
+    let hosts = base
+        .strip_prefix("zk://")
+        .and_then(|r| r.split(['/', '?']).next())
+        .expect("a zk:// URL")
+        .to_owned();
+    let chroot = format!("/lockkit-{case}-{}", &lockkit_core::name::random_owner()[..12]);
+    Some((hosts, chroot))
+}
+
 /// A client with its own session, as a separate process would have
 /// (`owner`: shared with other such clients), waiting up to [`BOUND`].
 pub async fn process(server: &Server, owner: Option<&str>) -> (ZkBackend, LockClient) {

@@ -5,16 +5,17 @@
 //! the name; clients with the same credentials share the locks as before
 //! (wait, acquire, force_release), and loss and release-on-close still work.
 //!
-//! (In this crate rather than the workspace's `tests/`, because it drives
-//! raw `zookeeper_client` sessions, a dependency of this crate.)
+//! (It drives raw `zookeeper_client` sessions.)
 
-mod support;
+#![cfg(feature = "zookeeper")]
 
 use std::time::Duration;
 
 use lockkit_core::{LockClient, LockError, LockOptions};
 use lockkit_zk::{ZkBackend, encode_name};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
+
+use crate::support;
 
 async fn client(url: &str) -> LockClient {
     let backend = ZkBackend::from_url(url).await.unwrap_or_else(|e| panic!("{url}: {e}"));

@@ -8,14 +8,15 @@
 //! session would: the backend's next `lock` finds its session fenced,
 //! moves on to a new one, and takes the lock there with one node.
 //!
-//! (In this crate rather than the workspace's `tests/`, because it drives
-//! a raw `zookeeper_client` session, a dependency of this crate.)
+//! (It drives a raw `zookeeper_client` session.)
 
-mod support;
+#![cfg(feature = "zookeeper")]
 
 use lockkit_core::{LockClient, LockOptions};
 use lockkit_zk::ZkBackend;
 use zookeeper_client::Client;
+
+use crate::support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_session_makes_no_node_and_the_lock_moves_on() {

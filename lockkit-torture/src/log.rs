@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::kind::HoldKind;
+
 /// `CLOCK_MONOTONIC` now, in nanoseconds.
 pub fn mono_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -52,11 +54,18 @@ pub enum Record {
         worker: usize,
         incarnation: u32,
     },
-    /// A task starts waiting for `name`.
-    Want { t: u64, name: String, owner: String },
+    /// A task starts waiting for `name` (as `kind`: a lock's left out).
+    Want {
+        t: u64,
+        name: String,
+        owner: String,
+        #[serde(default, skip_serializing_if = "HoldKind::is_mutex")]
+        kind: HoldKind,
+    },
     /// `lock` returned a guard. `valid`: its validity deadline (`None` for
     /// session leases); `count`: the hold count the guard reports (the
-    /// owner's holds of the name on the server, this one included).
+    /// owner's holds of the name on the server, this one included);
+    /// `kind`: a lock's (left out), a permit's, a read or write hold's.
     Grant {
         t: u64,
         name: String,
@@ -65,6 +74,8 @@ pub enum Record {
         valid: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         count: Option<u32>,
+        #[serde(default, skip_serializing_if = "HoldKind::is_mutex")]
+        kind: HoldKind,
     },
     /// The holder saw its validity deadline move (a watchdog renewal), or
     /// (session leases) saw itself still holding.
@@ -283,6 +294,7 @@ mod tests {
             token: 7,
             valid: Some(9),
             count: Some(1),
+            kind: HoldKind::Mutex,
         };
         let line = serde_json::to_string(&r).unwrap();
         assert!(line.contains(r#""ev":"grant""#), "{line}");

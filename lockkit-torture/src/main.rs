@@ -37,6 +37,7 @@
 mod chaos;
 mod check;
 mod faults;
+mod kind;
 mod log;
 mod worker;
 

@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockkit::{LockClient, LockGuard, LockOptions};
+use lockkit::{LockClient, LockError, LockGuard, LockOptions};
 
 use crate::chaos::SplitMix;
+use crate::kind::{HoldKind, RunKind};
 use crate::log::{LineWriter, Record, instant_ns, mono_ns};
 
 /// What a worker is told by the coordinator.
@@ -65,6 +66,36 @@ pub struct WorkerArgs {
     /// Stop early once this file exists (it holds the stop time, ns).
     #[arg(long)]
     pub stop_file: Option<PathBuf>,
+    /// What to take: `mutex`, `semaphore:N`, `rw[:W]` (see [`RunKind`]).
+    #[arg(long, default_value = "mutex")]
+    pub kind: RunKind,
+}
+
+/// What the next acquisition of a task takes (for `rw`, a write hold W
+/// times in 1000).
+fn hold_kind(kind: RunKind, rng: &mut SplitMix) -> HoldKind {
+    match kind {
+        RunKind::Mutex => HoldKind::Mutex,
+        RunKind::Semaphore(n) => HoldKind::Permit(n),
+        RunKind::Rw { writes_per_mille } if rng.below(1000) < u64::from(writes_per_mille) => HoldKind::Write,
+        RunKind::Rw { .. } => HoldKind::Read,
+    }
+}
+
+/// Takes `name` as `hold`.
+async fn take(client: &LockClient, hold: HoldKind, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+    match hold {
+        HoldKind::Mutex => client.lock_with(name, options).await,
+        HoldKind::Permit(n) => match client.semaphore(name, n) {
+            Ok(sem) => sem.acquire_with(options).await,
+            Err(e) => Err(e),
+        },
+        HoldKind::Read | HoldKind::Write => match client.rw_lock(name) {
+            Ok(rw) if hold == HoldKind::Read => rw.read_with(options).await,
+            Ok(rw) => rw.write_with(options).await,
+            Err(e) => Err(e),
+        },
+    }
 }
 
 /// The `CLOCK_MONOTONIC` time (ns) at which workers stop: `--stop-at`, or
@@ -210,16 +241,18 @@ async fn task(
     let long_per_mille = (args.long_holds.clamp(0.0, 1.0) * 1000.0) as u64;
     while let Some(remaining) = left() {
         let name = format!("{}/{}", args.prefix, rng.below(args.names as u64));
+        let kind = hold_kind(args.kind, &mut rng);
         write(
             &log,
             Record::Want {
                 t: mono_ns(),
                 name: name.clone(),
                 owner: owner.clone(),
+                kind,
             },
         );
         let outcome = tokio::select! {
-            r = client.lock_with(&name, &options) => Some(r),
+            r = take(&client, kind, &name, &options) => Some(r),
             _ = tokio::time::sleep(remaining) => None,
             _ = stopped.wait_for(|s| *s) => None,
         };
@@ -237,6 +270,7 @@ async fn task(
                         token,
                         valid,
                         count: Some(guard.hold_count()),
+                        kind,
                     },
                 );
                 // Mostly short critical sections (many hand-offs), some up to

@@ -87,6 +87,11 @@ pub struct RunArgs {
     /// The longest gap between two holds of a task (default ttl/4).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub gap: Option<Duration>,
+    /// What the workers take: `mutex` (locks), `semaphore:N` (permits of
+    /// semaphores of N), `rw[:W]` (read-write locks, W writes per mille,
+    /// default 100).
+    #[arg(long, default_value = "mutex")]
+    pub kind: crate::kind::RunKind,
 }
 
 /// The bound and the session timeout the URL implies.

@@ -161,6 +161,7 @@ impl Launch<'_> {
             .args(["--wait", &humantime::format_duration(wait).to_string()])
             .args(["--stop-at", &stop_at.to_string()])
             .args(["--seed", &rng.next_u64().to_string()])
+            .args(["--kind", &args.kind.to_string()])
             .arg("--log")
             .arg(&log)
             .arg("--stop-file")

@@ -6,12 +6,35 @@ use std::time::Duration;
 
 use crate::check::{self, ProcLog, Report};
 use crate::faults::Faults;
+use crate::kind::{HoldKind, RunKind};
 use crate::log::{Event, Holder, mono_ns, read_lines};
 
-/// Inspects `names` through the backend (directly, not through a proxy):
-/// at once, then the held ones again after `bound`.
+/// What holds `name` as `kind` (a semaphore's or read-write lock's first
+/// holder), if anything.
+async fn holder(client: &lockkit::LockClient, name: &str, kind: RunKind) -> Result<Option<Holder>, lockkit::LockError> {
+    let kinds: &[HoldKind] = match kind {
+        RunKind::Mutex => &[HoldKind::Mutex],
+        RunKind::Semaphore(n) => &[HoldKind::Permit(n)],
+        RunKind::Rw { .. } => &[HoldKind::Write, HoldKind::Read],
+    };
+    for k in kinds {
+        let held = client.backend().holders(name, k.lock_kind()).await?;
+        if let Some(i) = held.into_iter().next() {
+            return Ok(Some(Holder {
+                owner: i.owner,
+                count: i.hold_count,
+                token: i.token,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// Inspects `names` (taken as `kind`) through the backend (directly, not
+/// through a proxy): at once, then the held ones again after `bound`.
 pub(super) fn inspect(
     backend: &str,
+    kind: RunKind,
     names: &[String],
     bound: Duration,
     faults: Option<&Faults>,
@@ -51,15 +74,8 @@ pub(super) fn inspect(
             for name in pending {
                 let (holder, error) = match &client {
                     None => (None, Some("no connection".to_owned())),
-                    Some(c) => match c.inspect(name).await {
-                        Ok(info) => (
-                            info.map(|i| Holder {
-                                owner: i.owner,
-                                count: i.hold_count,
-                                token: i.token,
-                            }),
-                            None,
-                        ),
+                    Some(c) => match holder(c, name, kind).await {
+                        Ok(holder) => (holder, None),
                         Err(e) => (None, Some(e.to_string())),
                     },
                 };

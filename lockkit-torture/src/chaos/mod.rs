@@ -308,8 +308,13 @@ fn wind_down(
     }
     // Every worker is gone: the names must be free, or come free within the bound.
     let names: Vec<String> = (0..args.names).map(|i| format!("{prefix}/{i}")).collect();
-    inspect(&args.backend, &names, bound + args.slack, faults.as_ref(), &mut |e| {
-        fleet.event(e)
-    });
+    inspect(
+        &args.backend,
+        args.kind,
+        &names,
+        bound + args.slack,
+        faults.as_ref(),
+        &mut |e| fleet.event(e),
+    );
     Ok(())
 }

@@ -24,6 +24,9 @@ impl Checker<'_> {
             for h in holds
                 .iter()
                 .filter(|h| h.proc == pi && h.release.is_none() && !h.intervals.is_empty())
+                // A killed permit or reader frees a place, not the name:
+                // other holders may keep it taken (see `kinds`).
+                .filter(|h| h.kind.exclusive())
             {
                 // A shared owner's other processes keep the owner's hold (and
                 // with it the killed share) alive: the bound runs from their end.
@@ -80,7 +83,7 @@ fn waiter(
             continue;
         }
         for (i, r) in q.records.iter().enumerate() {
-            let Record::Want { t, name: n, owner } = r else {
+            let Record::Want { t, name: n, owner, .. } = r else {
                 continue;
             };
             if n != name || *t > by {

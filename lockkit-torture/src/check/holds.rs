@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::{Checker, Hold, Report, record_owner};
+use crate::kind::HoldKind;
 use crate::log::Record;
 
 impl Checker<'_> {
@@ -17,8 +18,8 @@ impl Checker<'_> {
             let mut wants: HashMap<&str, u64> = HashMap::new();
             // Released holds whose owner has written nothing since (but the unlock outcome).
             let mut awaiting: HashMap<&str, usize> = HashMap::new();
-            // `lock` calls under way: owner -> (start, name).
-            let mut open_calls: HashMap<&str, (u64, &String)> = HashMap::new();
+            // `lock` calls under way: owner -> (start, name, kind).
+            let mut open_calls: HashMap<&str, (u64, &String, HoldKind)> = HashMap::new();
             for r in &p.records {
                 if !matches!(r, Record::Unlocked { .. } | Record::UnlockFailed { .. })
                     && let Some(owner) = record_owner(r)
@@ -28,9 +29,9 @@ impl Checker<'_> {
                 }
                 match r {
                     Record::Start { pid, .. } => info[pi].pid = info[pi].pid.or(Some(*pid)),
-                    Record::Want { t, owner, name } => {
+                    Record::Want { t, owner, name, kind } => {
                         wants.insert(owner, *t);
-                        open_calls.insert(owner, (*t, name));
+                        open_calls.insert(owner, (*t, name, *kind));
                     }
                     Record::Grant {
                         t,
@@ -39,6 +40,7 @@ impl Checker<'_> {
                         token,
                         valid,
                         count,
+                        kind,
                     } => {
                         report.grants += 1;
                         current.insert(owner, holds.len());
@@ -50,6 +52,7 @@ impl Checker<'_> {
                             want_t: wants.get(owner.as_str()).copied().unwrap_or(*t),
                             grant_t: *t,
                             count: *count,
+                            kind: *kind,
                             points: vec![(*t, *valid)],
                             release: None,
                             unlock_failed: false,
@@ -104,17 +107,17 @@ impl Checker<'_> {
                         }
                     }
                     Record::Fail { t, owner, error, .. } => {
-                        if let Some((want_t, name)) = open_calls.remove(owner.as_str()) {
+                        if let Some((want_t, name, kind)) = open_calls.remove(owner.as_str()) {
                             if error == "run ended" {
                                 // Cancelled by the run's end: the backend's
                                 // cleanup may not have run before the process
                                 // exited.
-                                holds.push(Hold::pending(pi, name, owner, want_t, Some(*t)));
+                                holds.push(Hold::pending(pi, name, owner, kind, want_t, Some(*t)));
                             } else {
                                 // An error: the call's share may have stood
                                 // while it ran (a co-owner may join it), and
                                 // nothing of it after the call returned.
-                                let mut h = Hold::pending(pi, name, owner, want_t, None);
+                                let mut h = Hold::pending(pi, name, owner, kind, want_t, None);
                                 h.unlocked = Some((*t, 0));
                                 holds.push(h);
                             }
@@ -126,10 +129,10 @@ impl Checker<'_> {
                 }
             }
             // Calls the process never saw return.
-            let mut left: Vec<(&str, (u64, &String))> = open_calls.into_iter().collect();
-            left.sort();
-            for (owner, (want_t, name)) in left {
-                holds.push(Hold::pending(pi, name, owner, want_t, None));
+            let mut left: Vec<(&str, (u64, &String, HoldKind))> = open_calls.into_iter().collect();
+            left.sort_by_key(|(owner, (t, ..))| (*owner, *t));
+            for (owner, (want_t, name, kind)) in left {
+                holds.push(Hold::pending(pi, name, owner, kind, want_t, None));
             }
         }
     }

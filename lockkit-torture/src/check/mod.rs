@@ -33,6 +33,7 @@
 
 mod frees;
 mod holds;
+mod kinds;
 mod overlap;
 mod procs;
 mod shares;
@@ -42,6 +43,7 @@ mod tests;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use crate::kind::HoldKind;
 use crate::log::{Event, Record};
 
 /// Overlaps up to this long are clock-read noise: 1 ms.
@@ -132,6 +134,8 @@ pub(crate) struct Hold {
     pub(crate) grant_t: u64,
     /// The hold count the guard reported at the grant.
     pub(crate) count: Option<u32>,
+    /// A lock's, a permit's, a read or a write hold.
+    pub(crate) kind: HoldKind,
     /// (time seen, deadline) for the grant and each renewal; `None`: session.
     pub(crate) points: Vec<(u64, Option<u64>)>,
     pub(crate) release: Option<(u64, bool)>,
@@ -156,7 +160,7 @@ pub(crate) struct Hold {
 
 impl Hold {
     /// A call that may have left a share: see [`Hold::pending`].
-    fn pending(proc: usize, name: &str, owner: &str, want_t: u64, cancelled: Option<u64>) -> Hold {
+    fn pending(proc: usize, name: &str, owner: &str, kind: HoldKind, want_t: u64, cancelled: Option<u64>) -> Hold {
         Hold {
             proc,
             name: name.to_owned(),
@@ -165,6 +169,7 @@ impl Hold {
             want_t,
             grant_t: want_t,
             count: None,
+            kind,
             points: Vec::new(),
             release: cancelled.map(|t| (t, true)),
             unlock_failed: false,
@@ -209,17 +214,39 @@ pub fn check(procs: &[ProcLog], events: &[Event]) -> Report {
 
     for name in &names {
         let ids = &by_name[name];
-        // (1) overlaps of valid intervals.
-        run.check_overlaps(name, ids, &mut report);
-        // (2) tokens in grant order; (4) hold counts balance.
-        let on = shares::NameHolds {
+        let on = |ids| shares::NameHolds {
             name,
             ids,
             holds: &run.holds,
             describe: &describe,
         };
-        shares::check_tokens(&on, &mut report);
-        shares::check_counts(&on, &mut report);
+        // A run takes one kind: its first grant's says which.
+        let kind = ids.iter().map(|&h| run.holds[h].kind).find(|k| !k.is_mutex());
+        match kind {
+            None => {
+                // (1) overlaps of valid intervals; (2) tokens in grant
+                // order; (4) hold counts balance.
+                run.check_overlaps(name, ids, &mut report);
+                shares::check_tokens(&on(ids), &mut report);
+                shares::check_counts(&on(ids), &mut report);
+            }
+            Some(HoldKind::Permit(permits)) => {
+                run.check_permits(name, ids, permits, &mut report);
+                kinds::check_permit_tokens(&on(ids), &mut report);
+                kinds::check_permit_counts(&on(ids), &mut report);
+            }
+            Some(_) => {
+                // Writers as locks, readers beside readers only.
+                run.check_overlaps(name, ids, &mut report);
+                let of =
+                    |k: HoldKind| -> Vec<usize> { ids.iter().copied().filter(|&h| run.holds[h].kind == k).collect() };
+                let (writes, reads) = (of(HoldKind::Write), of(HoldKind::Read));
+                shares::check_tokens(&on(&writes), &mut report);
+                kinds::check_read_tokens(&on(ids), &mut report);
+                shares::check_counts(&on(&writes), &mut report);
+                shares::check_counts(&on(&reads), &mut report);
+            }
+        }
     }
     // (5) the names every holder released are free after the run.
     shares::check_inspections(events, &by_name, &run.holds, run.bound + run.slack, &secs, &mut report);

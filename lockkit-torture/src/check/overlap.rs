@@ -1,12 +1,16 @@
 //! Rule 1: no two holds of different owners overlap while both are valid,
-//! and no two of one owner with different tokens.
+//! and no two of one owner with different tokens — for locks and writers;
+//! readers share with readers; a semaphore's permits, at most N at once
+//! (see [`super::kinds`]).
 
 use std::collections::BTreeSet;
 
 use super::{Checker, Hold, Report, TOLERANCE_NS};
+use crate::kind::HoldKind;
 
 impl Checker<'_> {
-    /// Rule 1 on the holds `ids` of `name`.
+    /// Rule 1 on the holds `ids` of `name` (a lock's or a read-write
+    /// lock's: two read holds may overlap).
     pub(super) fn check_overlaps(&self, name: &str, ids: &[usize], report: &mut Report) {
         let Checker { holds, .. } = self;
         let describe = |h: &Hold| self.describe(h);
@@ -25,22 +29,27 @@ impl Checker<'_> {
                 if h1 == h2 || !seen.insert((h1.min(h2), h1.max(h2))) {
                     continue;
                 }
+                let (a, b) = (&holds[h1], &holds[h2]);
+                if a.kind == HoldKind::Read && b.kind == HoldKind::Read {
+                    continue;
+                }
                 let overlap = e1.min(e2) - s2;
-                if holds[h1].owner != holds[h2].owner {
+                if a.owner != b.owner {
                     report.violations.push(format!(
                         "overlap on {name}: {:.3} ms while both valid: {} AND {}",
                         overlap as f64 / 1e6,
-                        describe(&holds[h1]),
-                        describe(&holds[h2])
+                        describe(a),
+                        describe(b)
                     ));
-                } else if holds[h1].token != holds[h2].token {
+                } else if a.token != b.token {
                     // One owner's holds are one hold on the server: a second
-                    // token while the first is valid is a second hold.
+                    // token while the first is valid is a second hold. (An
+                    // owner's read under its own write carries its token.)
                     report.violations.push(format!(
                         "two holds of one owner on {name}: {:.3} ms while both valid, tokens differ: {} AND {}",
                         overlap as f64 / 1e6,
-                        describe(&holds[h1]),
-                        describe(&holds[h2])
+                        describe(a),
+                        describe(b)
                     ));
                 }
             }

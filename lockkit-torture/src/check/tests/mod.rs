@@ -2,6 +2,7 @@
 //! write them.
 
 mod frees;
+mod kinds;
 mod shares;
 mod tokens;
 mod validity;
@@ -27,6 +28,7 @@ fn want(t: u64, name: &str, owner: &str) -> Record {
         t,
         name: name.into(),
         owner: owner.into(),
+        kind: HoldKind::Mutex,
     }
 }
 
@@ -38,6 +40,7 @@ fn grant(t: u64, name: &str, owner: &str, token: u64, valid: Option<u64>) -> Rec
         token,
         valid,
         count: None,
+        kind: HoldKind::Mutex,
     }
 }
 
@@ -106,6 +109,7 @@ fn grant_n(t: u64, name: &str, owner: &str, token: u64, valid: u64, count: u32) 
         token,
         valid: Some(valid),
         count: Some(count),
+        kind: HoldKind::Mutex,
     }
 }
 

@@ -1,0 +1,177 @@
+//! The rules of the other kinds, for runs with `--kind semaphore:N` or
+//! `--kind rw`:
+//!
+//! - **permits**: at no instant are more than N permits of a semaphore
+//!   valid; no two grants carry one token, and a permit granted after
+//!   another was granted (it began waiting after that grant) has a greater
+//!   token;
+//! - **readers' tokens**: a read hold's token is no lower than that of any
+//!   write hold granted before the reader began waiting (it carries the
+//!   last writer's). Writers keep the lock's rules (rule 1 with readers,
+//!   rule 2 among the writers).
+
+use std::collections::HashMap;
+
+use super::shares::NameHolds;
+use super::{Checker, Report, TOLERANCE_NS};
+use crate::kind::HoldKind;
+
+/// At most this many violations of one rule are listed per name.
+const LISTED: usize = 3;
+
+impl Checker<'_> {
+    /// Rule 1 for a semaphore of `permits`: at most that many of the
+    /// permits `ids` of `name` valid at once (overlaps within
+    /// [`TOLERANCE_NS`] ignored).
+    pub(super) fn check_permits(&self, name: &str, ids: &[usize], permits: u32, report: &mut Report) {
+        let holds = &self.holds;
+        // +1 at a start (moved later by the tolerance), -1 at an end; ends
+        // before starts at one instant.
+        let mut edges: Vec<(u64, i32, usize)> = Vec::new();
+        for &h in ids.iter().filter(|&&h| !holds[h].pending) {
+            for &(s, e) in &holds[h].intervals {
+                if s + TOLERANCE_NS < e {
+                    edges.push((s + TOLERANCE_NS, 1, h));
+                    edges.push((e, -1, h));
+                }
+            }
+        }
+        edges.sort_by_key(|&(t, d, _)| (t, d));
+        let mut valid: Vec<usize> = Vec::new();
+        let mut listed = 0;
+        for (t, d, h) in edges {
+            if d < 0 {
+                if let Some(i) = valid.iter().position(|&v| v == h) {
+                    valid.swap_remove(i);
+                }
+                continue;
+            }
+            valid.push(h);
+            if valid.len() > permits as usize && listed < LISTED {
+                listed += 1;
+                let who: Vec<String> = valid.iter().map(|&v| self.describe(&holds[v])).collect();
+                report.violations.push(format!(
+                    "{} permits of {permits} valid at once on {name} at {:.3}s: {}",
+                    valid.len(),
+                    self.secs(t),
+                    who.join(" AND ")
+                ));
+            }
+        }
+    }
+}
+
+/// Rule 2 for permits: tokens are unique, and grow with causality.
+pub(crate) fn check_permit_tokens(on: &NameHolds<'_>, report: &mut Report) {
+    let NameHolds {
+        name,
+        ids,
+        holds,
+        describe,
+    } = *on;
+    let mut granted: Vec<usize> = ids.iter().copied().filter(|&h| !holds[h].pending).collect();
+    granted.sort_by_key(|&h| holds[h].grant_t);
+    let mut by_token: HashMap<u64, usize> = HashMap::new();
+    let mut listed = 0;
+    for &h in &granted {
+        if let Some(&other) = by_token.get(&holds[h].token)
+            && listed < LISTED
+        {
+            listed += 1;
+            report.violations.push(format!(
+                "two permits of {name} with one token: {} AND {}",
+                describe(&holds[other]),
+                describe(&holds[h])
+            ));
+        }
+        by_token.insert(holds[h].token, h);
+    }
+    // The greatest token granted up to each grant, in grant order.
+    let mut most = Vec::with_capacity(granted.len());
+    for &h in &granted {
+        let before = most.last().map_or(0, |&(_, m): &(u64, u64)| m);
+        most.push((holds[h].grant_t, before.max(holds[h].token)));
+    }
+    for &b in &granted {
+        let hb = &holds[b];
+        // Grants logged before `b` began waiting.
+        let n = most.partition_point(|&(t, _)| t < hb.want_t);
+        let Some(&(_, highest)) = n.checked_sub(1).and_then(|i| most.get(i)) else {
+            continue;
+        };
+        if hb.token <= highest && listed < LISTED {
+            listed += 1;
+            report.violations.push(format!(
+                "permit token order on {name}: token {highest} was granted before {} began waiting",
+                describe(hb)
+            ));
+        }
+    }
+}
+
+/// Rule 2 for readers: no read token below a write token granted before
+/// the reader began waiting.
+pub(crate) fn check_read_tokens(on: &NameHolds<'_>, report: &mut Report) {
+    let NameHolds {
+        name,
+        ids,
+        holds,
+        describe,
+    } = *on;
+    let mut writes: Vec<(u64, u64)> = ids
+        .iter()
+        .filter(|&&h| holds[h].kind == HoldKind::Write && !holds[h].pending)
+        .map(|&h| (holds[h].grant_t, holds[h].token))
+        .collect();
+    writes.sort();
+    let mut most = 0;
+    let writes: Vec<(u64, u64)> = writes
+        .into_iter()
+        .map(|(t, token)| {
+            most = most.max(token);
+            (t, most)
+        })
+        .collect();
+    let mut listed = 0;
+    for &r in ids
+        .iter()
+        .filter(|&&h| holds[h].kind == HoldKind::Read && !holds[h].pending)
+    {
+        let hr = &holds[r];
+        let n = writes.partition_point(|&(t, _)| t < hr.want_t);
+        let Some(&(_, last)) = n.checked_sub(1).and_then(|i| writes.get(i)) else {
+            continue;
+        };
+        if hr.token < last && listed < LISTED {
+            listed += 1;
+            report.violations.push(format!(
+                "a reader of {name} carries a token below the last writer's ({last}): {}",
+                describe(hr)
+            ));
+        }
+    }
+}
+
+/// Rule 4 for permits: each is a hold of its own, counted once, and its
+/// unlock leaves nothing of it.
+pub(crate) fn check_permit_counts(on: &NameHolds<'_>, report: &mut Report) {
+    let NameHolds {
+        name,
+        ids,
+        holds,
+        describe,
+    } = *on;
+    for &h in ids.iter().filter(|&&h| !holds[h].pending) {
+        let hh = &holds[h];
+        let counted = hh.count.is_some_and(|c| c != 1);
+        let left = hh.unlocked.is_some_and(|(_, remaining)| remaining != 0);
+        if counted || left {
+            report.violations.push(format!(
+                "a permit of {name} is not one hold: count {:?}, left {:?} after its unlock: {}",
+                hh.count,
+                hh.unlocked.map(|u| u.1),
+                describe(hh)
+            ));
+        }
+    }
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use lockkit::{LockClient, LockKind};
 
 use crate::report::{Row, Series, histogram};
@@ -33,6 +34,74 @@ async fn clients(url: &str, c: usize) -> Result<Vec<LockClient>, BenchError> {
     Ok(clients)
 }
 
+/// What one client's task of w5 or w6 measured.
+struct Tally {
+    /// Every acquisition's wait.
+    waits: Histogram<u64>,
+    /// w6: the writes' wait.
+    write_waits: Histogram<u64>,
+    ops: u64,
+    writes: u64,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Tally {
+            waits: histogram(),
+            write_waits: histogram(),
+            ops: 0,
+            writes: 0,
+        }
+    }
+}
+
+/// Runs `work` on every client in a task of its own until `seconds`
+/// passed (it loops until `stop`); the tallies and the seconds measured.
+/// Every client lives until every task is done (one closing its
+/// connections would slow the others' last acquisitions).
+async fn run_tasks<F, Fut>(
+    clients: Vec<LockClient>,
+    seconds: Duration,
+    work: F,
+) -> Result<(Vec<Tally>, f64), BenchError>
+where
+    F: Fn(LockClient, Arc<AtomicBool>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Tally, LockClient), BenchError>> + Send + 'static,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|c| tokio::spawn(work(c, stop.clone())))
+        .collect();
+    tokio::time::sleep(seconds).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut tallies, mut finished) = (Vec::new(), Vec::new());
+    for t in tasks {
+        let (tally, client) = t.await??;
+        tallies.push(tally);
+        finished.push(client);
+    }
+    drop(finished);
+    Ok((tallies, started.elapsed().as_secs_f64()))
+}
+
+/// The row of `workload` from the tallies.
+fn row(kind: &str, url: &str, workload: &'static str, tallies: &[Tally], seconds: f64) -> Result<Row, BenchError> {
+    let mut waits = histogram();
+    for t in tallies {
+        waits.add(&t.waits)?;
+    }
+    let series = Series {
+        imp: "lockkit",
+        backend: kind,
+        url,
+        workload,
+        clients: tallies.len(),
+    };
+    Ok(Row::new(series, seconds, tallies.iter().map(|t| t.ops).sum(), &waits))
+}
+
 /// w5: `c` clients take a permit of a semaphore of `permits`, hold it for
 /// a moment (one yield), and give it back, for `seconds`. Measures permits
 /// granted per second, the acquire wait, how evenly the clients were
@@ -43,58 +112,37 @@ pub async fn w5(url: &str, c: usize, permits: u32, seconds: Duration) -> Result<
     if !supports(&clients[0], LockKind::Permit { permits }, "w5") {
         return Ok(None);
     }
-    let kind = &label(&clients[0]);
+    let kind = label(&clients[0]);
     let name = Arc::new(format!("bench/w5/{}", run_id()));
-    let stop = Arc::new(AtomicBool::new(false));
     let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let started = Instant::now();
-    let tasks: Vec<_> = clients
-        .into_iter()
-        .map(|client| {
-            let (name, stop, inside, most) = (name.clone(), stop.clone(), inside.clone(), most.clone());
-            tokio::spawn(async move {
-                let sem = client.semaphore(&name, permits)?;
-                let opts = opts(&client);
-                let (mut hist, mut n) = (histogram(), 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    let t0 = Instant::now();
-                    let g = sem.acquire_with(&opts).await?;
-                    hist.record(us(t0.elapsed()))?;
-                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    g.unlock().await?;
-                    n += 1;
-                }
-                Ok::<_, BenchError>((hist, n, client))
-            })
-        })
-        .collect();
-    tokio::time::sleep(seconds).await;
-    stop.store(true, Ordering::Relaxed);
-    let (mut hist, mut per_client, mut finished) = (histogram(), Vec::new(), Vec::new());
-    for t in tasks {
-        let (h, n, client) = t.await??;
-        hist.add(&h)?;
-        per_client.push(n);
-        finished.push(client);
-    }
-    drop(finished);
-    let elapsed = started.elapsed().as_secs_f64();
-    let series = Series {
-        imp: "lockkit",
-        backend: kind,
-        url,
-        workload: "w5",
-        clients: c,
-    };
-    let mut row = Row::new(series, elapsed, per_client.iter().sum(), &hist);
-    row.fairness_min = per_client.iter().min().copied();
-    row.fairness_max = per_client.iter().max().copied();
+    let (tallies, elapsed) = run_tasks(clients, seconds, |client, stop| {
+        let (name, inside, most) = (name.clone(), inside.clone(), most.clone());
+        async move {
+            let sem = client.semaphore(&name, permits)?;
+            let opts = opts(&client);
+            let mut tally = Tally::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t0 = Instant::now();
+                let g = sem.acquire_with(&opts).await?;
+                tally.waits.record(us(t0.elapsed()))?;
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.unlock().await?;
+                tally.ops += 1;
+            }
+            Ok((tally, client))
+        }
+    })
+    .await?;
+    let mut row = row(&kind, url, "w5", &tallies, elapsed)?;
+    row.fairness_min = tallies.iter().map(|t| t.ops).min();
+    row.fairness_max = tallies.iter().map(|t| t.ops).max();
+    let most = most.load(Ordering::SeqCst);
     row.permits = Some(permits);
-    row.most_held = Some(most.load(Ordering::SeqCst));
-    row.counter_exact = Some(most.load(Ordering::SeqCst) <= permits as usize);
+    row.most_held = Some(most);
+    row.counter_exact = Some(most <= permits as usize);
     Ok(Some(row))
 }
 
@@ -111,73 +159,50 @@ pub async fn w6(url: &str, c: usize, seconds: Duration) -> Result<Option<Row>, B
     if !supports(&clients[0], LockKind::Write, "w6") {
         return Ok(None);
     }
-    let kind = &label(&clients[0]);
+    let kind = label(&clients[0]);
     let name = Arc::new(format!("bench/w6/{}", run_id()));
-    let stop = Arc::new(AtomicBool::new(false));
     let counter = Arc::new(AtomicU64::new(0));
     let torn = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let tasks: Vec<_> = clients
-        .into_iter()
-        .map(|client| {
-            let (name, stop, counter, torn) = (name.clone(), stop.clone(), counter.clone(), torn.clone());
-            tokio::spawn(async move {
-                let rw = client.rw_lock(&name)?;
-                let opts = opts(&client);
-                let (mut hist, mut writes_hist) = (histogram(), histogram());
-                let (mut n, mut writes) = (0u64, 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    let write = rand::random_range(0..1000) < W6_WRITES_PER_MILLE;
-                    let t0 = Instant::now();
-                    if write {
-                        let g = rw.write_with(&opts).await?;
-                        let waited = us(t0.elapsed());
-                        writes_hist.record(waited)?;
-                        hist.record(waited)?;
-                        let seen = counter.load(Ordering::SeqCst);
-                        tokio::task::yield_now().await;
-                        counter.store(seen + 1, Ordering::SeqCst);
-                        g.unlock().await?;
-                        writes += 1;
-                    } else {
-                        let g = rw.read_with(&opts).await?;
-                        hist.record(us(t0.elapsed()))?;
-                        let seen = counter.load(Ordering::SeqCst);
-                        tokio::task::yield_now().await;
-                        if counter.load(Ordering::SeqCst) != seen {
-                            torn.store(true, Ordering::SeqCst);
-                        }
-                        g.unlock().await?;
-                    }
-                    n += 1;
+    let (tallies, elapsed) = run_tasks(clients, seconds, |client, stop| {
+        let (name, counter, torn) = (name.clone(), counter.clone(), torn.clone());
+        async move {
+            let rw = client.rw_lock(&name)?;
+            let opts = opts(&client);
+            let mut tally = Tally::new();
+            while !stop.load(Ordering::Relaxed) {
+                let write = rand::random_range(0..1000) < W6_WRITES_PER_MILLE;
+                let t0 = Instant::now();
+                let g = if write {
+                    rw.write_with(&opts).await?
+                } else {
+                    rw.read_with(&opts).await?
+                };
+                let waited = us(t0.elapsed());
+                tally.waits.record(waited)?;
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                if write {
+                    tally.write_waits.record(waited)?;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    tally.writes += 1;
+                } else if counter.load(Ordering::SeqCst) != seen {
+                    torn.store(true, Ordering::SeqCst);
                 }
-                Ok::<_, BenchError>((hist, writes_hist, n, writes, client))
-            })
-        })
-        .collect();
-    tokio::time::sleep(seconds).await;
-    stop.store(true, Ordering::Relaxed);
-    let (mut hist, mut writes_hist, mut ops, mut writes, mut finished) = (histogram(), histogram(), 0, 0, Vec::new());
-    for t in tasks {
-        let (h, w, n, wn, client) = t.await??;
-        hist.add(&h)?;
-        writes_hist.add(&w)?;
-        ops += n;
-        writes += wn;
-        finished.push(client);
+                g.unlock().await?;
+                tally.ops += 1;
+            }
+            Ok((tally, client))
+        }
+    })
+    .await?;
+    let mut row = row(&kind, url, "w6", &tallies, elapsed)?;
+    let mut write_waits = histogram();
+    for t in &tallies {
+        write_waits.add(&t.write_waits)?;
     }
-    drop(finished);
-    let elapsed = started.elapsed().as_secs_f64();
-    let series = Series {
-        imp: "lockkit",
-        backend: kind,
-        url,
-        workload: "w6",
-        clients: c,
-    };
-    let mut row = Row::new(series, elapsed, ops, &hist);
-    row.write_p50_us = Some(writes_hist.value_at_quantile(0.5) as f64);
-    row.write_p99_us = Some(writes_hist.value_at_quantile(0.99) as f64);
+    let writes: u64 = tallies.iter().map(|t| t.writes).sum();
+    row.write_p50_us = Some(write_waits.value_at_quantile(0.5) as f64);
+    row.write_p99_us = Some(write_waits.value_at_quantile(0.99) as f64);
     row.counter_exact = Some(counter.load(Ordering::SeqCst) == writes && !torn.load(Ordering::SeqCst));
     Ok(Some(row))
 }

@@ -61,16 +61,28 @@ impl Checker<'_> {
     }
 }
 
+/// `(time, token)` points in time order, each with the greatest token up
+/// to it.
+fn running_max(mut points: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    points.sort();
+    let mut most = 0;
+    for p in &mut points {
+        most = most.max(p.1);
+        p.1 = most;
+    }
+    points
+}
+
+/// The greatest token of the points (see [`running_max`]) before `t`.
+fn highest_before(points: &[(u64, u64)], t: u64) -> Option<u64> {
+    let n = points.partition_point(|&(at, _)| at < t);
+    n.checked_sub(1).map(|i| points[i].1)
+}
+
 /// Rule 2 for permits: tokens are unique, and grow with causality.
 pub(crate) fn check_permit_tokens(on: &NameHolds<'_>, report: &mut Report) {
-    let NameHolds {
-        name,
-        ids,
-        holds,
-        describe,
-    } = *on;
-    let mut granted: Vec<usize> = ids.iter().copied().filter(|&h| !holds[h].pending).collect();
-    granted.sort_by_key(|&h| holds[h].grant_t);
+    let (name, holds) = (on.name, on.holds);
+    let granted: Vec<usize> = on.ids.iter().copied().filter(|&h| !holds[h].pending).collect();
     let mut by_token: HashMap<u64, usize> = HashMap::new();
     let mut listed = 0;
     for &h in &granted {
@@ -80,30 +92,24 @@ pub(crate) fn check_permit_tokens(on: &NameHolds<'_>, report: &mut Report) {
             listed += 1;
             report.violations.push(format!(
                 "two permits of {name} with one token: {} AND {}",
-                describe(&holds[other]),
-                describe(&holds[h])
+                (on.describe)(&holds[other]),
+                (on.describe)(&holds[h])
             ));
         }
         by_token.insert(holds[h].token, h);
     }
-    // The greatest token granted up to each grant, in grant order.
-    let mut most = Vec::with_capacity(granted.len());
-    for &h in &granted {
-        let before = most.last().map_or(0, |&(_, m): &(u64, u64)| m);
-        most.push((holds[h].grant_t, before.max(holds[h].token)));
-    }
+    let grants = running_max(granted.iter().map(|&h| (holds[h].grant_t, holds[h].token)).collect());
     for &b in &granted {
         let hb = &holds[b];
-        // Grants logged before `b` began waiting.
-        let n = most.partition_point(|&(t, _)| t < hb.want_t);
-        let Some(&(_, highest)) = n.checked_sub(1).and_then(|i| most.get(i)) else {
-            continue;
-        };
-        if hb.token <= highest && listed < LISTED {
+        // The greatest token logged before `b` began waiting.
+        if let Some(highest) = highest_before(&grants, hb.want_t)
+            && hb.token <= highest
+            && listed < LISTED
+        {
             listed += 1;
             report.violations.push(format!(
                 "permit token order on {name}: token {highest} was granted before {} began waiting",
-                describe(hb)
+                (on.describe)(hb)
             ));
         }
     }
@@ -112,42 +118,29 @@ pub(crate) fn check_permit_tokens(on: &NameHolds<'_>, report: &mut Report) {
 /// Rule 2 for readers: no read token below a write token granted before
 /// the reader began waiting.
 pub(crate) fn check_read_tokens(on: &NameHolds<'_>, report: &mut Report) {
-    let NameHolds {
-        name,
-        ids,
-        holds,
-        describe,
-    } = *on;
-    let mut writes: Vec<(u64, u64)> = ids
-        .iter()
-        .filter(|&&h| holds[h].kind == HoldKind::Write && !holds[h].pending)
-        .map(|&h| (holds[h].grant_t, holds[h].token))
-        .collect();
-    writes.sort();
-    let mut most = 0;
-    let writes: Vec<(u64, u64)> = writes
-        .into_iter()
-        .map(|(t, token)| {
-            most = most.max(token);
-            (t, most)
-        })
-        .collect();
-    let mut listed = 0;
-    for &r in ids
-        .iter()
-        .filter(|&&h| holds[h].kind == HoldKind::Read && !holds[h].pending)
-    {
+    let holds = on.holds;
+    let of = |kind| {
+        on.ids
+            .iter()
+            .copied()
+            .filter(move |&h| holds[h].kind == kind && !holds[h].pending)
+    };
+    let writes = running_max(
+        of(HoldKind::Write)
+            .map(|h| (holds[h].grant_t, holds[h].token))
+            .collect(),
+    );
+    for r in of(HoldKind::Read) {
         let hr = &holds[r];
-        let n = writes.partition_point(|&(t, _)| t < hr.want_t);
-        let Some(&(_, last)) = n.checked_sub(1).and_then(|i| writes.get(i)) else {
-            continue;
-        };
-        if hr.token < last && listed < LISTED {
-            listed += 1;
+        if let Some(last) = highest_before(&writes, hr.want_t)
+            && hr.token < last
+        {
             report.violations.push(format!(
-                "a reader of {name} carries a token below the last writer's ({last}): {}",
-                describe(hr)
+                "a reader of {} carries a token below the last writer's ({last}): {}",
+                on.name,
+                (on.describe)(hr)
             ));
+            return;
         }
     }
 }
@@ -155,22 +148,17 @@ pub(crate) fn check_read_tokens(on: &NameHolds<'_>, report: &mut Report) {
 /// Rule 4 for permits: each is a hold of its own, counted once, and its
 /// unlock leaves nothing of it.
 pub(crate) fn check_permit_counts(on: &NameHolds<'_>, report: &mut Report) {
-    let NameHolds {
-        name,
-        ids,
-        holds,
-        describe,
-    } = *on;
-    for &h in ids.iter().filter(|&&h| !holds[h].pending) {
-        let hh = &holds[h];
+    for &h in on.ids.iter().filter(|&&h| !on.holds[h].pending) {
+        let hh = &on.holds[h];
         let counted = hh.count.is_some_and(|c| c != 1);
         let left = hh.unlocked.is_some_and(|(_, remaining)| remaining != 0);
         if counted || left {
             report.violations.push(format!(
-                "a permit of {name} is not one hold: count {:?}, left {:?} after its unlock: {}",
+                "a permit of {} is not one hold: count {:?}, left {:?} after its unlock: {}",
+                on.name,
                 hh.count,
                 hh.unlocked.map(|u| u.1),
-                describe(hh)
+                (on.describe)(hh)
             ));
         }
     }

@@ -188,18 +188,10 @@ impl LockBackend for FileLockBackend {
                 })
                 .collect(),
             // `LockError` is not `Clone`: one error of the same kind per hold.
-            Err(e) => holds
-                .iter()
-                .map(|(h, _)| {
-                    Err(LockError::backend(
-                        KIND,
-                        "extend",
-                        Some(&h.name),
-                        e.is_retryable(),
-                        e.to_line(),
-                    ))
-                })
-                .collect(),
+            Err(e) => {
+                let each = |h: &Hold| LockError::backend(KIND, "extend", Some(&h.name), e.is_retryable(), e.to_line());
+                holds.iter().map(|(h, _)| Err(each(h))).collect()
+            }
         }
     }
 
@@ -513,10 +505,8 @@ fn now_ms() -> u64 {
 /// An I/O error as a typed [`LockError`]: retryable when trying again may
 /// help (an interrupted call), not for missing rights or a corrupt file.
 fn io_error(operation: &'static str, name: Option<&str>, e: io::Error) -> LockError {
-    let retryable = matches!(
-        e.kind(),
-        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    );
+    use io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
+    let retryable = matches!(e.kind(), Interrupted | WouldBlock | TimedOut);
     LockError::backend(KIND, operation, name, retryable, e)
 }
 

@@ -15,7 +15,7 @@ use crate::backend::Inner;
 use crate::conn::{Counters, Session};
 use crate::error::{BACKEND, is_connection_loss, is_session_end, zk};
 use crate::join::Joined;
-use crate::layout::{owner_tag, parent_path};
+use crate::layout::{Mark, owner_tag, parent_path};
 use crate::leftover::{Cleanup, Leftover};
 use crate::queue::{Plan, Queued, ZkResult, enqueue, plan, refresh};
 
@@ -42,7 +42,7 @@ impl Inner {
     ) -> Result<Waited, LockError> {
         let tag = owner_tag(owner);
         let parent = parent_path(name);
-        let queued = enqueue_detached(session, &parent, owner, tag, attempt);
+        let queued = enqueue_detached(session, &parent, owner, tag, attempt, Mark::Mutex);
         let mut queued = std::pin::pin!(queued);
         let Some(queued) = until(deadline, queued.as_mut()).await else {
             // The wait ran out while the node was being made: it may stand
@@ -53,7 +53,7 @@ impl Inner {
         let mut q = match queued? {
             Ok(q) => q,
             Err(e) => {
-                enqueue_failed(session, name, owner, attempt, e).await?;
+                enqueue_failed(session, name, &parent, owner, attempt, e).await?;
                 return Ok(Waited::Restart);
             }
         };
@@ -193,18 +193,19 @@ impl Inner {
 
 /// Queues in `session` (see [`enqueue`]), run to its end even if the wait
 /// stops waiting for it: the node it makes then is taken back.
-fn enqueue_detached(
+pub(crate) fn enqueue_detached(
     session: &Arc<Session>,
     parent: &str,
     owner: &str,
     tag: u64,
     attempt: &str,
+    mark: Mark,
 ) -> impl Future<Output = Result<ZkResult<Queued>, LockError>> + use<> {
     let (s, p, o, a) = (session.clone(), parent.to_owned(), owner.to_owned(), attempt.to_owned());
     let orphan = (session.clone(), parent.to_owned(), owner.to_owned(), attempt.to_owned());
     detach(
         BACKEND,
-        async move { enqueue(&s, &p, &o, tag, &a).await },
+        async move { enqueue(&s, &p, &o, tag, &a, mark).await },
         move |r| async move {
             let (session, parent, owner, attempt) = orphan;
             match r {
@@ -226,13 +227,14 @@ fn enqueue_detached(
     )
 }
 
-/// After queueing for `name` failed with `e`: Ok when the session ended
+/// After queueing for `name` (under `parent`) failed with `e`: Ok when the session ended
 /// (the acquisition starts over in a new one, which takes the attempt's
 /// earlier node back), else the error, once the node the server may have
 /// made all the same is taken back.
 pub(crate) async fn enqueue_failed(
     session: &Arc<Session>,
     name: &str,
+    parent: &str,
     owner: &str,
     attempt: &str,
     e: ZkError,
@@ -241,7 +243,7 @@ pub(crate) async fn enqueue_failed(
         session.end(&e);
         return Ok(());
     }
-    Leftover::unknown_node(session, &parent_path(name), owner, attempt)
+    Leftover::unknown_node(session, parent, owner, attempt)
         .take_back_now()
         .await;
     Err(zk("acquire", Some(name), e))

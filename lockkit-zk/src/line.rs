@@ -131,7 +131,7 @@ impl Line {
                     && self
                         .entries
                         .iter()
-                        .all(|x| x.beside().is_none() || x.owner() == e.owner())
+                        .all(|x| x.beside().is_none() || (x.owner() == e.owner() && x.session == e.session))
             }
             Mark::Read => e.beside().is_some() || !self.entries[..i].iter().any(|x| x.is(Mark::Write)),
             Mark::Mutex => i == 0,

@@ -23,7 +23,7 @@ use crate::backend::Inner;
 use crate::change::{Change, Known, change};
 use crate::conn::{Counters, Session};
 use crate::error::{BACKEND, is_connection_loss};
-use crate::layout::{Mark, kind_parent, owner_tag};
+use crate::layout::{Child, Mark, kind_parent, owner_tag, queue_of};
 use crate::leftover::Leftover;
 use crate::line::{Entry, Step, parse_last_write, plan, read_line};
 use crate::queue::{ZkResult, get, refresh, sync};
@@ -88,13 +88,18 @@ async fn record_write(client: &Client, parent: &str, node: &str, token: i64) -> 
     }
 }
 
-/// Waits for the watch of the node `node` under `parent` (`None`: of the
-/// parent's children) to fire. Armed when this returns its watcher.
-async fn arm(client: &Client, parent: &str, node: Option<&str>) -> ZkResult<OneshotWatcher> {
-    match node {
-        Some(node) => Ok(client.get_and_watch_data(&format!("{parent}/{node}")).await?.2),
-        None => Ok(client.list_and_watch_children(parent).await?.1),
-    }
+/// Arms the watch of the node `node` under `parent`, or (`None`) of the
+/// parent's children unless they changed since `seen` was listed: `None`
+/// then, look again (a children watch armed after the change would not
+/// fire for it).
+async fn arm(client: &Client, parent: &str, node: Option<&str>, seen: &[Child]) -> ZkResult<Option<OneshotWatcher>> {
+    let Some(node) = node else {
+        let (children, watcher) = client.list_and_watch_children(parent).await?;
+        let now = seen.first().map(|me| queue_of(&children, me.mark)).unwrap_or_default();
+        let same = now.len() == seen.len() && now.iter().zip(seen).all(|(a, b)| a.name == b.name);
+        return Ok(same.then_some(watcher));
+    };
+    Ok(Some(client.get_and_watch_data(&format!("{parent}/{node}")).await?.2))
 }
 
 impl Inner {
@@ -181,8 +186,12 @@ impl Inner {
                     let (changed, _) = bounded!(add);
                     match changed.and_then(|c| c.known()) {
                         Some(node) => {
+                            // Nothing awaited from here: the share is the
+                            // caller's once added. Its own node goes in
+                            // the background (it may keep its place in the
+                            // line a moment longer).
                             cleanup.disarm();
-                            Leftover::node_only(session, &q, owner, attempt).take_back_now().await;
+                            Leftover::node_only(session, &q, owner, attempt).spawn();
                             let lease = lease(session, path, &node, line.token(i), &q.epoch);
                             return Ok(Waited::Acquired(lease));
                         }
@@ -224,9 +233,10 @@ impl Inner {
                 }
                 Step::Wait(node) => {
                     Counters::bump(&self.counters.watches);
-                    match until(deadline, arm(client, &q.parent, node.as_deref())).await {
+                    match until(deadline, arm(client, &q.parent, node.as_deref(), &q.queue)).await {
                         None => return Ok(give_up(cleanup).await),
-                        Some(Ok(watcher)) => {
+                        Some(Ok(None)) => {}
+                        Some(Ok(Some(watcher))) => {
                             tokio::select! {
                                 event = watcher.changed() => {
                                     Counters::bump(&self.counters.wakeups);

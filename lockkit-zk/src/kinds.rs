@@ -10,13 +10,18 @@
 //! lease is handed out, in one `multi` with a check that its node stands;
 //! the record only grows.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use lockkit_core::LockError;
 use lockkit_core::backend::{Lease, LockKind};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, Error as ZkError, EventType, MultiWriteError, MultiWriteResult, OneshotWatcher};
+use zookeeper_client::{
+    Client, Error as ZkError, EventType, MultiWriteError, MultiWriteResult, OneshotWatcher, WatchedEvent,
+};
 
 use crate::acquire::step;
 use crate::backend::Inner;
@@ -88,18 +93,41 @@ async fn record_write(client: &Client, parent: &str, node: &str, token: i64) -> 
     }
 }
 
-/// Arms the watch of the node `node` under `parent`, or (`None`) of the
+/// Arms the watches of the nodes `nodes` under `parent`, or (none) of the
 /// parent's children unless they changed since `seen` was listed: `None`
 /// then, look again (a children watch armed after the change would not
-/// fire for it).
-async fn arm(client: &Client, parent: &str, node: Option<&str>, seen: &[Child]) -> ZkResult<Option<OneshotWatcher>> {
-    let Some(node) = node else {
+/// fire for it). A node gone already: `NoNode`.
+async fn arm(client: &Client, parent: &str, nodes: &[String], seen: &[Child]) -> ZkResult<Option<Vec<OneshotWatcher>>> {
+    if nodes.is_empty() {
         let (children, watcher) = client.list_and_watch_children(parent).await?;
         let now = seen.first().map(|me| queue_of(&children, me.mark)).unwrap_or_default();
         let same = now.len() == seen.len() && now.iter().zip(seen).all(|(a, b)| a.name == b.name);
-        return Ok(same.then_some(watcher));
-    };
-    Ok(Some(client.get_and_watch_data(&format!("{parent}/{node}")).await?.2))
+        return Ok(same.then(|| vec![watcher]));
+    }
+    let arming: Vec<_> = nodes
+        .iter()
+        .map(|n| client.get_and_watch_data(&format!("{parent}/{n}")))
+        .collect();
+    let mut watchers = Vec::with_capacity(nodes.len());
+    for armed in arming {
+        watchers.push(armed.await?.2);
+    }
+    Ok(Some(watchers))
+}
+
+/// The first event of any of `watchers`.
+async fn any_event(watchers: Vec<OneshotWatcher>) -> WatchedEvent {
+    let mut events: Vec<Pin<Box<dyn Future<Output = WatchedEvent> + Send>>> =
+        watchers.into_iter().map(|w| Box::pin(w.changed()) as _).collect();
+    std::future::poll_fn(|cx| {
+        for event in &mut events {
+            if let Poll::Ready(e) = event.as_mut().poll(cx) {
+                return Poll::Ready(e);
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 impl Inner {
@@ -231,14 +259,14 @@ impl Inner {
                 Step::Wait(_) if try_only || deadline.is_some_and(|d| Instant::now() >= d) => {
                     return Ok(give_up(cleanup).await);
                 }
-                Step::Wait(node) => {
+                Step::Wait(nodes) => {
                     Counters::bump(&self.counters.watches);
-                    match until(deadline, arm(client, &q.parent, node.as_deref(), &q.queue)).await {
+                    match until(deadline, arm(client, &q.parent, &nodes, &q.queue)).await {
                         None => return Ok(give_up(cleanup).await),
                         Some(Ok(None)) => {}
-                        Some(Ok(Some(watcher))) => {
+                        Some(Ok(Some(watchers))) => {
                             tokio::select! {
-                                event = watcher.changed() => {
+                                event = any_event(watchers) => {
                                     Counters::bump(&self.counters.wakeups);
                                     if event.event_type == EventType::Session && event.session_state.is_terminated() {
                                         session.end(event.session_state);

@@ -205,9 +205,9 @@ pub(crate) enum Step {
     /// A reader of the owner of the holding writer at this index: granted
     /// beside it.
     Beside(usize),
-    /// Wait for the node of this name to go (`None`: for any change of the
-    /// parent's children).
-    Wait(Option<String>),
+    /// Wait for any of the nodes of these names to go or change (none: for
+    /// any change of the parent's children).
+    Wait(Vec<String>),
     /// The request does not fit the name's state.
     Conflict(String),
 }
@@ -242,7 +242,7 @@ pub(crate) fn plan(line: &Line, me: &Child, owner: &str, session: i64, attempt: 
             if line.granted(p) {
                 return Step::Holder(p);
             }
-            Step::Wait(None)
+            Step::Wait(Vec::new())
         }
         Mark::Read => {
             if let Some(i) = others.clone().find(|&i| ours(i, Mark::Read)) {
@@ -254,8 +254,29 @@ pub(crate) fn plan(line: &Line, me: &Child, owner: &str, session: i64, attempt: 
             if ours(0, Mark::Write) {
                 return Step::Beside(0);
             }
-            let writer = entries[..p].iter().rev().find(|e| e.is(Mark::Write));
-            Step::Wait(writer.map(|e| e.child.name.clone()))
+            // The last writer before it going lets it in; so may the owner's
+            // own writer before it coming to hold (beside it): watch what
+            // that one waits for too.
+            let mut on: Vec<String> = entries[..p]
+                .iter()
+                .rev()
+                .find(|e| e.is(Mark::Write))
+                .into_iter()
+                .map(|e| e.child.name.clone())
+                .collect();
+            let own = entries[..p]
+                .iter()
+                .position(|e| e.is(Mark::Write) && e.owner() == owner && e.session == session);
+            if let Some(j) = own {
+                let ahead = match j {
+                    0 => entries
+                        .iter()
+                        .find(|e| e.beside().is_some() && (e.owner() != owner || e.session != session)),
+                    _ => entries.get(j - 1),
+                };
+                on.extend(ahead.map(|e| e.child.name.clone()).filter(|n| !on.contains(n)));
+            }
+            Step::Wait(on)
         }
         Mark::Write => {
             if let Some(i) = others.clone().find(|&i| ours(i, Mark::Write)) {
@@ -273,7 +294,7 @@ pub(crate) fn plan(line: &Line, me: &Child, owner: &str, session: i64, attempt: 
                 0 => entries.iter().find(|e| e.beside().is_some() && e.owner() != owner),
                 _ => entries.get(p - 1),
             };
-            Step::Wait(ahead.map(|e| e.child.name.clone()))
+            Step::Wait(ahead.map(|e| e.child.name.clone()).into_iter().collect())
         }
         Mark::Mutex => Step::Gone,
     }
@@ -332,7 +353,7 @@ mod tests {
         let p = Mark::Permit(2);
         let l = line(&[(p, "a", ME, None), (p, "b", 2, None), (p, "c", 3, None)]);
         assert_eq!(step(&l, 1, "b"), Step::Holder(1));
-        assert_eq!(step(&l, 2, "c"), Step::Wait(None));
+        assert_eq!(step(&l, 2, "c"), Step::Wait(Vec::new()));
         assert_eq!(l.waiting(), 1);
         let l = line(&[(p, "a", ME, None), (Mark::Permit(5), "b", ME, None)]);
         assert!(matches!(step(&l, 1, "b"), Step::Conflict(_)));
@@ -350,8 +371,9 @@ mod tests {
         ]);
         assert_eq!(step(&l, 1, "b"), Step::Holder(1));
         assert_eq!(l.token(1), 50, "a reader carries the last write token");
-        assert_eq!(step(&l, 2, "c"), Step::Wait(Some(l.entries[1].child.name.clone())));
-        assert_eq!(step(&l, 3, "d"), Step::Wait(Some(l.entries[2].child.name.clone())));
+        let name = |i: usize| l.entries[i].child.name.clone();
+        assert_eq!(step(&l, 2, "c"), Step::Wait(vec![name(1)]));
+        assert_eq!(step(&l, 3, "d"), Step::Wait(vec![name(2)]));
         assert_eq!(l.waiting(), 2);
         let l = line(&[(w, "c", ME, None), (r, "a", 2, None)]);
         assert_eq!(step(&l, 0, "c"), Step::Holder(0));
@@ -371,12 +393,17 @@ mod tests {
         // for that reader.
         let l = line(&[(w, "a", ME, None), (w, "c", 2, None), (r, "a", ME, None)]);
         assert_eq!(step(&l, 2, "a"), Step::Beside(0));
+        // Behind its owner's queued writer, a reader also watches what
+        // that writer waits for: it may go beside it once it holds.
+        let l = line(&[(w, "c", 2, None), (w, "a", ME, None), (r, "a", ME, None)]);
+        let name = |i: usize| l.entries[i].child.name.clone();
+        assert_eq!(step(&l, 2, "a"), Step::Wait(vec![name(1), name(0)]));
         let l = line(&[(w, "c", 2, None), (r, "a", ME, Some(101))]);
         assert!(!l.granted(0) && l.granted(1));
         assert_eq!(l.token(1), 101);
         assert_eq!(
             plan(&l, &l.entries[0].child, "c", 2, "0000000000000001"),
-            Step::Wait(Some(l.entries[1].child.name.clone()))
+            Step::Wait(vec![l.entries[1].child.name.clone()])
         );
     }
 }

@@ -1,7 +1,7 @@
 //! Semaphores and read-write locks on ZooKeeper, beyond the kit: a writer
 //! that comes first waits for a reader its predecessor's owner was granted
-//! beside its write hold, and a permit's wait that runs out or is dropped
-//! leaves no node in the line.
+//! beside its write hold, and a permit's or a writer's wait that runs out
+//! or is dropped leaves no node in the line.
 
 use std::time::Duration;
 
@@ -99,4 +99,37 @@ async fn an_abandoned_permit_wait_leaves_no_node() {
     let next = sb.try_acquire().await.unwrap().expect("the permit is free");
     assert_eq!(sb.holders().await.unwrap().len(), 1);
     next.unlock().await.unwrap();
+}
+
+/// A writer's wait that is dropped leaves no node: readers that come
+/// after it are not kept out by it.
+#[tokio::test]
+async fn a_dropped_write_wait_leaves_no_node() {
+    let Some(server) = server() else { return };
+    let name = unique("write-wait");
+    let (_, a) = process(&server, None).await;
+    let (_, b) = process(&server, None).await;
+    let (ra, rb) = (a.rw_lock(&name).unwrap(), b.rw_lock(&name).unwrap());
+    let reading = ra.read().await.expect("A reads");
+    let dropped = tokio::spawn({
+        let rb = rb.clone();
+        async move { rb.write().await }
+    });
+    until("B's writer queued", async || {
+        b.backend().waiting_for(&name, LockKind::Write).await.unwrap() == 1
+    })
+    .await;
+    assert!(
+        rb.try_read().await.unwrap().is_none(),
+        "a waiting writer keeps readers out"
+    );
+    dropped.abort();
+    until("the dropped writer's node gone", async || {
+        b.backend().waiting_for(&name, LockKind::Read).await.unwrap() == 0
+    })
+    .await;
+    let second = rb.try_read().await.unwrap().expect("readers share again");
+    assert_eq!(ra.readers().await.unwrap().len(), 2);
+    second.unlock().await.unwrap();
+    reading.unlock().await.unwrap();
 }

@@ -19,9 +19,7 @@ use lockkit_core::LockError;
 use lockkit_core::backend::{Lease, LockKind};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{
-    Client, Error as ZkError, EventType, MultiWriteError, MultiWriteResult, OneshotWatcher, WatchedEvent,
-};
+use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher, WatchedEvent};
 
 use crate::acquire::step;
 use crate::backend::Inner;
@@ -32,7 +30,7 @@ use crate::layout::{Child, Mark, kind_parent, owner_tag, queue_of};
 use crate::leftover::Leftover;
 use crate::line::{Entry, Step, parse_last_write, plan, read_line};
 use crate::queue::{ZkResult, get, refresh, sync};
-use crate::wait::{Waited, enqueue_detached, enqueue_failed, give_up, queued_too_late, sleep_until, until};
+use crate::wait::{Waited, Woken, bounded_step, enqueue_detached, enqueue_failed, give_up, queued_too_late, until};
 
 /// One acquisition of a semaphore's permit or a read-write lock's hold.
 #[derive(Debug, Clone, Copy)]
@@ -164,10 +162,7 @@ impl Inner {
         let mut cleanup = crate::leftover::Cleanup::new(session, &q, owner, attempt);
         macro_rules! bounded {
             ($e:expr) => {
-                match until(deadline, $e).await {
-                    Some(r) => step!(session, name, Waited::Restart, r, cleanup),
-                    None => return Ok(give_up(cleanup).await),
-                }
+                bounded_step!(deadline, session, name, cleanup, $e)
             };
         }
         loop {
@@ -265,17 +260,10 @@ impl Inner {
                         None => return Ok(give_up(cleanup).await),
                         Some(Ok(None)) => {}
                         Some(Ok(Some(watchers))) => {
-                            tokio::select! {
-                                event = any_event(watchers) => {
-                                    Counters::bump(&self.counters.wakeups);
-                                    if event.event_type == EventType::Session && event.session_state.is_terminated() {
-                                        session.end(event.session_state);
-                                        cleanup.disarm();
-                                        return Ok(Waited::Restart);
-                                    }
-                                }
-                                _ = sleep_until(deadline) => return Ok(give_up(cleanup).await),
-                                _ = session.ended() => {
+                            match self.woken(session, name, any_event(watchers), deadline).await {
+                                Woken::Changed => {}
+                                Woken::TimedOut => return Ok(give_up(cleanup).await),
+                                Woken::Ended => {
                                     cleanup.disarm();
                                     return Ok(Waited::Restart);
                                 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use lockkit_core::backend::Lease;
 use lockkit_core::{LockError, detach};
 use tokio::time::Instant;
-use zookeeper_client::{Error as ZkError, EventType};
+use zookeeper_client::{Error as ZkError, EventType, WatchedEvent};
 
 use crate::acquire::step;
 use crate::backend::Inner;
@@ -27,7 +27,55 @@ pub(crate) enum Waited {
     Restart,
 }
 
+/// A network step of a wait in one session, bounded by the call's
+/// deadline: a session that ended means start over (`Waited::Restart`), a
+/// deadline that passed gives up (the acquisition's clean-up runs), an
+/// error takes the clean-up's node back and is returned.
+macro_rules! bounded_step {
+    ($deadline:expr, $session:expr, $name:expr, $cleanup:ident, $e:expr) => {
+        match $crate::wait::until($deadline, $e).await {
+            Some(r) => $crate::acquire::step!($session, $name, $crate::wait::Waited::Restart, r, $cleanup),
+            None => return Ok($crate::wait::give_up($cleanup).await),
+        }
+    };
+}
+pub(crate) use bounded_step;
+
+/// How a wait on a watch ended (see [`Inner::woken`]).
+pub(crate) enum Woken {
+    /// The watch fired: look again.
+    Changed,
+    /// The deadline passed first.
+    TimedOut,
+    /// The session ended: start over in a new one.
+    Ended,
+}
+
 impl Inner {
+    /// Waits for `event` (a watch's), the deadline or the session's end,
+    /// whichever comes first.
+    pub(crate) async fn woken(
+        &self,
+        session: &Session,
+        name: &str,
+        event: impl Future<Output = WatchedEvent>,
+        deadline: Option<Instant>,
+    ) -> Woken {
+        tokio::select! {
+            event = event => {
+                Counters::bump(&self.counters.wakeups);
+                tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the node waited for");
+                if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                    session.end(event.session_state);
+                    return Woken::Ended;
+                }
+                Woken::Changed
+            }
+            _ = sleep_until(deadline) => Woken::TimedOut,
+            _ = session.ended() => Woken::Ended,
+        }
+    }
+
     /// Queues in `session` and waits there for the lock, up to `deadline`.
     /// Every network step is bounded by the deadline too, so a suspended
     /// connection (whose requests wait for the reconnection) cannot stretch
@@ -63,10 +111,7 @@ impl Inner {
         // start over.
         macro_rules! bounded {
             ($e:expr) => {
-                match until(deadline, $e).await {
-                    Some(r) => step!(session, name, Waited::Restart, r, cleanup),
-                    None => return Ok(give_up(cleanup).await),
-                }
+                bounded_step!(deadline, session, name, cleanup, $e)
             };
         }
         loop {
@@ -113,24 +158,15 @@ impl Inner {
                     let armed = until(deadline, session.client.get_and_watch_data(&path)).await;
                     match armed {
                         None => return Ok(give_up(cleanup).await),
-                        Some(Ok((_, _, watcher))) => {
-                            tokio::select! {
-                                event = watcher.changed() => {
-                                    Counters::bump(&self.counters.wakeups);
-                                    tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the node waited for");
-                                    if event.event_type == EventType::Session && event.session_state.is_terminated() {
-                                        session.end(event.session_state);
-                                        cleanup.disarm();
-                                        return Ok(Waited::Restart);
-                                    }
-                                }
-                                _ = sleep_until(deadline) => return Ok(give_up(cleanup).await),
-                                _ = session.ended() => {
-                                    cleanup.disarm();
-                                    return Ok(Waited::Restart);
-                                }
+                        Some(Ok((_, _, watcher))) => match self.woken(session, name, watcher.changed(), deadline).await
+                        {
+                            Woken::Changed => {}
+                            Woken::TimedOut => return Ok(give_up(cleanup).await),
+                            Woken::Ended => {
+                                cleanup.disarm();
+                                return Ok(Waited::Restart);
                             }
-                        }
+                        },
                         // Gone already, or the answer was lost: look again.
                         Some(Err(e)) if e == ZkError::NoNode || is_connection_loss(&e) => {}
                         Some(Err(e)) => step!(session, name, Waited::Restart, Err::<(), _>(e), cleanup),

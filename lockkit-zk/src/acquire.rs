@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use lockkit_core::backend::{AcquireRequest, Hold, Lease, TryAcquire};
+use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockKind, TryAcquire};
 use lockkit_core::name::is_attempt_id;
 use lockkit_core::{LockError, detach_acquisition};
 use tokio::time::Instant;
@@ -17,7 +17,8 @@ use crate::conn::{SESSION_RESTARTS, Session};
 use crate::error::{BACKEND, is_session_end, session_kept_ending, zk};
 use crate::hold::count_after;
 use crate::join::Joined;
-use crate::layout::{Share, node_name, owner_tag, parent_path};
+use crate::kinds::Want;
+use crate::layout::{Mark, Share, kind_parent, node_name, owner_tag, parent_path};
 use crate::leftover::{Cleanup, Leftover, Orphan};
 use crate::queue::{Plan, enqueue, plan, refresh};
 use crate::wait::{Waited, enqueue_failed, until};
@@ -190,11 +191,12 @@ impl Inner {
         self: &Arc<Self>,
         req: &AcquireRequest<'_>,
     ) -> Result<TryAcquire, LockError> {
-        let (inner, name, owner, attempt) = (
+        let (inner, name, owner, attempt, kind) = (
             self.clone(),
             req.name.to_owned(),
             req.owner.to_owned(),
             req.attempt.to_owned(),
+            req.kind,
         );
         let releaser = (self.clone(), attempt.clone());
         let release = move |hold: Hold| async move {
@@ -204,36 +206,49 @@ impl Inner {
         detach_acquisition(
             BACKEND,
             req,
-            async move { inner.try_acquire(&name, &owner, &attempt).await },
+            async move {
+                let want = Want {
+                    name: &name,
+                    owner: &owner,
+                    attempt: &attempt,
+                    kind,
+                };
+                inner.try_acquire(want).await
+            },
             |r: &Result<TryAcquire, LockError>| r.as_ref().ok().and_then(TryAcquire::token),
             release,
         )
         .await?
     }
 
-    pub(crate) async fn try_acquire(
-        self: &Arc<Self>,
-        name: &str,
-        owner: &str,
-        attempt: &str,
-    ) -> Result<TryAcquire, LockError> {
+    pub(crate) async fn try_acquire(self: &Arc<Self>, want: Want<'_>) -> Result<TryAcquire, LockError> {
+        let (name, owner, attempt) = (want.name, want.owner, want.attempt);
+        let mutex = want.kind == LockKind::Mutex;
         check_attempt(attempt)?;
         // While suspended, requests wait for the reconnection: a try that
         // must not wait says so instead.
         if self.sessions.peek().is_some_and(|s| s.epoch().is_cancelled()) {
             return Err(zk("acquire", Some(name), ZkError::ConnectionLoss));
         }
-        if let Some(lease) = self.reenter_cached(name, owner, attempt).await? {
+        if mutex && let Some(lease) = self.reenter_cached(name, owner, attempt).await? {
             return Ok(TryAcquire::Acquired(lease));
         }
         let mut carried = CarriedOn(None);
         for _ in 0..SESSION_RESTARTS {
             let session = self.sessions.get().await?;
             carried.0 = None;
-            if let Some(outcome) = self.try_in_session(&session, name, owner, attempt).await? {
+            let outcome = match mutex {
+                true => self.try_in_session(&session, name, owner, attempt).await?,
+                false => match self.kind_in_session(&session, want, None, true).await? {
+                    Waited::Acquired(lease) => Some(TryAcquire::Acquired(lease)),
+                    Waited::TimedOut => Some(TryAcquire::Busy { retry_in: None }),
+                    Waited::Restart => None,
+                },
+            };
+            if let Some(outcome) = outcome {
                 return Ok(outcome);
             }
-            carried.0 = Some((session, Orphan::new(&parent_path(name), owner, attempt)));
+            carried.0 = Some((session, Orphan::new(&kind_parent(name, want.kind), owner, attempt)));
         }
         Err(session_kept_ending("acquire", name))
     }
@@ -248,10 +263,10 @@ impl Inner {
     ) -> Result<Option<TryAcquire>, LockError> {
         let tag = owner_tag(owner);
         let parent = parent_path(name);
-        let mut q = match enqueue(session, &parent, owner, tag, attempt).await {
+        let mut q = match enqueue(session, &parent, owner, tag, attempt, Mark::Mutex).await {
             Ok(q) => q,
             Err(e) => {
-                enqueue_failed(session, name, owner, attempt, e).await?;
+                enqueue_failed(session, name, &parent, owner, attempt, e).await?;
                 return Ok(None);
             }
         };
@@ -309,8 +324,14 @@ impl Inner {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
         let (name, owner, attempt) = (req.name, req.owner, req.attempt);
+        let want = Want {
+            name,
+            owner,
+            attempt,
+            kind: req.kind,
+        };
         check_attempt(attempt)?;
-        if self.holds(name, owner) {
+        if req.kind == LockKind::Mutex && self.holds(name, owner) {
             let (inner, n, o, a) = (self.clone(), name.to_owned(), owner.to_owned(), attempt.to_owned());
             let releaser = (self.clone(), attempt.to_owned());
             let release = move |hold: Hold| async move {
@@ -344,12 +365,16 @@ impl Inner {
             // Queued again: the new session's clean-up covers the attempt's
             // earlier nodes (see `Leftover::queued`).
             carried.0 = None;
-            match self.wait_in_session(&session, name, owner, attempt, deadline).await? {
+            let waited = match req.kind {
+                LockKind::Mutex => self.wait_in_session(&session, name, owner, attempt, deadline).await?,
+                _ => self.kind_in_session(&session, want, deadline, false).await?,
+            };
+            match waited {
                 Waited::Acquired(lease) => return Ok(Some(lease)),
                 Waited::TimedOut => return Ok(None),
                 Waited::Restart => {
                     restarts += 1;
-                    carried.0 = Some((session, Orphan::new(&parent_path(name), owner, attempt)));
+                    carried.0 = Some((session, Orphan::new(&kind_parent(name, req.kind), owner, attempt)));
                     tracing::debug!(backend = BACKEND, lock = %name, restarts, "queueing again in a new session");
                 }
             }

@@ -91,7 +91,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockError;
 use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
+    TryAcquire,
 };
 use lockkit_core::url::ConnectUrl;
 use tokio::time::Instant;
@@ -229,6 +230,8 @@ impl LockBackend for ZkBackend {
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()
+            .with_semaphores()
+            .with_rw_locks()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -241,11 +244,31 @@ impl LockBackend for ZkBackend {
     }
 
     async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
-        self.inner.release(hold, attempt).await
+        match hold.kind {
+            LockKind::Mutex => self.inner.release(hold, attempt).await,
+            _ => self.inner.release_kind(hold, attempt).await,
+        }
     }
 
     async fn extend(&self, hold: &Hold, _ttl: Duration) -> Result<ExtendOutcome, LockError> {
-        self.inner.extend(hold).await
+        match hold.kind {
+            LockKind::Mutex => self.inner.extend(hold).await,
+            _ => self.inner.extend_kind(hold).await,
+        }
+    }
+
+    async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+        match kind {
+            LockKind::Mutex => Ok(self.inner.inspect(name).await?.into_iter().collect()),
+            _ => self.inner.holders_kind(name, kind).await,
+        }
+    }
+
+    async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+        match kind {
+            LockKind::Mutex => self.waiting(name).await,
+            _ => self.inner.waiting_kind(name, kind).await,
+        }
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

@@ -25,6 +25,18 @@
 //!                                                   ephemeral, one per session sharing a hold
 //! ```
 //!
+//! Semaphores and read-write locks keep their names apart from the
+//! mutexes' (each kind has its own names) under parents of their own, and
+//! mark each contender's kind after the attempt id ([`Mark`]):
+//!
+//! ```text
+//! <chroot>/semaphore-<encoded name>/<owner tag>-<attempt>-p<permits>-<sequence>
+//!                                                   container node; one permit (or waiter) per child
+//! <chroot>/rwlock-<encoded name>/<owner tag>-<attempt>-r-<sequence>   a reader
+//! <chroot>/rwlock-<encoded name>/<owner tag>-<attempt>-w-<sequence>   a writer
+//!                                                   persistent node: its data is the last write token
+//! ```
+//!
 //! A *share node* carries one session's share of a hold whose contender
 //! node belongs to another session (a process with the same owner id): it
 //! is not in the queue, but the hold stands while it exists.
@@ -35,10 +47,15 @@
 
 use std::fmt::Write as _;
 
+use lockkit_core::backend::LockKind;
 use lockkit_core::name::is_attempt_id;
 
 /// The prefix of every lock's parent node.
 const PARENT_PREFIX: &str = "lock-";
+/// The prefix of every semaphore's parent node.
+const SEMAPHORE_PREFIX: &str = "semaphore-";
+/// The prefix of every read-write lock's parent node.
+const RWLOCK_PREFIX: &str = "rwlock-";
 
 /// The version tag of the node data format.
 const DATA_VERSION: &str = "lockkit/2";
@@ -51,8 +68,13 @@ fn is_plain(b: u8) -> bool {
 /// The parent node's path segment for a lock name: `lock-` and the name,
 /// percent-encoded.
 pub fn encode_name(name: &str) -> String {
-    let mut out = String::with_capacity(PARENT_PREFIX.len() + name.len());
-    out.push_str(PARENT_PREFIX);
+    encode_with(PARENT_PREFIX, name)
+}
+
+/// `prefix` and `name`, percent-encoded.
+fn encode_with(prefix: &str, name: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + name.len());
+    out.push_str(prefix);
     for &b in name.as_bytes() {
         if is_plain(b) {
             out.push(b as char);
@@ -91,6 +113,75 @@ pub fn parent_path(name: &str) -> String {
     format!("/{}", encode_name(name))
 }
 
+/// The path of the parent node of `name` as a lock of `kind`: each kind
+/// keeps its own names (read and write share the read-write lock's).
+pub fn kind_parent(name: &str, kind: LockKind) -> String {
+    let prefix = match Mark::of(kind) {
+        Mark::Mutex => PARENT_PREFIX,
+        Mark::Permit(_) => SEMAPHORE_PREFIX,
+        Mark::Read | Mark::Write => RWLOCK_PREFIX,
+    };
+    format!("/{}", encode_with(prefix, name))
+}
+
+/// What a contender node asks for, in its name after the attempt id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// A mutex contender (no mark: the names of earlier lockkit versions).
+    Mutex,
+    /// A permit of a semaphore of this many permits.
+    Permit(u32),
+    /// A reader of a read-write lock.
+    Read,
+    /// A writer of a read-write lock.
+    Write,
+}
+
+impl Mark {
+    /// The mark of a request of `kind`.
+    pub fn of(kind: LockKind) -> Mark {
+        match kind {
+            LockKind::Permit { permits } => Mark::Permit(permits),
+            LockKind::Read => Mark::Read,
+            LockKind::Write => Mark::Write,
+            _ => Mark::Mutex,
+        }
+    }
+
+    /// What comes between the attempt id and the sequence number.
+    fn infix(self) -> String {
+        match self {
+            Mark::Mutex => String::new(),
+            Mark::Permit(n) => format!("p{n}-"),
+            Mark::Read => "r-".to_owned(),
+            Mark::Write => "w-".to_owned(),
+        }
+    }
+
+    /// The mark and the sequence number of the end of a child's name.
+    fn split(rest: &str) -> Option<(Mark, &str)> {
+        let Some((mark, seq)) = rest.split_once('-') else {
+            return Some((Mark::Mutex, rest));
+        };
+        let mark = match mark {
+            "r" => Mark::Read,
+            "w" => Mark::Write,
+            _ => Mark::Permit(mark.strip_prefix('p')?.parse().ok()?),
+        };
+        Some((mark, seq))
+    }
+
+    /// Whether `other` is a contender of the same kind of lock (a reader
+    /// and a writer are: they share the read-write lock).
+    pub fn same_space(self, other: Mark) -> bool {
+        match self {
+            Mark::Mutex => other == Mark::Mutex,
+            Mark::Permit(_) => matches!(other, Mark::Permit(_)),
+            Mark::Read | Mark::Write => matches!(other, Mark::Read | Mark::Write),
+        }
+    }
+}
+
 /// A stable tag of an owner id for child names: FNV-1a, 64 bits. Stable
 /// across processes and Rust versions (unlike `DefaultHasher`), since
 /// processes sharing an owner id must compute the same tag.
@@ -104,9 +195,10 @@ pub fn owner_tag(owner: &str) -> u64 {
 }
 
 /// The path to create (ZooKeeper appends the sequence number) for one
-/// contender's attempt (its attempt id, as lockkit-core makes it).
-pub fn child_prefix(parent: &str, owner_tag: u64, attempt: &str) -> String {
-    format!("{parent}/{}", child_stem(owner_tag, attempt))
+/// contender's attempt (its attempt id, as lockkit-core makes it) of the
+/// kind `mark`.
+pub fn child_prefix(parent: &str, owner_tag: u64, attempt: &str, mark: Mark) -> String {
+    format!("{parent}/{}{}", child_stem(owner_tag, attempt), mark.infix())
 }
 
 /// The part of a child's name before its sequence number.
@@ -123,13 +215,16 @@ pub struct Child {
     pub owner_tag: u64,
     /// Its sequence number: the queue order.
     pub seq: i64,
+    /// What it asks for.
+    pub mark: Mark,
 }
 
 impl Child {
     /// Parses a child name; `None` for nodes that are not lockkit contenders.
     pub fn parse(name: &str) -> Option<Child> {
         let mut parts = name.splitn(3, '-');
-        let (tag, attempt, seq) = (parts.next()?, parts.next()?, parts.next()?);
+        let (tag, attempt, rest) = (parts.next()?, parts.next()?, parts.next()?);
+        let (mark, seq) = Mark::split(rest)?;
         if tag.len() != 16 || attempt.len() != 16 || seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
@@ -138,6 +233,7 @@ impl Child {
             name: name.to_owned(),
             owner_tag: u64::from_str_radix(tag, 16).ok()?,
             seq: seq.parse().ok()?,
+            mark,
         })
     }
 
@@ -147,9 +243,19 @@ impl Child {
     }
 }
 
-/// The contenders among a parent's children, in queue order.
+/// The mutex contenders among a parent's children, in queue order.
 pub fn queue(children: &[String]) -> Vec<Child> {
-    let mut queue: Vec<Child> = children.iter().filter_map(|c| Child::parse(c)).collect();
+    queue_of(children, Mark::Mutex)
+}
+
+/// The contenders of the kind of lock of `mark` among a parent's children,
+/// in queue order.
+pub fn queue_of(children: &[String], mark: Mark) -> Vec<Child> {
+    let mut queue: Vec<Child> = children
+        .iter()
+        .filter_map(|c| Child::parse(c))
+        .filter(|c| mark.same_space(c.mark))
+        .collect();
     queue.sort_by_key(|c| c.seq);
     queue
 }

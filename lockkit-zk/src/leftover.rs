@@ -54,6 +54,10 @@ pub(crate) struct Leftover {
     /// the server (it keeps a session until its timeout after it last heard
     /// of it), so a share is looked for in every node of the hold.
     orphaned: bool,
+    /// The node of a semaphore's or read-write lock's hold this attempt
+    /// joined (a repeat or a re-entry) without knowing whether its share
+    /// was added.
+    share_at: Option<String>,
 }
 
 /// What an acquisition whose session ended before it could take back its
@@ -99,6 +103,7 @@ impl Leftover {
             find_node: earlier,
             find_share: false,
             orphaned: false,
+            share_at: None,
         }
     }
 
@@ -119,6 +124,7 @@ impl Leftover {
             find_node: true,
             find_share: orphan.find_share,
             orphaned: true,
+            share_at: None,
         }
     }
 
@@ -177,6 +183,7 @@ impl Leftover {
             find_node: true,
             find_share: false,
             orphaned: false,
+            share_at: None,
         }
     }
 
@@ -195,17 +202,28 @@ impl Leftover {
         self.find_share = true;
     }
 
+    /// Only the contender node of `q`, as created: it joined another node
+    /// of the attempt's owner (which may carry the same attempt, repeated).
+    pub(crate) fn node_only(session: &Arc<Session>, q: &Queued, owner: &str, attempt: &str) -> Self {
+        Leftover {
+            find_node: false,
+            ..Self::queued(session, q, owner, attempt)
+        }
+    }
+
     /// One try. Ok: nothing of this attempt is left (as far as it looks).
     /// Cancel safe: a try cut short leaves the leftover whole for the next.
     async fn take_back(&mut self) -> ZkResult<()> {
         let client = &self.session.client;
         if let Some((path, known)) = self.node.clone() {
-            let token = Some(known.czxid);
+            // Its own node, by path: the owner is checked, not the token (a
+            // reader granted beside its owner's write hold carries that
+            // hold's token, see `rwlock`).
             let removed = change(
                 client,
                 &path,
                 &self.owner,
-                token,
+                None,
                 Some(known),
                 Change::Remove(&self.attempt),
                 None,
@@ -216,6 +234,20 @@ impl Leftover {
                 self.find_node = true;
                 return Err(e);
             }
+        }
+        if let Some(path) = self.share_at.clone() {
+            // A share a semaphore's or read-write lock's join may have added.
+            change(
+                client,
+                &path,
+                &self.owner,
+                None,
+                None,
+                Change::Remove(&self.attempt),
+                None,
+            )
+            .await?;
+            self.share_at = None;
         }
         if !self.find_node && !self.find_share {
             return Ok(());
@@ -237,7 +269,7 @@ impl Leftover {
                     };
                     let known = Known::read(data, &stat);
                     let remove = Change::Remove(&self.attempt);
-                    change(client, &path, &self.owner, Some(stat.czxid), Some(known), remove, None).await?;
+                    change(client, &path, &self.owner, None, Some(known), remove, None).await?;
                 }
             }
             if !self.find_share {
@@ -374,6 +406,13 @@ impl Cleanup {
     pub(crate) fn join_failed(&mut self) {
         if let Some(l) = &mut self.leftover {
             l.join_failed();
+        }
+    }
+
+    /// A join of the node at `path` failed: its share may have been added.
+    pub(crate) fn joined_at(&mut self, path: &str) {
+        if let Some(l) = &mut self.leftover {
+            l.share_at = Some(path.to_owned());
         }
     }
 

@@ -46,6 +46,27 @@
 //! the node's create was answered: the call waits for that answer too). A
 //! dropped `lock` future leaves the delete to the background.
 //!
+//! **Semaphores and read-write locks** (`LockClient::semaphore`,
+//! `LockClient::rw_lock`) are queues of the same kind, under parents of
+//! their own (`semaphore-<name>`, `rwlock-<name>`: each kind keeps its own
+//! names), with the kind in each contender node's name. A permit is a node
+//! among the first N of its semaphore's line (its token its creation zxid;
+//! the count is in every node's name, and a request with another count
+//! than a node before it gets `LockError::Conflict`); a waiting permit
+//! watches the parent's children. A writer holds when it is first in the
+//! read-write lock's line and watches its predecessor; a reader holds when
+//! no writer comes before it and watches the last one that does, so a
+//! waiting writer keeps new readers out. A reader of the owner of the
+//! holding writer is granted beside it (a downgrade), and the writer
+//! coming first after it waits for it too. A writer records its token in
+//! the read-write lock's parent, which is persistent for that reason:
+//! readers carry the last write token, also once nobody holds the lock.
+//! Re-entry (a second read or write hold of an owner) and a repeated
+//! attempt add the attempt to the owner's holding node *of the same
+//! session*; another process with the same owner id is another contender
+//! for these kinds (unlike the mutex, whose holds it joins). Leases, cancel
+//! safety and the clean-up of failed attempts are the mutex's.
+//!
 //! **Slow links:** the client library pings after 3/20 of the session
 //! timeout without a request and drops a connection that answered nothing
 //! for 2/5 of it, so a connection carries round trips up to about a
@@ -114,8 +135,11 @@ mod extend;
 mod hold;
 mod inspect;
 mod join;
+mod kind_hold;
+mod kinds;
 mod layout;
 mod leftover;
+mod line;
 mod queue;
 mod release;
 mod wait;

@@ -11,7 +11,7 @@ use crate::change::Known;
 use crate::conn::Session;
 use crate::conn::reconnect::Reconnect;
 use crate::error::is_connection_loss;
-use crate::layout::{Child, NodeData, Share, child_prefix, child_stem, queue, shares};
+use crate::layout::{Child, Mark, NodeData, Share, child_prefix, child_stem, queue_of, shares};
 
 pub(crate) type ZkResult<T> = Result<T, ZkError>;
 
@@ -114,10 +114,18 @@ pub(crate) async fn sync(client: &Client, path: &str) -> ZkResult<()> {
 /// A node's data (`None` inside if it is not lockkit's) and stat; `None` if
 /// the node does not exist.
 pub(crate) async fn read(client: &Client, path: &str) -> ZkResult<Option<(Option<NodeData>, Stat)>> {
+    Ok(get(client, path)
+        .await?
+        .map(|(data, stat)| (NodeData::decode(&data), stat)))
+}
+
+/// A node's raw data and stat; `None` if the node does not exist. Retried
+/// over connection losses.
+pub(crate) async fn get(client: &Client, path: &str) -> ZkResult<Option<(Vec<u8>, Stat)>> {
     let mut lost = Reconnect::new(client);
     loop {
         match client.get_data(path).await {
-            Ok((data, stat)) => return Ok(Some((NodeData::decode(&data), stat))),
+            Ok(found) => return Ok(Some(found)),
             Err(ZkError::NoNode) => return Ok(None),
             Err(e) if is_connection_loss(&e) => lost.wait(e).await?,
             Err(e) => return Err(e),
@@ -129,7 +137,7 @@ pub(crate) async fn read(client: &Client, path: &str) -> ZkResult<Option<(Option
 pub(crate) async fn refresh(session: &Session, q: &mut Queued) -> ZkResult<()> {
     q.epoch = session.epoch();
     let children = list(&session.client, &q.parent).await?;
-    q.queue = queue(&children);
+    q.queue = queue_of(&children, q.me.mark);
     q.shares = shares(&children);
     Ok(())
 }
@@ -138,9 +146,17 @@ pub(crate) async fn refresh(session: &Session, q: &mut Queued) -> ZkResult<()> {
 /// parent in the same round trip. The node's name carries the attempt id,
 /// so a create whose answer was lost with the connection is found again
 /// (after a `sync`, so that the server listing has applied it if the leader
-/// did) instead of leaving a second node of the same attempt.
-pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u64, attempt: &str) -> ZkResult<Queued> {
-    let prefix = child_prefix(parent, tag, attempt);
+/// did) instead of leaving a second node of the same attempt. `mark`: what
+/// the contender asks for (see [`Mark`]).
+pub(crate) async fn enqueue(
+    session: &Session,
+    parent: &str,
+    owner: &str,
+    tag: u64,
+    attempt: &str,
+    mark: Mark,
+) -> ZkResult<Queued> {
+    let prefix = child_prefix(parent, tag, attempt, mark);
     let stem = child_stem(tag, attempt);
     let data = NodeData::contender(owner, attempt);
     let encoded = data.encode();
@@ -185,7 +201,7 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
                 };
                 (name, node)
             }
-            Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options()).await {
+            Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options(mark)).await {
                 Ok(_) | Err(ZkError::NodeExists) => continue,
                 Err(e) if is_connection_loss(&e) => {
                     lost.wait(e).await?;
@@ -229,7 +245,7 @@ pub(crate) async fn enqueue(session: &Session, parent: &str, owner: &str, tag: u
             path: me.path(parent),
             me,
             node,
-            queue: queue(&children),
+            queue: queue_of(&children, mark),
             shares: shares(&children),
             epoch,
         });

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use lockkit_core::backend::Lease;
 use lockkit_core::{LockError, detach};
 use tokio::time::Instant;
-use zookeeper_client::{Error as ZkError, EventType};
+use zookeeper_client::{Error as ZkError, EventType, WatchedEvent};
 
 use crate::acquire::step;
 use crate::backend::Inner;
 use crate::conn::{Counters, Session};
 use crate::error::{BACKEND, is_connection_loss, is_session_end, zk};
 use crate::join::Joined;
-use crate::layout::{owner_tag, parent_path};
+use crate::layout::{Mark, owner_tag, parent_path};
 use crate::leftover::{Cleanup, Leftover};
 use crate::queue::{Plan, Queued, ZkResult, enqueue, plan, refresh};
 
@@ -27,7 +27,55 @@ pub(crate) enum Waited {
     Restart,
 }
 
+/// A network step of a wait in one session, bounded by the call's
+/// deadline: a session that ended means start over (`Waited::Restart`), a
+/// deadline that passed gives up (the acquisition's clean-up runs), an
+/// error takes the clean-up's node back and is returned.
+macro_rules! bounded_step {
+    ($deadline:expr, $session:expr, $name:expr, $cleanup:ident, $e:expr) => {
+        match $crate::wait::until($deadline, $e).await {
+            Some(r) => $crate::acquire::step!($session, $name, $crate::wait::Waited::Restart, r, $cleanup),
+            None => return Ok($crate::wait::give_up($cleanup).await),
+        }
+    };
+}
+pub(crate) use bounded_step;
+
+/// How a wait on a watch ended (see [`Inner::woken`]).
+pub(crate) enum Woken {
+    /// The watch fired: look again.
+    Changed,
+    /// The deadline passed first.
+    TimedOut,
+    /// The session ended: start over in a new one.
+    Ended,
+}
+
 impl Inner {
+    /// Waits for `event` (a watch's), the deadline or the session's end,
+    /// whichever comes first.
+    pub(crate) async fn woken(
+        &self,
+        session: &Session,
+        name: &str,
+        event: impl Future<Output = WatchedEvent>,
+        deadline: Option<Instant>,
+    ) -> Woken {
+        tokio::select! {
+            event = event => {
+                Counters::bump(&self.counters.wakeups);
+                tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the node waited for");
+                if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                    session.end(event.session_state);
+                    return Woken::Ended;
+                }
+                Woken::Changed
+            }
+            _ = sleep_until(deadline) => Woken::TimedOut,
+            _ = session.ended() => Woken::Ended,
+        }
+    }
+
     /// Queues in `session` and waits there for the lock, up to `deadline`.
     /// Every network step is bounded by the deadline too, so a suspended
     /// connection (whose requests wait for the reconnection) cannot stretch
@@ -42,7 +90,7 @@ impl Inner {
     ) -> Result<Waited, LockError> {
         let tag = owner_tag(owner);
         let parent = parent_path(name);
-        let queued = enqueue_detached(session, &parent, owner, tag, attempt);
+        let queued = enqueue_detached(session, &parent, owner, tag, attempt, Mark::Mutex);
         let mut queued = std::pin::pin!(queued);
         let Some(queued) = until(deadline, queued.as_mut()).await else {
             // The wait ran out while the node was being made: it may stand
@@ -53,7 +101,7 @@ impl Inner {
         let mut q = match queued? {
             Ok(q) => q,
             Err(e) => {
-                enqueue_failed(session, name, owner, attempt, e).await?;
+                enqueue_failed(session, name, &parent, owner, attempt, e).await?;
                 return Ok(Waited::Restart);
             }
         };
@@ -63,10 +111,7 @@ impl Inner {
         // start over.
         macro_rules! bounded {
             ($e:expr) => {
-                match until(deadline, $e).await {
-                    Some(r) => step!(session, name, Waited::Restart, r, cleanup),
-                    None => return Ok(give_up(cleanup).await),
-                }
+                bounded_step!(deadline, session, name, cleanup, $e)
             };
         }
         loop {
@@ -113,24 +158,15 @@ impl Inner {
                     let armed = until(deadline, session.client.get_and_watch_data(&path)).await;
                     match armed {
                         None => return Ok(give_up(cleanup).await),
-                        Some(Ok((_, _, watcher))) => {
-                            tokio::select! {
-                                event = watcher.changed() => {
-                                    Counters::bump(&self.counters.wakeups);
-                                    tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the node waited for");
-                                    if event.event_type == EventType::Session && event.session_state.is_terminated() {
-                                        session.end(event.session_state);
-                                        cleanup.disarm();
-                                        return Ok(Waited::Restart);
-                                    }
-                                }
-                                _ = sleep_until(deadline) => return Ok(give_up(cleanup).await),
-                                _ = session.ended() => {
-                                    cleanup.disarm();
-                                    return Ok(Waited::Restart);
-                                }
+                        Some(Ok((_, _, watcher))) => match self.woken(session, name, watcher.changed(), deadline).await
+                        {
+                            Woken::Changed => {}
+                            Woken::TimedOut => return Ok(give_up(cleanup).await),
+                            Woken::Ended => {
+                                cleanup.disarm();
+                                return Ok(Waited::Restart);
                             }
-                        }
+                        },
                         // Gone already, or the answer was lost: look again.
                         Some(Err(e)) if e == ZkError::NoNode || is_connection_loss(&e) => {}
                         Some(Err(e)) => step!(session, name, Waited::Restart, Err::<(), _>(e), cleanup),
@@ -193,18 +229,19 @@ impl Inner {
 
 /// Queues in `session` (see [`enqueue`]), run to its end even if the wait
 /// stops waiting for it: the node it makes then is taken back.
-fn enqueue_detached(
+pub(crate) fn enqueue_detached(
     session: &Arc<Session>,
     parent: &str,
     owner: &str,
     tag: u64,
     attempt: &str,
+    mark: Mark,
 ) -> impl Future<Output = Result<ZkResult<Queued>, LockError>> + use<> {
     let (s, p, o, a) = (session.clone(), parent.to_owned(), owner.to_owned(), attempt.to_owned());
     let orphan = (session.clone(), parent.to_owned(), owner.to_owned(), attempt.to_owned());
     detach(
         BACKEND,
-        async move { enqueue(&s, &p, &o, tag, &a).await },
+        async move { enqueue(&s, &p, &o, tag, &a, mark).await },
         move |r| async move {
             let (session, parent, owner, attempt) = orphan;
             match r {
@@ -226,13 +263,14 @@ fn enqueue_detached(
     )
 }
 
-/// After queueing for `name` failed with `e`: Ok when the session ended
+/// After queueing for `name` (under `parent`) failed with `e`: Ok when the session ended
 /// (the acquisition starts over in a new one, which takes the attempt's
 /// earlier node back), else the error, once the node the server may have
 /// made all the same is taken back.
 pub(crate) async fn enqueue_failed(
     session: &Arc<Session>,
     name: &str,
+    parent: &str,
     owner: &str,
     attempt: &str,
     e: ZkError,
@@ -241,7 +279,7 @@ pub(crate) async fn enqueue_failed(
         session.end(&e);
         return Ok(());
     }
-    Leftover::unknown_node(session, &parent_path(name), owner, attempt)
+    Leftover::unknown_node(session, parent, owner, attempt)
         .take_back_now()
         .await;
     Err(zk("acquire", Some(name), e))

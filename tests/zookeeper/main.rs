@@ -1,6 +1,6 @@
 //! The ZooKeeper backend: the conformance kit (single server and ensemble),
 //! and scenarios on the single server (a killed holder process, the herd,
-//! partial failures, attempts restarted in a new session, sessions cut off).
+//! semaphores and read-write locks, partial failures, attempts restarted in a new session, sessions cut off).
 //! The ensemble's fault tests, which stop servers, are the
 //! `zookeeper_ensemble` binary.
 
@@ -11,6 +11,7 @@ mod acl;
 mod crash;
 mod fence;
 mod herd;
+mod kinds;
 mod kit;
 mod partial_failure;
 mod restarted_attempt;

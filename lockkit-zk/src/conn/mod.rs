@@ -32,6 +32,7 @@ use zookeeper_client::{Acl, Acls, Client, CreateMode, CreateOptions, Error as Zk
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, ConnectTimeout, zk};
+use crate::layout::Mark;
 use crate::leftover::{Leftover, Orphan};
 
 pub(crate) mod heartbeat;
@@ -422,10 +423,16 @@ impl Session {
         CreateMode::Ephemeral.with_acls(acls(self.secured))
     }
 
-    /// Options of the per-name parents: containers, removed by the server
-    /// once their last child is gone.
-    pub fn parent_options(&self) -> CreateOptions<'static> {
-        CreateMode::Container.with_acls(acls(self.secured))
+    /// Options of the per-name parents of contenders marked `mark`:
+    /// containers, removed by the server once their last child is gone —
+    /// but a read-write lock's parent is persistent: its data keeps the
+    /// name's last write token while nobody holds it.
+    pub fn parent_options(&self, mark: Mark) -> CreateOptions<'static> {
+        let mode = match mark {
+            Mark::Read | Mark::Write => CreateMode::Persistent,
+            _ => CreateMode::Container,
+        };
+        mode.with_acls(acls(self.secured))
     }
 
     pub fn id_hex(&self) -> String {

@@ -31,6 +31,18 @@
 //! memory bounded when names are ever-new (`order:<id>`); tokens still grow
 //! per name, since each name always draws from the same counter.
 
+use lockkit_core::backend::LockKind;
+
+/// The byte that sets a kind's keys apart from the mutex's (`None`: the
+/// mutex).
+fn family(kind: LockKind) -> Option<u8> {
+    match kind {
+        LockKind::Mutex => None,
+        LockKind::Permit { .. } => Some(b's'),
+        _ => Some(b'r'),
+    }
+}
+
 /// Number of hash-tag buckets, and so of fencing counters per prefix.
 const TAG_BUCKETS: u32 = 4096;
 
@@ -145,6 +157,40 @@ impl Keys {
         (own[0] == b'w' && &own[1..] == waiter.as_bytes()).then(|| [&channel[..mark], &channel[end..]].concat())
     }
 
+    /// The key of `name`'s holds of `kind`, also its broadcast channel:
+    /// the lock key for the mutex, `P{TAG}s:NAME` for a semaphore,
+    /// `P{TAG}r:NAME` for a read-write lock.
+    pub fn holds(&self, name: &str, kind: LockKind) -> Vec<u8> {
+        match family(kind) {
+            Some(f) => self.marked(&self.lock(name), f),
+            None => self.lock(name),
+        }
+    }
+
+    /// The lease ends of the holds whose key is `holds` (semaphores and
+    /// read-write locks): `P{TAG}es:NAME`, `P{TAG}er:NAME`.
+    pub fn expiries(&self, holds: &[u8]) -> Vec<u8> {
+        self.marked(holds, b'e')
+    }
+
+    /// The waiting writers of the read-write lock whose key is `holds`:
+    /// `P{TAG}fr:NAME`.
+    pub fn writers(&self, holds: &[u8]) -> Vec<u8> {
+        self.marked(holds, b'f')
+    }
+
+    /// Whether `key` is a read-write lock's holds key.
+    pub fn is_rw(&self, key: &[u8]) -> bool {
+        key.get(self.waiter_mark()) == Some(&b'r')
+    }
+
+    /// `key` with `mark` inserted after `P{TAG}`.
+    fn marked(&self, key: &[u8], mark: u8) -> Vec<u8> {
+        let mut k = key.to_vec();
+        k.insert(self.waiter_mark().min(k.len()), mark);
+        k
+    }
+
     /// `P{TAG}fence`.
     pub fn counter(&self, name: &str) -> Vec<u8> {
         let mut k = Vec::with_capacity(self.prefix.len() + 10);
@@ -186,6 +232,17 @@ mod tests {
         assert_eq!(k.name_of(&k.counter("a")), None);
         assert_eq!(k.name_of(&k.queue("a")), None);
         assert_eq!(k.scan_pattern("a*[b]"), b"lockkit:{???}:a\\*\\[b\\]*");
+        let sem = k.holds("a", LockKind::Permit { permits: 2 });
+        assert_eq!(sem, b"lockkit:{92c}s:a");
+        assert_eq!(k.expiries(&sem), b"lockkit:{92c}es:a");
+        assert_eq!(k.queue_of_lock(&sem), b"lockkit:{92c}qs:a");
+        let rw = k.holds("a", LockKind::Read);
+        assert_eq!(rw, k.holds("a", LockKind::Write));
+        assert_eq!(rw, b"lockkit:{92c}r:a");
+        assert_eq!(k.writers(&rw), b"lockkit:{92c}fr:a");
+        assert!(k.is_rw(&rw) && !k.is_rw(&sem) && !k.is_rw(&k.lock("r")));
+        assert_eq!(k.holds("a", LockKind::Mutex), k.lock("a"));
+        assert_eq!(k.name_of(&sem), None, "list stays with the mutex");
     }
 
     #[test]

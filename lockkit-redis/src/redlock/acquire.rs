@@ -81,6 +81,7 @@ impl Inner {
                 attempt,
                 proposal,
                 queueing,
+                kind: lockkit_core::backend::LockKind::Mutex,
             };
             let replies = self
                 .all(|_, mut c| async move { scripts::acquire(&mut c, keys, claim).await })
@@ -112,7 +113,8 @@ impl Inner {
                             *behind = (*behind).min(t.behind);
                         }
                     }
-                    Err(_) => failed.push(node),
+                    // The mutex's script never refuses (Redlock has no other kinds).
+                    Ok(AcquireReply::Conflict { .. }) | Err(_) => failed.push(node),
                 }
             }
             let settled = if held.len() >= self.quorum {

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
+use lockkit_core::LockError;
 use lockkit_core::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
 };
-use lockkit_core::{LockError, ttl_millis};
 use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;
@@ -295,12 +295,7 @@ impl LockBackend for RedlockBackend {
         let inner = &self.inner;
         let items: Vec<ExtendItem<'_>> = holds
             .iter()
-            .map(|(h, ttl)| ExtendItem {
-                key: inner.keys.lock(&h.name),
-                owner: &h.owner,
-                token: h.token,
-                ttl_ms: ttl_millis(*ttl),
-            })
+            .map(|(h, ttl)| ExtendItem::new(&inner.keys, h, *ttl))
             .collect();
         let sent_at = Instant::now();
         let items = &items;

@@ -25,6 +25,7 @@
 mod acquire;
 mod extend;
 mod inspect;
+mod kinds;
 mod release;
 
 use std::sync::LazyLock;
@@ -38,11 +39,13 @@ use crate::error::{Fault, UnexpectedReply};
 pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, TurnOf, acquire, acquire_replicated};
 pub(crate) use extend::{ExtendItem, extend};
 pub(crate) use inspect::{Stored, inspect, scan};
+pub(crate) use kinds::{holders, release as release_kind};
 pub(crate) use release::{Released, UndoThen, force_release, release, undo};
 
 use acquire::ACQUIRE;
 use extend::EXTEND;
 use inspect::INSPECT;
+use kinds::{KINDS_ACQUIRE, KINDS_EXTEND, KINDS_HOLDERS, KINDS_RELEASE};
 use release::{FORCE, RELEASE, UNDO};
 
 /// The scripts, hashed once; [`redis::ScriptInvocation`] sends `EVALSHA` and
@@ -54,6 +57,10 @@ pub(crate) struct Scripts {
     pub inspect: Script,
     pub force: Script,
     pub undo: Script,
+    pub kinds_acquire: Script,
+    pub kinds_release: Script,
+    pub kinds_extend: Script,
+    pub kinds_holders: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -63,6 +70,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     inspect: Script::new(INSPECT),
     force: Script::new(FORCE),
     undo: Script::new(UNDO),
+    kinds_acquire: Script::new(KINDS_ACQUIRE),
+    kinds_release: Script::new(KINDS_RELEASE),
+    kinds_extend: Script::new(KINDS_EXTEND),
+    kinds_holders: Script::new(KINDS_HOLDERS),
 });
 
 fn unexpected(what: &str, v: &Value) -> UnexpectedReply {
@@ -124,13 +135,13 @@ pub(crate) struct Replicas {
     pub timeout_ms: u64,
 }
 
-/// Script calls of one `script` in one pipeline (one round trip), followed
+/// Script calls of `scripts` in one pipeline (one round trip), followed
 /// by `WAIT` when `replicas` is given: the calls' replies, and the number
-/// of replicas that acknowledged. A server that does not know the script
-/// yet (`NOSCRIPT`) is sent its body and the pipeline again.
+/// of replicas that acknowledged. A server that does not know a script
+/// yet (`NOSCRIPT`) is sent their bodies and the pipeline again.
 async fn pipelined<C: ConnectionLike + Send>(
     conn: &mut C,
-    script: &Script,
+    scripts: &[&Script],
     calls: &[ScriptInvocation<'_>],
     replicas: Option<Replicas>,
 ) -> Result<(Vec<Value>, Option<u32>), Fault> {
@@ -145,7 +156,9 @@ async fn pipelined<C: ConnectionLike + Send>(
     let mut replies: Vec<Value> = pipe.query_async(conn).await?;
     let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
     if replies.iter().any(noscript) {
-        script.load_async(conn).await?;
+        for script in scripts {
+            script.load_async(conn).await?;
+        }
         replies = pipe.query_async(conn).await?;
     }
     let expected = calls.len() + usize::from(replicas.is_some());

@@ -13,7 +13,7 @@ use lockkit_core::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
     TryAcquire,
 };
-use redis::{RedisResult, Value};
+use redis::RedisResult;
 
 use crate::config::{Mode, RedisConfig};
 use crate::conn::{self, Conn};
@@ -84,16 +84,8 @@ impl RedisBackend {
         if let Some(id) = waiters.waiter_id() {
             let (conn, keys, id) = (conn.clone(), Keys::new(&config.prefix), id.to_owned());
             waiters.set_leave(Arc::new(move |channel: Vec<u8>| {
-                let (mut conn, queue, id) = (conn.clone(), keys.queue_of_lock(&channel), id.clone());
-                // A read-write lock's waiting writers are marked too.
-                let writers = keys.is_rw(&channel).then(|| keys.writers(&channel));
-                Box::pin(async move {
-                    let _: RedisResult<Value> = redis::cmd("ZREM").arg(queue).arg(&id).query_async(&mut conn).await;
-                    if let Some(writers) = writers {
-                        let _: RedisResult<Value> =
-                            redis::cmd("HDEL").arg(writers).arg(&id).query_async(&mut conn).await;
-                    }
-                })
+                let (mut conn, keys, id) = (conn.clone(), keys.clone(), id.clone());
+                Box::pin(async move { scripts::leave_line(&mut conn, &keys, &channel, &id).await })
             }));
         }
         let durable_tokens = conn::append_only(&conn).await;

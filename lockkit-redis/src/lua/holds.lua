@@ -70,3 +70,23 @@ local function wake(H, cmd)
   redis.pcall(cmd, H, m)
   return m
 end
+
+-- Takes attempt `att`'s share out of hold `x` (if it is there): the shares
+-- left, and whether the hold went with the last one.
+local function take_share(H, Z, x, att)
+  local ids = redis.call('HGET', H, 'a|' .. x) or ''
+  local at = nil
+  for i = 1, #ids, 16 do
+    if string.sub(ids, i, i + 15) == att then at = i end
+  end
+  if not at then return #ids / 16, false end
+  ids = string.sub(ids, 1, at - 1) .. string.sub(ids, at + 16)
+  redis.call('HDEL', H, 'a:' .. att)
+  if #ids > 0 then
+    redis.call('HSET', H, 'a|' .. x, ids)
+    return #ids / 16, false
+  end
+  redis.call('HDEL', H, 'o|' .. x, 't|' .. x, 'a|' .. x, 'g|' .. x)
+  redis.call('ZREM', Z, x)
+  return 0, true
+end

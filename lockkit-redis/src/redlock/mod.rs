@@ -6,6 +6,7 @@
 //! after clock drift, the holder a quorum reports) in `quorum`.
 
 mod acquire;
+mod kinds;
 mod nodes;
 mod quorum;
 
@@ -18,7 +19,8 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 use lockkit_core::LockError;
 use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
+    TryAcquire,
 };
 use redis::aio::ConnectionManager;
 
@@ -186,6 +188,7 @@ impl LockBackend for RedlockBackend {
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()
+            .with_rw_locks()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -193,6 +196,7 @@ impl LockBackend for RedlockBackend {
             Outcome::Acquired(lease) => Ok(TryAcquire::Acquired(lease)),
             Outcome::Busy { retry_in, .. } => Ok(TryAcquire::Busy { retry_in }),
             Outcome::Failed(e) => Err(self.failed("acquire", req.name, e)),
+            Outcome::Conflict(reason) => Err(self.conflict(req.name, reason)),
         }
     }
 
@@ -237,6 +241,7 @@ impl LockBackend for RedlockBackend {
                     after: self.backoff(splits.fetch_add(1, Ordering::Relaxed) + 1),
                 },
                 Outcome::Failed(e) => return Err(self.failed("acquire", req.name, e)),
+                Outcome::Conflict(reason) => return Err(self.conflict(req.name, reason)),
             })
         };
         // A quorum that cannot be reached at the start fails at once.
@@ -246,7 +251,7 @@ impl LockBackend for RedlockBackend {
         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             return Ok(None);
         }
-        let channel = self.inner.keys.lock(req.name);
+        let channel = self.inner.keys.holds(req.name, req.kind);
         // Every node queues this client at the same place: now.
         let since = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -375,22 +380,20 @@ impl LockBackend for RedlockBackend {
     /// The clients a quorum of nodes has queued for `name` (the quorum-th
     /// largest queue).
     async fn waiting(&self, name: &str) -> Result<usize, LockError> {
-        let inner = &self.inner;
-        let queue = inner.keys.queue(name);
-        let queue = &queue;
-        let results = inner
-            .all(|_, mut c| async move {
-                let n: usize = redis::cmd("ZCARD").arg(queue).query_async(&mut c).await?;
-                Ok(n)
-            })
-            .await;
-        let mut counts: Vec<usize> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
-        if counts.len() < inner.quorum {
-            let failures: Vec<&Fault> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-            return Err(self.failed("waiting", name, inner.quorum_error(&failures)));
+        self.queued(name, LockKind::Mutex).await
+    }
+
+    /// As [`waiting`](Self::waiting), for `kind`'s line of `name`.
+    async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+        self.queued(name, kind).await
+    }
+
+    /// The holds a quorum of nodes agrees on (see `kinds`).
+    async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+        match kind {
+            LockKind::Mutex => Ok(self.inspect(name).await?.into_iter().collect()),
+            kind => self.quorum_holders(name, kind).await,
         }
-        counts.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(counts[inner.quorum - 1])
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

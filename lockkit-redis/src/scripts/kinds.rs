@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 use redis::{ScriptInvocation, Value};
 
 use super::release::parse_release;
-use super::{Publish, Released, SCRIPTS, int, text, unexpected};
+use super::{Publish, Released, SCRIPTS, UndoThen, int, parse_flag, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 
@@ -39,6 +39,17 @@ pub(super) const KINDS_RELEASE: &str = concat!(
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_release.lua")
 );
+
+/// Redlock: take back what one failed attempt did on a node, as the
+/// mutex's [`UNDO`](super::release::UNDO) does: its share, found by the
+/// attempt id (of any of the owner's holds of the name); a waiting caller
+/// goes back to its place in line (a writer marked as one again); a hold
+/// that went wakes the listeners unless silent.
+///
+/// KEYS: holds, lease ends, queue, waiting writers. ARGV: owner, attempt
+/// id, kind, `PUBLISH`, waiter id (`''`: none), place, `s` or `''`.
+/// Returns 1 when something was undone.
+pub(super) const KINDS_UNDO: &str = concat!(include_str!("../lua/holds.lua"), include_str!("../lua/kinds_undo.lua"));
 
 /// Extend holds of these kinds to at least their ttl from now.
 ///
@@ -103,6 +114,34 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
         .invoke_async(conn)
         .await?;
     Ok(parse_release(&v)?)
+}
+
+/// Redlock: undoes one failed attempt at a hold of `kind` on one node.
+pub(crate) async fn undo<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    claim: (&str, &str, &str, LockKind),
+    then: UndoThen<'_>,
+) -> Result<bool, Fault> {
+    let (name, owner, attempt, kind) = claim;
+    let holds = keys.holds(name, kind);
+    let (waiter, place) = then.requeue.map_or(("", String::new()), |(w, p)| (w, p.to_string()));
+    let v: Value = SCRIPTS
+        .kinds_undo
+        .key(&holds)
+        .key(keys.expiries(&holds))
+        .key(keys.queue_of_lock(&holds))
+        .key(keys.writers(&holds))
+        .arg(owner)
+        .arg(attempt)
+        .arg(flag(kind))
+        .arg(Publish::Classic.command())
+        .arg(waiter)
+        .arg(place)
+        .arg(if then.announce { "" } else { "s" })
+        .invoke_async(conn)
+        .await?;
+    Ok(parse_flag("undo", &v)?)
 }
 
 /// The live holds of `kind` on `name`, in the order granted.

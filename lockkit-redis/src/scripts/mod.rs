@@ -35,17 +35,18 @@ use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{Fault, UnexpectedReply};
+use crate::layout::Keys;
 
 pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, TurnOf, acquire, acquire_replicated};
 pub(crate) use extend::{ExtendItem, extend};
 pub(crate) use inspect::{Stored, inspect, scan};
-pub(crate) use kinds::{holders, release as release_kind};
+pub(crate) use kinds::{holders, release as release_kind, undo as undo_kind};
 pub(crate) use release::{Released, UndoThen, force_release, release, undo};
 
 use acquire::ACQUIRE;
 use extend::EXTEND;
 use inspect::INSPECT;
-use kinds::{KINDS_ACQUIRE, KINDS_EXTEND, KINDS_HOLDERS, KINDS_RELEASE};
+use kinds::{KINDS_ACQUIRE, KINDS_EXTEND, KINDS_HOLDERS, KINDS_RELEASE, KINDS_UNDO};
 use release::{FORCE, RELEASE, UNDO};
 
 /// The scripts, hashed once; [`redis::ScriptInvocation`] sends `EVALSHA` and
@@ -61,6 +62,7 @@ pub(crate) struct Scripts {
     pub kinds_release: Script,
     pub kinds_extend: Script,
     pub kinds_holders: Script,
+    pub kinds_undo: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -74,6 +76,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     kinds_release: Script::new(KINDS_RELEASE),
     kinds_extend: Script::new(KINDS_EXTEND),
     kinds_holders: Script::new(KINDS_HOLDERS),
+    kinds_undo: Script::new(KINDS_UNDO),
 });
 
 fn unexpected(what: &str, v: &Value) -> UnexpectedReply {
@@ -184,6 +187,19 @@ async fn pipelined<C: ConnectionLike + Send>(
     }
     .transpose()?;
     Ok((replies, acked))
+}
+
+/// Takes waiting client `id` out of the line of the name whose key (and
+/// channel) is `channel` — and out of its waiting writers, on a
+/// read-write lock — in one round trip. Errors are ignored: a client left
+/// in line is dropped by the next one once its turn passes.
+pub(crate) async fn leave_line<C: ConnectionLike + Send>(conn: &mut C, keys: &Keys, channel: &[u8], id: &str) {
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZREM").arg(keys.queue_of_lock(channel)).arg(id).ignore();
+    if keys.is_rw(channel) {
+        pipe.cmd("HDEL").arg(keys.writers(channel)).arg(id).ignore();
+    }
+    let _: redis::RedisResult<()> = pipe.query_async(conn).await;
 }
 
 /// A remaining lease in ms as a [`Duration`] (negative: zero).

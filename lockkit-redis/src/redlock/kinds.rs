@@ -75,7 +75,7 @@ impl RedlockBackend {
                 if nodes.len() < inner.quorum {
                     return None;
                 }
-                nodes.sort_unstable_by(|a, b| b.remaining.cmp(&a.remaining));
+                nodes.sort_unstable_by_key(|i| std::cmp::Reverse(i.remaining));
                 let counts = nodes.iter().map(|i| i.hold_count).max().unwrap_or(1);
                 Some(LockInfo {
                     hold_count: counts,

@@ -1,0 +1,139 @@
+//! Semaphores and read-write locks on a private Redis server, beyond the
+//! conformance kit: the watchdog renews every kind of hold in one round
+//! trip per renewal, and attempts and releases of permits and read holds
+//! take effect once.
+#![cfg(feature = "redis")]
+
+use crate::common::redis;
+
+use std::time::Duration;
+
+use lockkit::{LockGuard, LockOptions};
+use lockkit_core::name::new_attempt_id;
+use lockkit_core::raw::{AcquireRequest, Hold, LockKind, ReleaseOutcome, TryAcquire};
+use redis::Server;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_renewed_in_one_round_trip() {
+    if !redis::available("every_kind_renewed_in_one_round_trip") {
+        return;
+    }
+    let server = Server::start();
+    let (a, b) = (
+        lockkit::connect(&server.url()).await.expect("connect"),
+        lockkit::connect(&server.url()).await.expect("connect"),
+    );
+    let ttl = Duration::from_secs(1);
+    let opts = LockOptions::new().ttl(ttl).auto_extend(true);
+    let mut guards: Vec<LockGuard> = Vec::new();
+    for i in 0..10 {
+        guards.push(a.lock_with(&format!("m-{i}"), &opts).await.expect("lock"));
+        let sem = a.semaphore(&format!("s-{i}"), 2).expect("semaphore");
+        guards.push(sem.acquire_with(&opts).await.expect("permit"));
+        let rw = a.rw_lock(&format!("rw-{i}")).expect("rw lock");
+        guards.push(if i % 2 == 0 {
+            rw.write_with(&opts).await.expect("write")
+        } else {
+            rw.read_with(&opts).await.expect("read")
+        });
+    }
+    let before = server.command_calls();
+    tokio::time::sleep(ttl * 5).await;
+    let after = server.command_calls();
+    for g in &guards {
+        assert!(!g.is_lost(), "{} ({:?}) was lost", g.name(), g.kind());
+        let holders = b.backend().holders(g.name(), g.kind()).await.expect("holders");
+        let held: Vec<(&str, u64)> = holders.iter().map(|h| (h.owner.as_str(), h.token)).collect();
+        assert_eq!(held, [(a.owner(), g.fencing_token())], "{} ({:?})", g.name(), g.kind());
+    }
+    let calls = after.get("evalsha").copied().unwrap_or(0) - before.get("evalsha").copied().unwrap_or(0);
+    // About 15 renewals, each one pipeline with one call for the mutexes
+    // and one for the other kinds; one extension per hold would be ~450.
+    assert!(
+        calls <= 50,
+        "{calls} script calls to keep 30 holds of three kinds for 5 ttls: not batched"
+    );
+    eprintln!("30 holds of three kinds held for 5 ttls with {calls} script calls");
+    for g in guards {
+        assert!(g.unlock().await.expect("unlock").is_free());
+    }
+}
+
+/// `owner`'s attempt `attempt` at a hold of `kind` on the name `counted`.
+fn request<'a>(owner: &'a str, kind: LockKind, attempt: &'a str) -> AcquireRequest<'a> {
+    AcquireRequest {
+        name: "counted",
+        owner,
+        ttl: Duration::from_secs(30),
+        attempt,
+        fair: true,
+        kind,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_and_read_attempts_count_once() {
+    if !redis::available("permit_and_read_attempts_count_once") {
+        return;
+    }
+    let server = Server::start();
+    let client = lockkit::connect(&server.url()).await.expect("connect");
+    let backend = client.backend();
+    let owner = client.owner();
+    let request = |kind, attempt| request(owner, kind, attempt);
+    let lease = |t: TryAcquire| match t {
+        TryAcquire::Acquired(lease) => (lease.token, lease.hold_count),
+        TryAcquire::Busy { .. } => panic!("busy"),
+    };
+    let (first, second) = (&new_attempt_id(), &new_attempt_id());
+    let permit = LockKind::Permit { permits: 2 };
+
+    // A repeated permit attempt is the same permit; another attempt of the
+    // same owner takes another one.
+    let once = lease(backend.try_acquire(&request(permit, first)).await.unwrap());
+    let again = lease(backend.try_acquire(&request(permit, first)).await.unwrap());
+    assert_eq!(once, again, "a repeated attempt is the same permit");
+    assert_eq!(once.1, 1);
+    let other = lease(backend.try_acquire(&request(permit, second)).await.unwrap());
+    assert!(other.0 > once.0);
+    assert_eq!(backend.holders("counted", permit).await.unwrap().len(), 2);
+    let hold = Hold {
+        kind: permit,
+        ..Hold::mutex("counted", client.owner(), once.0)
+    };
+    assert_eq!(
+        backend.release(&hold, first).await.unwrap(),
+        ReleaseOutcome::Released { remaining: 0 }
+    );
+    assert_eq!(backend.release(&hold, first).await.unwrap(), ReleaseOutcome::NotHeld);
+    assert_eq!(backend.holders("counted", permit).await.unwrap().len(), 1);
+
+    // A read hold counts each attempt once, and takes each share back once.
+    let read = lease(backend.try_acquire(&request(LockKind::Read, first)).await.unwrap());
+    assert_eq!(read, (0, 1), "never written: token 0");
+    assert_eq!(
+        lease(backend.try_acquire(&request(LockKind::Read, first)).await.unwrap()),
+        (0, 1)
+    );
+    assert_eq!(
+        lease(backend.try_acquire(&request(LockKind::Read, second)).await.unwrap()),
+        (0, 2)
+    );
+    let hold = Hold {
+        kind: LockKind::Read,
+        ..Hold::mutex("counted", client.owner(), 0)
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            backend.release(&hold, first).await.unwrap(),
+            ReleaseOutcome::Released { remaining: 1 }
+        );
+    }
+    assert_eq!(
+        backend.release(&hold, second).await.unwrap(),
+        ReleaseOutcome::Released { remaining: 0 }
+    );
+    assert!(backend.holders("counted", LockKind::Read).await.unwrap().is_empty());
+    // The mutex of the name was never touched.
+    assert!(client.inspect("counted").await.unwrap().is_none());
+}

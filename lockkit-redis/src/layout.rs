@@ -8,6 +8,25 @@
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
 //! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, by the server time (µs) they joined: oldest first |
 //!
+//! Semaphores and read-write locks keep their names apart from the mutex's
+//! (and from each other's) by a family letter `F` after the tag: `s` for a
+//! semaphore, `r` for a read-write lock (its read and write holds are one
+//! lock). Their scripts are `lua/holds.lua` and `lua/kinds_*.lua`:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P{TAG}F:N` | hash; also the name's channel | its holds: a hold id `X` is a permit's token, `w` the writer, `r` + owner a reader; `o\|X` owner, `t\|X` token, `a\|X` the attempt ids of its shares (16 hex digits each, one after another), `g\|X` its grant number (for the order); `a:ID` the hold of attempt `ID`; `n` a semaphore's permit count, `lw` a read-write lock's last write token (the key then never expires: readers carry it), `g` and `m` counters |
+//! | `P{TAG}eF:N` | sorted set, with the last lease as its expiry | the lease end of each hold id (server time, ms): a hold whose end passed is gone, and is purged by the next script |
+//! | `P{TAG}qF:N` | sorted set | the clients waiting, as for the mutex (readers and writers in one line) |
+//! | `P{TAG}fr:N` | hash | the waiting clients of the line that wait to write (a reader passes none of them) |
+//!
+//! Their tokens come from the same counter as the mutex's. A change that
+//! may let waiters in (a hold that goes, a grant that leaves permits or
+//! lets readers follow) is published on `P{TAG}F:N` to every listening
+//! client when a line exists; the clients' attempts apply the line's
+//! rules (a woken client that is not first in line looks again after the
+//! fallback delay, and drops a first in line that let its turn pass).
+//!
 //! and a release is published, with the id of the waiting client whose turn
 //! it is (the queue's head), on the own channels of the head and of the
 //! next in line only (`P{TAG}wID:N` for waiter `ID`, in the lock's slot):

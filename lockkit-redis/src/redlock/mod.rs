@@ -131,6 +131,16 @@ const KIND: &str = "redlock";
 ///   pause) past its deadline finds its lost signal fired when it resumes,
 ///   but may already be mid-write: that write must be fenced by the token.
 ///
+/// # Read-write locks, and why no semaphores
+///
+/// Read and write holds follow the same rules on every node (a writer's
+/// token is proposed and agreed like a mutex's). A read hold stands on a
+/// quorum of nodes that hold it, with the greatest of their last write
+/// tokens (a write attempt that failed may have raised it on some). A
+/// semaphore is not offered: N permits each held on a quorum, with every
+/// node admitting N, do not bound the holders to N (on 5 nodes, 3 permits
+/// of 2 can each stand on 3 nodes).
+///
 /// As the Kleppmann/antirez debate makes clear, the token protects a resource
 /// only if the resource checks it (rejects writes whose token is lower than
 /// one it has seen); a lost signal and a validity deadline are the holder's

@@ -1,5 +1,7 @@
 //! The Lua scripts: every change to a lock is one script call, so one
-//! round trip and atomic. The scripts' sources are the files in `lua/`;
+//! round trip and atomic. Semaphores and read-write locks have scripts of
+//! their own (`kinds`), with the same arguments and replies where they
+//! can; the mutex's are untouched by them. The scripts' sources are the files in `lua/`;
 //! their arguments and replies are documented here, on each constant (one
 //! file per family: acquire, release, extend, inspect). The keys they
 //! work on are described in `layout`.
@@ -273,6 +275,15 @@ mod tests {
             }
         );
         assert!(parse_acquire(&Value::Nil).is_err());
+        let permits = Value::Array(vec![Value::Int(-1), Value::BulkString(b"3".to_vec())]);
+        assert!(matches!(
+            parse_acquire(&permits).unwrap(),
+            AcquireReply::Conflict { reason } if reason.contains("3 permits")
+        ));
+        assert!(matches!(
+            parse_acquire(&Value::Array(vec![Value::Int(-2)])).unwrap(),
+            AcquireReply::Conflict { .. }
+        ));
         assert_eq!(parse_release(&Value::Int(-1)).unwrap().remaining, None);
         assert_eq!(parse_release(&Value::Int(0)).unwrap().remaining, Some(0));
         assert_eq!(

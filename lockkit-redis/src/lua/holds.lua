@@ -4,7 +4,8 @@
 -- token, `w` for the writer, or `r` .. OWNER for a reader. Fields of `H`:
 -- `o|X` owner, `t|X` token, `a|X` the attempt ids of X's shares (16 hex
 -- digits each, one after the other: the hold count is their number), `g|X`
--- when it was granted (for the order), `a:ID` the hold of attempt ID,
+-- when it was granted (for the order), `p|w` the last write token before
+-- the writer's (for an undo), `a:ID` the hold of attempt ID,
 -- `n` a semaphore's permit count, `g` the grant counter, `m` the message
 -- counter, `lw` a read-write lock's last write token.
 
@@ -26,7 +27,7 @@ local function purge(H, Z, now)
     for i = 1, #ids, 16 do
       redis.call('HDEL', H, 'a:' .. string.sub(ids, i, i + 15))
     end
-    redis.call('HDEL', H, 'o|' .. x, 't|' .. x, 'a|' .. x, 'g|' .. x)
+    redis.call('HDEL', H, 'o|' .. x, 't|' .. x, 'a|' .. x, 'g|' .. x, 'p|' .. x)
   end
   if #gone > 0 then redis.call('ZREMRANGEBYSCORE', Z, '-inf', fmt(now)) end
 end
@@ -86,7 +87,7 @@ local function take_share(H, Z, x, att)
     redis.call('HSET', H, 'a|' .. x, ids)
     return #ids / 16, false
   end
-  redis.call('HDEL', H, 'o|' .. x, 't|' .. x, 'a|' .. x, 'g|' .. x)
+  redis.call('HDEL', H, 'o|' .. x, 't|' .. x, 'a|' .. x, 'g|' .. x, 'p|' .. x)
   redis.call('ZREM', Z, x)
   return 0, true
 end

@@ -133,7 +133,9 @@ else
   else
     token = next_token(KEYS[3], ARGV[4])
     x = kind == 'w' and 'w' or token
-    if kind == 'w' then redis.call('HSET', H, 'lw', token) end
+    if kind == 'w' then
+      redis.call('HSET', H, 'p|w', redis.call('HGET', H, 'lw') or '', 'lw', token)
+    end
     if kind == 'p' then redis.call('HSET', H, 'n', ARGV[12]) end
   end
   local g = redis.call('HINCRBY', H, 'g', 1)

@@ -137,3 +137,71 @@ async fn permit_and_read_attempts_count_once() {
     // The mutex of the name was never touched.
     assert!(client.inspect("counted").await.unwrap().is_none());
 }
+
+/// `key` (a lock key) with `family` inserted after its hash tag: the keys
+/// of a semaphore's or read-write lock's line (see the key layout).
+fn family_key(key: &str, family: &str) -> String {
+    let at = key.find('}').expect("a hash tag") + 1;
+    format!("{}{family}{}", &key[..at], &key[at..])
+}
+
+/// A client that died while queued (its id in the line, nobody behind it)
+/// holds up neither a semaphore's free permit nor a read-write lock's
+/// readers for long: the next client whose way it is in drops it once its
+/// turn passed, and gets the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_waiters_leave_the_lines_of_every_kind() {
+    if !redis::available("dead_waiters_leave_the_lines_of_every_kind") {
+        return;
+    }
+    let server = Server::start();
+    let (holder, waiter) = (
+        lockkit::connect(&server.url()).await.expect("connect"),
+        lockkit::connect(&server.url()).await.expect("connect"),
+    );
+    let opts = LockOptions::new().wait(Duration::from_secs(20));
+    let dead = "0123456789abcdef";
+
+    // A semaphore of one permit: held, with a dead client first in line.
+    let sem_key = family_key(&redis::lock_key("sem"), "s");
+    let permit = holder.semaphore("sem", 1).unwrap().acquire().await.expect("permit");
+    server.cli(&["ZADD", &family_key(&sem_key, "q"), "1", dead]);
+    let sem = waiter.semaphore("sem", 1).unwrap();
+    let wait = {
+        let opts = opts.clone();
+        tokio::spawn(async move { sem.acquire_with(&opts).await })
+    };
+    let kind = LockKind::Permit { permits: 1 };
+    redis::eventually("the waiter queued behind the dead one", || async {
+        (holder.backend().waiting_for("sem", kind).await.unwrap() == 2).then_some(())
+    })
+    .await;
+    permit.unlock().await.expect("unlock");
+    let got = tokio::time::timeout(Duration::from_secs(15), wait)
+        .await
+        .expect("the permit passes the dead waiter")
+        .unwrap()
+        .expect("permit");
+    assert_eq!(
+        holder.backend().waiting_for("sem", kind).await.unwrap(),
+        0,
+        "the dead one was dropped"
+    );
+    got.unlock().await.expect("unlock");
+
+    // A free read-write lock, a dead writer first in line: a reader waits
+    // for it (no reader passes a waiting writer), then drops it.
+    let rw_key = family_key(&redis::lock_key("rw"), "r");
+    server.cli(&["ZADD", &family_key(&rw_key, "q"), "1", dead]);
+    server.cli(&["HSET", &family_key(&rw_key, "f"), dead, "1"]);
+    assert!(
+        waiter.rw_lock("rw").unwrap().try_read().await.unwrap().is_none(),
+        "a writer waits: no reader passes it"
+    );
+    let read = tokio::time::timeout(Duration::from_secs(15), waiter.rw_lock("rw").unwrap().read_with(&opts))
+        .await
+        .expect("the reader passes the dead writer once its turn passed")
+        .expect("read");
+    assert_eq!(holder.backend().waiting_for("rw", LockKind::Read).await.unwrap(), 0);
+    read.unlock().await.expect("unlock");
+}

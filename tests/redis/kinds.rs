@@ -205,3 +205,51 @@ async fn dead_waiters_leave_the_lines_of_every_kind() {
     assert_eq!(holder.backend().waiting_for("rw", LockKind::Read).await.unwrap(), 0);
     read.unlock().await.expect("unlock");
 }
+
+/// Readers and writers of one name, each its own client, contending for a
+/// while: a writer is never beside anybody, and every hold comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_writers_contending_stay_apart() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    if !redis::available("readers_and_writers_contending_stay_apart") {
+        return;
+    }
+    let server = Server::start();
+    // Readers count +1 each, a writer -1000: a writer beside anybody shows
+    // as a value other than -1000 while it holds.
+    let inside = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let client = lockkit::connect(&server.url()).await.expect("connect");
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            let rw = client.rw_lock("contended").unwrap();
+            let opts = LockOptions::new().wait(Duration::from_secs(30));
+            for round in 0..15 {
+                if (i + round) % 3 == 0 {
+                    let g = rw.write_with(&opts).await.expect("write");
+                    assert_eq!(inside.fetch_sub(1000, Ordering::SeqCst), 0, "a writer beside others");
+                    tokio::task::yield_now().await;
+                    inside.fetch_add(1000, Ordering::SeqCst);
+                    g.unlock().await.expect("unlock");
+                } else {
+                    let g = rw.read_with(&opts).await.expect("read");
+                    assert!(inside.fetch_add(1, Ordering::SeqCst) >= 0, "a reader beside a writer");
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.unlock().await.expect("unlock");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("a contender failed");
+    }
+    let observer = lockkit::connect(&server.url()).await.expect("connect");
+    for kind in [LockKind::Read, LockKind::Write] {
+        assert!(observer.backend().holders("contended", kind).await.unwrap().is_empty());
+        assert_eq!(observer.backend().waiting_for("contended", kind).await.unwrap(), 0);
+    }
+}

@@ -34,8 +34,13 @@ local function place()
   return fmt(tonumber(t[1]) * 1000000 + tonumber(t[2]))
 end
 if joins then
+  -- (A line never stands without an expiry: its clients may all die.)
   redis.call('ZADD', Q, 'NX', place(), waiter)
-  if kind == 'w' then redis.call('HSET', F, waiter, '1') end
+  redis.call('PEXPIRE', Q, 60000, 'NX')
+  if kind == 'w' then
+    redis.call('HSET', F, waiter, '1')
+    redis.call('PEXPIRE', F, 60000, 'NX')
+  end
   if kind == 'p' then redis.call('HSET', H, 'n', ARGV[12]) end
 end
 local holds = redis.call('ZCARD', Z)

@@ -20,7 +20,7 @@ impl RedisBackend {
         wait: Option<Duration>,
     ) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-        let channel = self.inner.keys.lock(req.name);
+        let channel = self.inner.keys.holds(req.name, req.kind);
         // Uncontended: one round trip, no subscription. A retryable failure
         // (a reply lost to a timeout or a reset) is tried again in the wait
         // loop with the same attempt id, which the server recognises if the
@@ -65,6 +65,7 @@ impl RedisBackend {
     ) -> Result<(TryAcquire, Option<TurnOf>), LockError> {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
+        let kind = req.kind;
         let inner = self.inner.clone();
         let releaser = (self.clone(), attempt.clone());
         let work = async move {
@@ -76,6 +77,7 @@ impl RedisBackend {
                 attempt: &attempt,
                 proposal: None,
                 queueing: &queueing,
+                kind,
             };
             let r = match inner.replicas {
                 None => scripts::acquire(&mut inner.conn.clone(), &inner.keys, &claim).await,
@@ -103,6 +105,13 @@ impl RedisBackend {
                 }),
                 None,
             ),
+            AcquireReply::Conflict { reason } => {
+                return Err(LockError::Conflict {
+                    backend: self.inner.kind,
+                    name: req.name.to_owned(),
+                    reason,
+                });
+            }
             AcquireReply::Busy { pttl, turn_of } => (
                 TryAcquire::Busy {
                     retry_in: (pttl >= 0).then(|| millis(pttl)),

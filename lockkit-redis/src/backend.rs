@@ -10,9 +10,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockError;
 use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
+    TryAcquire,
 };
-use redis::{RedisResult, Value};
+use redis::RedisResult;
 
 use crate::config::{Mode, RedisConfig};
 use crate::conn::{self, Conn};
@@ -83,10 +84,8 @@ impl RedisBackend {
         if let Some(id) = waiters.waiter_id() {
             let (conn, keys, id) = (conn.clone(), Keys::new(&config.prefix), id.to_owned());
             waiters.set_leave(Arc::new(move |channel: Vec<u8>| {
-                let (mut conn, queue, id) = (conn.clone(), keys.queue_of_lock(&channel), id.clone());
-                Box::pin(async move {
-                    let _: RedisResult<Value> = redis::cmd("ZREM").arg(queue).arg(id).query_async(&mut conn).await;
-                })
+                let (mut conn, keys, id) = (conn.clone(), keys.clone(), id.clone());
+                Box::pin(async move { scripts::leave_line(&mut conn, &keys, &channel, &id).await })
             }));
         }
         let durable_tokens = conn::append_only(&conn).await;
@@ -128,7 +127,11 @@ impl LockBackend for RedisBackend {
         } else {
             caps
         };
-        caps.with_admin().with_idempotent_attempts().with_fair()
+        caps.with_admin()
+            .with_idempotent_attempts()
+            .with_fair()
+            .with_semaphores()
+            .with_rw_locks()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -169,6 +172,15 @@ impl LockBackend for RedisBackend {
         Ok(stored.map(|s| s.into_info(name)))
     }
 
+    async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+        match kind {
+            LockKind::Mutex => Ok(self.inspect(name).await?.into_iter().collect()),
+            kind => scripts::holders(&mut self.inner.conn.clone(), &self.inner.keys, name, kind)
+                .await
+                .map_err(|f| self.error("holders", name, f)),
+        }
+    }
+
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
         let keys = self
             .lock_keys(prefix)
@@ -182,8 +194,15 @@ impl LockBackend for RedisBackend {
     /// name queue once (they take their turns in the order they began
     /// waiting, one per turn of the client).
     async fn waiting(&self, name: &str) -> Result<usize, LockError> {
+        self.waiting_for(name, LockKind::Mutex).await
+    }
+
+    /// The clients queued for `name`'s `kind` (readers and writers of a
+    /// read-write lock queue in one line), as [`waiting`](Self::waiting).
+    async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+        let keys = &self.inner.keys;
         let queued: RedisResult<usize> = redis::cmd("ZCARD")
-            .arg(self.inner.keys.queue(name))
+            .arg(keys.queue_of_lock(&keys.holds(name, kind)))
             .query_async(&mut self.inner.conn.clone())
             .await;
         queued.map_err(|e| self.error("waiting", name, Fault::Redis(e)))

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use lockkit_core::backend::{ExtendOutcome, Hold};
-use lockkit_core::{LockError, lease, ttl_millis};
+use lockkit_core::{LockError, lease};
 
 use crate::backend::RedisBackend;
 use crate::conn::Conn;
@@ -20,12 +20,7 @@ impl RedisBackend {
     pub(crate) async fn extend_holds(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
         let items: Vec<ExtendItem<'_>> = holds
             .iter()
-            .map(|(h, ttl)| ExtendItem {
-                key: self.inner.keys.lock(&h.name),
-                owner: &h.owner,
-                token: h.token,
-                ttl_ms: ttl_millis(*ttl),
-            })
+            .map(|(h, ttl)| ExtendItem::new(&self.inner.keys, h, *ttl))
             .collect();
         let sent_at = Instant::now();
         self.extend_items(&items)
@@ -62,15 +57,7 @@ impl RedisBackend {
         let calls = groups.into_values().map(|indices| {
             let mut conn = conn.clone();
             async move {
-                let group: Vec<ExtendItem<'_>> = indices
-                    .iter()
-                    .map(|&i| ExtendItem {
-                        key: items[i].key.clone(),
-                        owner: items[i].owner,
-                        token: items[i].token,
-                        ttl_ms: items[i].ttl_ms,
-                    })
-                    .collect();
+                let group: Vec<ExtendItem<'_>> = indices.iter().map(|&i| items[i].clone()).collect();
                 (
                     indices,
                     replicated(scripts::extend(&mut conn, &group, replicas).await, replicas),

@@ -8,6 +8,25 @@
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
 //! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, by the server time (µs) they joined: oldest first |
 //!
+//! Semaphores and read-write locks keep their names apart from the mutex's
+//! (and from each other's) by a family letter `F` after the tag: `s` for a
+//! semaphore, `r` for a read-write lock (its read and write holds are one
+//! lock). Their scripts are `lua/holds.lua` and `lua/kinds_*.lua`:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P{TAG}F:N` | hash; also the name's channel | its holds: a hold id `X` is a permit's token, `w` the writer, `r` + owner a reader; `o\|X` owner, `t\|X` token, `a\|X` the attempt ids of its shares (16 hex digits each, one after another), `g\|X` its grant number (for the order); `a:ID` the hold of attempt `ID`; `n` a semaphore's permit count, `lw` a read-write lock's last write token (the key then never expires: readers carry it), `g` and `m` counters |
+//! | `P{TAG}eF:N` | sorted set, with the last lease as its expiry | the lease end of each hold id (server time, ms): a hold whose end passed is gone, and is purged by the next script |
+//! | `P{TAG}qF:N` | sorted set | the clients waiting, as for the mutex (readers and writers in one line) |
+//! | `P{TAG}fr:N` | hash | the waiting clients of the line that wait to write (a reader passes none of them) |
+//!
+//! Their tokens come from the same counter as the mutex's. A change that
+//! may let waiters in (a hold that goes, a grant that leaves permits or
+//! lets readers follow) is published on `P{TAG}F:N` to every listening
+//! client when a line exists; the clients' attempts apply the line's
+//! rules (a woken client that is not first in line looks again after the
+//! fallback delay, and drops a first in line that let its turn pass).
+//!
 //! and a release is published, with the id of the waiting client whose turn
 //! it is (the queue's head), on the own channels of the head and of the
 //! next in line only (`P{TAG}wID:N` for waiter `ID`, in the lock's slot):
@@ -30,6 +49,18 @@
 //! after the tag. A fixed number of counters (instead of one per name) keeps
 //! memory bounded when names are ever-new (`order:<id>`); tokens still grow
 //! per name, since each name always draws from the same counter.
+
+use lockkit_core::backend::LockKind;
+
+/// The byte that sets a kind's keys apart from the mutex's (`None`: the
+/// mutex).
+fn family(kind: LockKind) -> Option<u8> {
+    match kind {
+        LockKind::Mutex => None,
+        LockKind::Permit { .. } => Some(b's'),
+        _ => Some(b'r'),
+    }
+}
 
 /// Number of hash-tag buckets, and so of fencing counters per prefix.
 const TAG_BUCKETS: u32 = 4096;
@@ -145,6 +176,40 @@ impl Keys {
         (own[0] == b'w' && &own[1..] == waiter.as_bytes()).then(|| [&channel[..mark], &channel[end..]].concat())
     }
 
+    /// The key of `name`'s holds of `kind`, also its broadcast channel:
+    /// the lock key for the mutex, `P{TAG}s:NAME` for a semaphore,
+    /// `P{TAG}r:NAME` for a read-write lock.
+    pub fn holds(&self, name: &str, kind: LockKind) -> Vec<u8> {
+        match family(kind) {
+            Some(f) => self.marked(&self.lock(name), f),
+            None => self.lock(name),
+        }
+    }
+
+    /// The lease ends of the holds whose key is `holds` (semaphores and
+    /// read-write locks): `P{TAG}es:NAME`, `P{TAG}er:NAME`.
+    pub fn expiries(&self, holds: &[u8]) -> Vec<u8> {
+        self.marked(holds, b'e')
+    }
+
+    /// The waiting writers of the read-write lock whose key is `holds`:
+    /// `P{TAG}fr:NAME`.
+    pub fn writers(&self, holds: &[u8]) -> Vec<u8> {
+        self.marked(holds, b'f')
+    }
+
+    /// Whether `key` is a read-write lock's holds key.
+    pub fn is_rw(&self, key: &[u8]) -> bool {
+        key.get(self.waiter_mark()) == Some(&b'r')
+    }
+
+    /// `key` with `mark` inserted after `P{TAG}`.
+    fn marked(&self, key: &[u8], mark: u8) -> Vec<u8> {
+        let mut k = key.to_vec();
+        k.insert(self.waiter_mark().min(k.len()), mark);
+        k
+    }
+
     /// `P{TAG}fence`.
     pub fn counter(&self, name: &str) -> Vec<u8> {
         let mut k = Vec::with_capacity(self.prefix.len() + 10);
@@ -186,6 +251,17 @@ mod tests {
         assert_eq!(k.name_of(&k.counter("a")), None);
         assert_eq!(k.name_of(&k.queue("a")), None);
         assert_eq!(k.scan_pattern("a*[b]"), b"lockkit:{???}:a\\*\\[b\\]*");
+        let sem = k.holds("a", LockKind::Permit { permits: 2 });
+        assert_eq!(sem, b"lockkit:{92c}s:a");
+        assert_eq!(k.expiries(&sem), b"lockkit:{92c}es:a");
+        assert_eq!(k.queue_of_lock(&sem), b"lockkit:{92c}qs:a");
+        let rw = k.holds("a", LockKind::Read);
+        assert_eq!(rw, k.holds("a", LockKind::Write));
+        assert_eq!(rw, b"lockkit:{92c}r:a");
+        assert_eq!(k.writers(&rw), b"lockkit:{92c}fr:a");
+        assert!(k.is_rw(&rw) && !k.is_rw(&sem) && !k.is_rw(&k.lock("r")));
+        assert_eq!(k.holds("a", LockKind::Mutex), k.lock("a"));
+        assert_eq!(k.name_of(&sem), None, "list stays with the mutex");
     }
 
     #[test]

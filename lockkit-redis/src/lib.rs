@@ -36,6 +36,14 @@
 //! bytes (`{`, `}`, NUL, newlines, UTF-8) as it is. [`config`] documents the
 //! URL and its parameters.
 //!
+//! * **Semaphores and read-write locks** ([`LockKind::Permit`],
+//!   [`LockKind::Read`], [`LockKind::Write`]) keep their holds in a hash
+//!   per name and kind with their lease ends in a sorted set, in the same
+//!   slot, with the same counter, the same kind of line and the same
+//!   attempt ids (see `layout`); every change is again one script call.
+//!   A release that lets waiters in tells every client listening on the
+//!   name (not one client, as the mutex does). Redlock offers read-write
+//!   locks, not semaphores (see [`RedlockBackend`]).
 //! * **Waiting** does not poll: waiters subscribe (one pub/sub connection
 //!   per backend, shared, counted per name) before they retry, and sleep
 //!   until a message or the holder's expiry. Waiting clients queue on the
@@ -172,6 +180,8 @@ pub use config::{Mode, RedisConfig};
 pub use error::{NodeTimeout, QuorumError, ReplicasError, UnexpectedReply};
 pub use redlock::RedlockBackend;
 
+#[cfg(doc)]
+use lockkit_core::backend::LockKind;
 use lockkit_core::url::{BackendSchemes, ConnectUrl};
 use lockkit_core::{LockBackend, LockError};
 

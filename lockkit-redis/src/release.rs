@@ -2,7 +2,7 @@
 //! was lost.
 
 use lockkit_core::LockError;
-use lockkit_core::backend::{Hold, ReleaseOutcome};
+use lockkit_core::backend::{Hold, LockKind, ReleaseOutcome};
 
 use crate::backend::RedisBackend;
 use crate::scripts::{self, Released};
@@ -17,17 +17,19 @@ impl RedisBackend {
     pub(crate) async fn release_share(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let (mut lost_try, mut tries) = (false, 1);
         loop {
-            let r = scripts::release(
-                &mut self.inner.conn.clone(),
-                &self.inner.keys,
-                &hold.name,
-                &hold.owner,
-                hold.token,
-                attempt,
-                self.inner.publish,
-                self.inner.waiters.waiter_id().is_some(),
-            )
-            .await;
+            let mut conn = self.inner.conn.clone();
+            let (keys, publish) = (&self.inner.keys, self.inner.publish);
+            let r = match hold.kind {
+                LockKind::Mutex => {
+                    let queued = self.inner.waiters.waiter_id().is_some();
+                    let (name, owner) = (&hold.name, &hold.owner);
+                    scripts::release(&mut conn, keys, name, owner, hold.token, attempt, publish, queued).await
+                }
+                kind => {
+                    let (name, owner) = (&hold.name, &hold.owner);
+                    scripts::release_kind(&mut conn, keys, name, kind, owner, hold.token, attempt, publish).await
+                }
+            };
             if let Ok(Released {
                 published: Some(message),
                 ..
@@ -35,7 +37,7 @@ impl RedisBackend {
             {
                 self.inner
                     .waiters
-                    .deliver_locally(&self.inner.keys.lock(&hold.name), message);
+                    .deliver_locally(&self.inner.keys.holds(&hold.name, hold.kind), message);
             }
             match r.map(|r| r.remaining) {
                 Ok(Some(remaining)) => return Ok(ReleaseOutcome::Released { remaining }),

@@ -23,7 +23,11 @@ pub(crate) async fn acquire_replicated(
     let mut conn = inner.conn.clone();
     let (reply, acked) = scripts::acquire_replicated(&mut conn, &inner.keys, claim, replicas).await?;
     let Claim {
-        name, owner, attempt, ..
+        name,
+        owner,
+        attempt,
+        kind,
+        ..
     } = *claim;
     let AcquireReply::Acquired { token, .. } = reply else {
         return Ok(reply);
@@ -35,7 +39,7 @@ pub(crate) async fn acquire_replicated(
         name: name.to_owned(),
         owner: owner.to_owned(),
         token,
-        kind: lockkit_core::backend::LockKind::Mutex,
+        kind,
     };
     let backend = RedisBackend { inner: inner.clone() };
     match backend.release(&hold, attempt).await {

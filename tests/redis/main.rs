@@ -8,6 +8,7 @@ mod common;
 
 mod auth;
 mod cluster_kit;
+mod kinds;
 mod kit;
 mod partial_failure;
 mod recovery;

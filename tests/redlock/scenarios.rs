@@ -240,3 +240,43 @@ async fn a_first_acquisition_takes_one_round_trip() {
         );
     }
 }
+
+/// A write that no quorum granted leaves no trace in the read tokens: the
+/// nodes that granted it take it back, last write token included, so a
+/// reader still carries the last write that stood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_without_a_quorum_leaves_the_read_token_alone() {
+    if !redis::available("a_write_without_a_quorum_leaves_the_read_token_alone") {
+        return;
+    }
+    let mut nodes = five();
+    let a = client(&nodes).await;
+    let rw = a.rw_lock("doc").expect("rw lock");
+    let written = rw.write_with(&long()).await.expect("write");
+    let token = written.fencing_token();
+    assert!(written.unlock().await.expect("unlock").is_free());
+    for i in [0, 2, 4] {
+        nodes[i].stop();
+    }
+    let e = rw.try_write().await.expect_err("no quorum for a write");
+    assert!(e.is_retryable(), "{e:?}");
+    for i in [0, 2, 4] {
+        nodes[i].restart();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let read = loop {
+        match rw.read_with(&long()).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("no read once the nodes came back: {e:?}"),
+        }
+    };
+    assert_eq!(
+        read.fencing_token(),
+        token,
+        "the reader carries the last write that stood"
+    );
+    read.unlock().await.expect("unlock");
+}

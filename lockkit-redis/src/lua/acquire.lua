@@ -49,22 +49,7 @@ if not h[1] then
     queued = q[1] ~= nil
     if q[1] and ARGV[7] == '' then after = {q[2], q[3]} end
   end
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  if ARGV[4] ~= '' then
-    local p = tonumber(ARGV[4])
-    if p > floor and p < floor + 60000000 then floor = p end
-  end
-  -- The counter follows the clock: one GETSET takes the token when the
-  -- clock is ahead of the counter, as it is but for a clock step back.
-  local fs = string.format('%.0f', floor)
-  local t = tonumber(redis.call('GETSET', KEYS[2], fs) or '0') + 1
-  if t <= floor then
-    t = floor
-  else
-    redis.call('SET', KEYS[2], string.format('%.0f', t))
-  end
-  local ts = string.format('%.0f', t)
+  local ts, now = next_token(KEYS[2], ARGV[4])
   -- Clients queued for the last hold still wait: mark this one for them.
   if ARGV[8] == '' then
     queued = false

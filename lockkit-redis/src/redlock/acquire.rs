@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend};
+use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, LockKind};
 use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
 use crate::error::{Fault, QuorumError};
@@ -39,6 +39,9 @@ pub(super) enum Outcome {
     },
     /// Too many nodes failed to answer.
     Failed(QuorumError),
+    /// A quorum refused the request whoever holds it (a read-write lock's
+    /// reader asking to write): why.
+    Conflict(String),
 }
 
 impl Inner {
@@ -59,6 +62,7 @@ impl Inner {
         attempt: &str,
         ttl_ms: u64,
         queueing: &Queueing,
+        kind: LockKind,
     ) -> Outcome {
         let mut above: Option<u64> = None;
         let mut round = 1;
@@ -81,6 +85,7 @@ impl Inner {
                 attempt,
                 proposal,
                 queueing,
+                kind,
             };
             let replies = self
                 .all(|_, mut c| async move { scripts::acquire(&mut c, keys, claim).await })
@@ -88,6 +93,7 @@ impl Inner {
             let mut held = Vec::new();
             let mut busy = Vec::new();
             let mut failed = Vec::new();
+            let mut conflicts = Vec::new();
             let mut heads: HashMap<&str, (usize, u32)> = HashMap::new();
             for (node, r) in replies.iter().enumerate() {
                 match r {
@@ -112,11 +118,15 @@ impl Inner {
                             *behind = (*behind).min(t.behind);
                         }
                     }
+                    Ok(AcquireReply::Conflict { reason }) => {
+                        busy.push(-1);
+                        conflicts.push(reason);
+                    }
                     Err(_) => failed.push(node),
                 }
             }
             let settled = if held.len() >= self.quorum {
-                self.settle(sent_at, &mut held)
+                self.settle(sent_at, &mut held, kind)
             } else {
                 Settled::NoQuorum
             };
@@ -138,7 +148,7 @@ impl Inner {
                         .chain(held.iter().filter(|h| !h.agreed).map(|h| h.node))
                         .collect();
                     if !stray.is_empty() {
-                        self.spawn_undo(name, owner, attempt, stray);
+                        self.spawn_undo(name, owner, attempt, kind, stray);
                     }
                     return outcome;
                 }
@@ -148,7 +158,7 @@ impl Inner {
                         requeue,
                         announce: false,
                     };
-                    self.undo(name, owner, attempt, &targets, then).await;
+                    self.undo(name, owner, attempt, kind, &targets, then).await;
                     above = Some(above.unwrap_or(0).max(highest));
                     round += 1;
                     continue;
@@ -160,7 +170,10 @@ impl Inner {
                 requeue,
                 announce: true,
             };
-            self.undo(name, owner, attempt, &targets, then).await;
+            self.undo(name, owner, attempt, kind, &targets, then).await;
+            if conflicts.len() >= self.quorum {
+                return Outcome::Conflict(conflicts.swap_remove(0).clone());
+            }
             let failures: Vec<&Fault> = replies.iter().filter_map(|r| r.as_ref().err()).collect();
             if failures.len() > self.n() - self.quorum {
                 return Outcome::Failed(self.quorum_error(&failures));
@@ -189,16 +202,26 @@ impl Inner {
 
     /// Takes `attempt`'s share back on `nodes` (waiting for each up to the
     /// response timeout).
-    pub(super) async fn undo(&self, name: &str, owner: &str, attempt: &str, nodes: &[usize], then: UndoThen<'_>) {
+    pub(super) async fn undo(
+        &self,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        kind: LockKind,
+        nodes: &[usize],
+        then: UndoThen<'_>,
+    ) {
         if nodes.is_empty() {
             return;
         }
         let keys = &self.keys;
         self.on_nodes(true, |node, mut c| async move {
-            if nodes.contains(&node) {
+            if !nodes.contains(&node) {
+                Ok(false)
+            } else if kind == LockKind::Mutex {
                 scripts::undo(&mut c, keys, name, owner, attempt, then).await
             } else {
-                Ok(false)
+                scripts::undo_kind(&mut c, keys, (name, owner, attempt, kind), then).await
             }
         })
         .await;
@@ -206,14 +229,21 @@ impl Inner {
 
     /// Takes back the shares an acquisition left on nodes outside its
     /// quorum, in the background; silently: the name stays held.
-    pub(super) fn spawn_undo(self: &Arc<Self>, name: &str, owner: &str, attempt: &str, nodes: Vec<usize>) {
+    pub(super) fn spawn_undo(
+        self: &Arc<Self>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+        kind: LockKind,
+        nodes: Vec<usize>,
+    ) {
         let this = self.clone();
         let (name, owner, attempt) = (name.to_owned(), owner.to_owned(), attempt.to_owned());
         let then = UndoThen {
             requeue: None,
             announce: false,
         };
-        tokio::spawn(async move { this.undo(&name, &owner, &attempt, &nodes, then).await });
+        tokio::spawn(async move { this.undo(&name, &owner, &attempt, kind, &nodes, then).await });
     }
 }
 
@@ -228,11 +258,19 @@ impl RedlockBackend {
 
     /// One attempt, detached; a hold whose caller is gone is released.
     pub(super) async fn attempt(&self, req: &AcquireRequest<'_>, queueing: Queueing) -> Result<Outcome, LockError> {
+        if let LockKind::Permit { .. } = req.kind {
+            // Not declared (see `kinds`): the client never sends it.
+            return Err(LockError::Unsupported {
+                backend: KIND,
+                operation: "permit",
+            });
+        }
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();
         let releaser = (self.clone(), attempt.clone());
-        let work = async move { inner.attempt(&name, &owner, &attempt, ttl_ms, &queueing).await };
+        let kind = req.kind;
+        let work = async move { inner.attempt(&name, &owner, &attempt, ttl_ms, &queueing, kind).await };
         let token_of = |outcome: &Outcome| match outcome {
             Outcome::Acquired(lease) => Some(lease.token),
             _ => None,

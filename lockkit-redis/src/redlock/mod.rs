@@ -6,6 +6,7 @@
 //! after clock drift, the holder a quorum reports) in `quorum`.
 
 mod acquire;
+mod kinds;
 mod nodes;
 mod quorum;
 
@@ -16,10 +17,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
+use lockkit_core::LockError;
 use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
+    TryAcquire,
 };
-use lockkit_core::{LockError, ttl_millis};
 use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;
@@ -129,6 +131,16 @@ const KIND: &str = "redlock";
 ///   pause) past its deadline finds its lost signal fired when it resumes,
 ///   but may already be mid-write: that write must be fenced by the token.
 ///
+/// # Read-write locks, and why no semaphores
+///
+/// Read and write holds follow the same rules on every node (a writer's
+/// token is proposed and agreed like a mutex's). A read hold stands on a
+/// quorum of nodes that hold it, with the greatest of their last write
+/// tokens (a write attempt that failed may have raised it on some). A
+/// semaphore is not offered: N permits each held on a quorum, with every
+/// node admitting N, do not bound the holders to N (on 5 nodes, 3 permits
+/// of 2 can each stand on 3 nodes).
+///
 /// As the Kleppmann/antirez debate makes clear, the token protects a resource
 /// only if the resource checks it (rejects writes whose token is lower than
 /// one it has seen); a lost signal and a validity deadline are the holder's
@@ -186,6 +198,7 @@ impl LockBackend for RedlockBackend {
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()
+            .with_rw_locks()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -193,6 +206,7 @@ impl LockBackend for RedlockBackend {
             Outcome::Acquired(lease) => Ok(TryAcquire::Acquired(lease)),
             Outcome::Busy { retry_in, .. } => Ok(TryAcquire::Busy { retry_in }),
             Outcome::Failed(e) => Err(self.failed("acquire", req.name, e)),
+            Outcome::Conflict(reason) => Err(self.conflict(req.name, reason)),
         }
     }
 
@@ -237,6 +251,7 @@ impl LockBackend for RedlockBackend {
                     after: self.backoff(splits.fetch_add(1, Ordering::Relaxed) + 1),
                 },
                 Outcome::Failed(e) => return Err(self.failed("acquire", req.name, e)),
+                Outcome::Conflict(reason) => return Err(self.conflict(req.name, reason)),
             })
         };
         // A quorum that cannot be reached at the start fails at once.
@@ -246,7 +261,7 @@ impl LockBackend for RedlockBackend {
         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             return Ok(None);
         }
-        let channel = self.inner.keys.lock(req.name);
+        let channel = self.inner.keys.holds(req.name, req.kind);
         // Every node queues this client at the same place: now.
         let since = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -295,12 +310,7 @@ impl LockBackend for RedlockBackend {
         let inner = &self.inner;
         let items: Vec<ExtendItem<'_>> = holds
             .iter()
-            .map(|(h, ttl)| ExtendItem {
-                key: inner.keys.lock(&h.name),
-                owner: &h.owner,
-                token: h.token,
-                ttl_ms: ttl_millis(*ttl),
-            })
+            .map(|(h, ttl)| ExtendItem::new(&inner.keys, h, *ttl))
             .collect();
         let sent_at = Instant::now();
         let items = &items;
@@ -380,22 +390,20 @@ impl LockBackend for RedlockBackend {
     /// The clients a quorum of nodes has queued for `name` (the quorum-th
     /// largest queue).
     async fn waiting(&self, name: &str) -> Result<usize, LockError> {
-        let inner = &self.inner;
-        let queue = inner.keys.queue(name);
-        let queue = &queue;
-        let results = inner
-            .all(|_, mut c| async move {
-                let n: usize = redis::cmd("ZCARD").arg(queue).query_async(&mut c).await?;
-                Ok(n)
-            })
-            .await;
-        let mut counts: Vec<usize> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
-        if counts.len() < inner.quorum {
-            let failures: Vec<&Fault> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-            return Err(self.failed("waiting", name, inner.quorum_error(&failures)));
+        self.queued(name, LockKind::Mutex).await
+    }
+
+    /// As [`waiting`](Self::waiting), for `kind`'s line of `name`.
+    async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+        self.queued(name, kind).await
+    }
+
+    /// The holds a quorum of nodes agrees on (see `kinds`).
+    async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+        match kind {
+            LockKind::Mutex => Ok(self.inspect(name).await?.into_iter().collect()),
+            kind => self.quorum_holders(name, kind).await,
         }
-        counts.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(counts[inner.quorum - 1])
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

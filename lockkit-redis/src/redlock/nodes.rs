@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use lockkit_core::LockError;
-use lockkit_core::backend::Hold;
+use lockkit_core::backend::{Hold, LockKind};
 use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;
@@ -146,15 +146,14 @@ impl RedlockBackend {
                 id.to_owned(),
             );
             waiters.set_leave(Arc::new(move |channel: Vec<u8>| {
-                let (conns, queue, id) = (conns.clone(), keys.queue_of_lock(&channel), id.clone());
+                let (conns, keys, id) = (conns.clone(), keys.clone(), id.clone());
                 Box::pin(async move {
-                    join_all(conns.into_iter().map(|mut c| {
-                        let (queue, id) = (queue.clone(), id.clone());
-                        async move {
-                            let _: redis::RedisResult<redis::Value> =
-                                redis::cmd("ZREM").arg(queue).arg(id).query_async(&mut c).await;
-                        }
-                    }))
+                    let (keys, id, channel) = (&keys, &id, &channel);
+                    join_all(
+                        conns
+                            .into_iter()
+                            .map(|mut c| async move { scripts::leave_line(&mut c, keys, channel, id).await }),
+                    )
                     .await;
                 })
             }));
@@ -200,16 +199,34 @@ pub(super) async fn release_on(
     hold: &Hold,
     attempt: &str,
 ) -> Result<Option<u32>, Fault> {
-    scripts::release(
-        &mut conn,
-        keys,
-        &hold.name,
-        &hold.owner,
-        hold.token,
-        attempt,
-        Publish::Classic,
-        false,
-    )
-    .await
-    .map(|r| r.remaining)
+    let (name, owner) = (&hold.name, &hold.owner);
+    let released = match hold.kind {
+        LockKind::Mutex => {
+            scripts::release(
+                &mut conn,
+                keys,
+                name,
+                owner,
+                hold.token,
+                attempt,
+                Publish::Classic,
+                false,
+            )
+            .await
+        }
+        kind => {
+            scripts::release_kind(
+                &mut conn,
+                keys,
+                name,
+                kind,
+                owner,
+                hold.token,
+                attempt,
+                Publish::Classic,
+            )
+            .await
+        }
+    };
+    released.map(|r| r.remaining)
 }

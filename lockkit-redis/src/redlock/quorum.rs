@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{Lease, LockInfo};
+use lockkit_core::backend::{Lease, LockInfo, LockKind};
 use lockkit_core::{LockError, lease};
 
 use crate::error::{Fault, QuorumError};
@@ -97,7 +97,18 @@ impl Inner {
     /// * Otherwise (say the owner holds `T` on a quorum, one of whose nodes
     ///   is slow now, or two co-owners split the nodes) neither can be told
     ///   apart from the other, and the attempt is undone and tried again.
-    pub(super) fn settle(&self, sent_at: Instant, held: &mut [NodeHold]) -> Settled {
+    ///
+    /// A reader's token is each node's last write token, which a write
+    /// attempt that failed on some nodes may have left raised there: a read
+    /// hold stands on any quorum of nodes that hold it, with the greatest
+    /// of their tokens (every granted writer's quorum meets it, so it is at
+    /// least the last granted writer's).
+    pub(super) fn settle(&self, sent_at: Instant, held: &mut [NodeHold], kind: LockKind) -> Settled {
+        if kind == LockKind::Read {
+            let token = held.iter().map(|h| h.token).max().unwrap_or(0);
+            held.iter_mut().for_each(|h| h.agreed = true);
+            return self.settled(sent_at, held, token);
+        }
         let reentered = |h: &NodeHold| h.share != Share::New;
         let (token, first) = match self.agreeing(held.iter().filter(|h| reentered(h))) {
             Some(t) => (t, false),
@@ -115,6 +126,11 @@ impl Inner {
         for h in held.iter_mut() {
             h.agreed = h.token == token && if first { h.fresh() } else { reentered(h) };
         }
+        self.settled(sent_at, held, token)
+    }
+
+    /// The lease the agreed nodes of `held` give, under `token`.
+    fn settled(&self, sent_at: Instant, held: &[NodeHold], token: u64) -> Settled {
         let good: Vec<&NodeHold> = held.iter().filter(|h| h.agreed).collect();
         let Some(valid_until) = self.validity(sent_at, good.iter().map(|h| h.pttl).collect()) else {
             return Settled::NoQuorum;

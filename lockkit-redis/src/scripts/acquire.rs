@@ -1,10 +1,11 @@
 //! The acquire script ([`ACQUIRE`]): its call, its reply, and how an attempt
 //! takes part in the waiter queue ([`Queueing`]).
 
+use lockkit_core::backend::LockKind;
 use redis::aio::ConnectionLike;
-use redis::{ScriptInvocation, Value};
+use redis::{Script, ScriptInvocation, Value};
 
-use super::{Publish, Replicas, SCRIPTS, int, pipelined, text, unexpected};
+use super::{Publish, Replicas, SCRIPTS, int, kinds, pipelined, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 use crate::wait::Turn;
@@ -39,6 +40,7 @@ use crate::wait::Turn;
 /// clients queued between it and the caller.
 pub(super) const ACQUIRE: &str = concat!(
     include_str!("../lua/waiter_channel.lua"),
+    include_str!("../lua/token.lua"),
     include_str!("../lua/acquire.lua")
 );
 
@@ -76,6 +78,12 @@ pub(crate) enum AcquireReply {
         /// Free, but another waiting client's turn (fair only).
         turn_of: Option<TurnOf>,
     },
+    /// Refused whoever holds it (semaphores and read-write locks): the
+    /// request does not fit the name's state.
+    Conflict {
+        /// Why, for the error.
+        reason: String,
+    },
 }
 
 /// A free lock that is another waiting client's turn.
@@ -91,6 +99,19 @@ pub(crate) struct TurnOf {
 pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> {
     let bad = || unexpected("acquire", v);
     let Value::Array(items) = v else { return Err(bad()) };
+    match (items.first().and_then(int), items.get(1).and_then(text)) {
+        (Some(-1), Some(permits)) => {
+            return Ok(AcquireReply::Conflict {
+                reason: format!("the semaphore has {permits} permits, the request says otherwise"),
+            });
+        }
+        (Some(-2), _) => {
+            return Ok(AcquireReply::Conflict {
+                reason: "the owner holds it for reading: a read hold cannot be upgraded; release it first".to_owned(),
+            });
+        }
+        _ => {}
+    }
     let (flag, token, count, pttl, rest) = match items.as_slice() {
         [flag, token, count, pttl, rest @ ..] => (flag, token, count, pttl, rest),
         _ => return Err(bad()),
@@ -186,6 +207,18 @@ pub(crate) struct Claim<'a> {
     /// Redlock: the token every node is to issue, unless it issued more.
     pub(crate) proposal: Option<u64>,
     pub(crate) queueing: &'a Queueing,
+    /// What kind of hold.
+    pub(crate) kind: LockKind,
+}
+
+impl Claim<'_> {
+    /// The script the claim runs.
+    fn script(&self) -> &'static Script {
+        match self.kind {
+            LockKind::Mutex => &SCRIPTS.acquire,
+            _ => &SCRIPTS.kinds_acquire,
+        }
+    }
 }
 
 /// The acquire script call of one attempt on one server.
@@ -197,10 +230,15 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
             flags.push(flag);
         }
     }
-    let mut inv = SCRIPTS.acquire.key(keys.lock(name));
-    inv.key(keys.counter(name))
-        .key(keys.queue(name))
-        .arg(claim.owner)
+    let mut inv = match claim.kind {
+        LockKind::Mutex => {
+            let mut inv = SCRIPTS.acquire.key(keys.lock(name));
+            inv.key(keys.counter(name)).key(keys.queue(name));
+            inv
+        }
+        kind => kinds::acquire_call(keys, name, kind),
+    };
+    inv.arg(claim.owner)
         .arg(claim.ttl_ms)
         .arg(claim.attempt)
         .arg(claim.proposal.map(|p| p.to_string()).unwrap_or_default())
@@ -210,6 +248,15 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
         .arg(queueing.publish.map_or("", Publish::command))
         .arg(queueing.place.map(|p| p.to_string()).unwrap_or_default())
         .arg(keys.waiter_mark());
+    match claim.kind {
+        LockKind::Mutex => {}
+        LockKind::Permit { permits } => {
+            inv.arg(kinds::flag(claim.kind)).arg(permits);
+        }
+        kind => {
+            inv.arg(kinds::flag(kind)).arg(0);
+        }
+    }
     inv
 }
 
@@ -233,7 +280,7 @@ pub(crate) async fn acquire_replicated<C: ConnectionLike + Send>(
     replicas: Replicas,
 ) -> Result<(AcquireReply, u32), Fault> {
     let call = acquire_call(keys, claim);
-    let (replies, acked) = pipelined(conn, &SCRIPTS.acquire, std::slice::from_ref(&call), Some(replicas)).await?;
+    let (replies, acked) = pipelined(conn, &[claim.script()], std::slice::from_ref(&call), Some(replicas)).await?;
     let reply = replies
         .first()
         .ok_or_else(|| UnexpectedReply("no reply to acquire".into()))?;

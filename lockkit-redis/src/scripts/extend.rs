@@ -1,10 +1,15 @@
 //! The extend script ([`EXTEND`]): many holds per call, in one pipeline.
 
+use std::time::Duration;
+
+use lockkit_core::backend::{Hold, LockKind};
+use lockkit_core::ttl_millis;
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Replicas, SCRIPTS, int, pipelined, unexpected};
+use super::{Replicas, SCRIPTS, int, kinds, pipelined, unexpected};
 use crate::error::{Fault, UnexpectedReply};
+use crate::layout::Keys;
 
 /// Extend holds to at least their ttl from now (never shorter).
 ///
@@ -34,19 +39,44 @@ pub(crate) fn parse_extend(v: &Value, expected: usize) -> Result<Vec<Option<i64>
         .collect()
 }
 
-/// One hold to extend: its lock key, owner, token and ttl in ms.
+/// One hold to extend: its key (the lock key, or the holds key of a
+/// semaphore or read-write lock, with its lease ends), owner, token, ttl
+/// in ms and kind.
+#[derive(Debug, Clone)]
 pub(crate) struct ExtendItem<'a> {
     pub key: Vec<u8>,
+    /// The lease ends' key (kinds other than the mutex).
+    pub expiries: Vec<u8>,
+    pub kind: LockKind,
     pub owner: &'a str,
     pub token: u64,
     pub ttl_ms: u64,
 }
 
+impl<'a> ExtendItem<'a> {
+    /// The item that extends `hold` to `ttl`.
+    pub fn new(keys: &Keys, hold: &'a Hold, ttl: Duration) -> Self {
+        let key = keys.holds(&hold.name, hold.kind);
+        ExtendItem {
+            expiries: match hold.kind {
+                LockKind::Mutex => Vec::new(),
+                _ => keys.expiries(&key),
+            },
+            key,
+            kind: hold.kind,
+            owner: &hold.owner,
+            token: hold.token,
+            ttl_ms: ttl_millis(ttl),
+        }
+    }
+}
+
 /// Extends holds on one server (or one cluster slot): one `EVALSHA` per
-/// [`EXTEND_CHUNK`] holds, all in one pipeline, so one round trip; with
-/// `replicas`, a `WAIT` ends that pipeline. Returns the remaining lease per
-/// hold, `None` where it is not held, and how many replicas acknowledged
-/// (`None` without `replicas`).
+/// [`EXTEND_CHUNK`] holds (mutexes with [`EXTEND`], the other kinds with
+/// [`KINDS_EXTEND`](super::kinds::KINDS_EXTEND)), all in one pipeline, so
+/// one round trip; with `replicas`, a `WAIT` ends that pipeline. Returns
+/// the remaining lease per hold, `None` where it is not held, and how many
+/// replicas acknowledged (`None` without `replicas`).
 pub(crate) async fn extend<C: ConnectionLike + Send>(
     conn: &mut C,
     items: &[ExtendItem<'_>],
@@ -55,26 +85,44 @@ pub(crate) async fn extend<C: ConnectionLike + Send>(
     if items.is_empty() {
         return Ok((Vec::new(), None));
     }
-    let invocations: Vec<_> = items
-        .chunks(EXTEND_CHUNK)
-        .map(|chunk| {
-            let mut inv = SCRIPTS.extend.prepare_invoke();
-            for item in chunk {
-                inv.key(&item.key).arg(item.owner).arg(item.token).arg(item.ttl_ms);
-            }
-            inv
-        })
-        .collect();
+    let (mutexes, others): (Vec<usize>, Vec<usize>) = (0..items.len()).partition(|&i| items[i].kind == LockKind::Mutex);
+    let mut chunks: Vec<&[usize]> = Vec::new();
+    let mut invocations = Vec::new();
+    for chunk in mutexes.chunks(EXTEND_CHUNK) {
+        let mut inv = SCRIPTS.extend.prepare_invoke();
+        for item in chunk.iter().map(|&i| &items[i]) {
+            inv.key(&item.key).arg(item.owner).arg(item.token).arg(item.ttl_ms);
+        }
+        invocations.push(inv);
+        chunks.push(chunk);
+    }
+    for chunk in others.chunks(EXTEND_CHUNK) {
+        let mut inv = SCRIPTS.kinds_extend.prepare_invoke();
+        for item in chunk.iter().map(|&i| &items[i]) {
+            inv.key(&item.key)
+                .key(&item.expiries)
+                .arg(kinds::flag(item.kind))
+                .arg(item.owner)
+                .arg(item.token)
+                .arg(item.ttl_ms);
+        }
+        invocations.push(inv);
+        chunks.push(chunk);
+    }
     let (replies, acked) = match (invocations.as_slice(), replicas) {
         ([one], None) => (vec![one.invoke_async(conn).await?], None),
-        _ => pipelined(conn, &SCRIPTS.extend, &invocations, replicas).await?,
+        _ => pipelined(conn, &[&SCRIPTS.extend, &SCRIPTS.kinds_extend], &invocations, replicas).await?,
     };
-    let mut out = Vec::with_capacity(items.len());
-    for (reply, chunk) in replies.iter().zip(items.chunks(EXTEND_CHUNK)) {
-        out.extend(parse_extend(reply, chunk.len())?);
+    let mut out = vec![None; items.len()];
+    let mut answered = 0;
+    for (reply, chunk) in replies.iter().zip(chunks) {
+        for (&i, lease) in chunk.iter().zip(parse_extend(reply, chunk.len())?) {
+            out[i] = lease;
+            answered += 1;
+        }
     }
-    if out.len() != items.len() {
-        return Err(UnexpectedReply(format!("{} replies to extend {} holds", out.len(), items.len())).into());
+    if answered != items.len() {
+        return Err(UnexpectedReply(format!("{answered} replies to extend {} holds", items.len())).into());
     }
     Ok((out, acked))
 }

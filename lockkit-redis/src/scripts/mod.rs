@@ -1,5 +1,7 @@
 //! The Lua scripts: every change to a lock is one script call, so one
-//! round trip and atomic. The scripts' sources are the files in `lua/`;
+//! round trip and atomic. Semaphores and read-write locks have scripts of
+//! their own (`kinds`), with the same arguments and replies where they
+//! can; the mutex's are untouched by them. The scripts' sources are the files in `lua/`;
 //! their arguments and replies are documented here, on each constant (one
 //! file per family: acquire, release, extend, inspect). The keys they
 //! work on are described in `layout`.
@@ -25,6 +27,7 @@
 mod acquire;
 mod extend;
 mod inspect;
+mod kinds;
 mod release;
 
 use std::sync::LazyLock;
@@ -34,15 +37,18 @@ use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{Fault, UnexpectedReply};
+use crate::layout::Keys;
 
 pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, TurnOf, acquire, acquire_replicated};
 pub(crate) use extend::{ExtendItem, extend};
 pub(crate) use inspect::{Stored, inspect, scan};
+pub(crate) use kinds::{holders, release as release_kind, undo as undo_kind};
 pub(crate) use release::{Released, UndoThen, force_release, release, undo};
 
 use acquire::ACQUIRE;
 use extend::EXTEND;
 use inspect::INSPECT;
+use kinds::{KINDS_ACQUIRE, KINDS_EXTEND, KINDS_HOLDERS, KINDS_RELEASE, KINDS_UNDO};
 use release::{FORCE, RELEASE, UNDO};
 
 /// The scripts, hashed once; [`redis::ScriptInvocation`] sends `EVALSHA` and
@@ -54,6 +60,11 @@ pub(crate) struct Scripts {
     pub inspect: Script,
     pub force: Script,
     pub undo: Script,
+    pub kinds_acquire: Script,
+    pub kinds_release: Script,
+    pub kinds_extend: Script,
+    pub kinds_holders: Script,
+    pub kinds_undo: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -63,6 +74,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     inspect: Script::new(INSPECT),
     force: Script::new(FORCE),
     undo: Script::new(UNDO),
+    kinds_acquire: Script::new(KINDS_ACQUIRE),
+    kinds_release: Script::new(KINDS_RELEASE),
+    kinds_extend: Script::new(KINDS_EXTEND),
+    kinds_holders: Script::new(KINDS_HOLDERS),
+    kinds_undo: Script::new(KINDS_UNDO),
 });
 
 fn unexpected(what: &str, v: &Value) -> UnexpectedReply {
@@ -124,13 +140,13 @@ pub(crate) struct Replicas {
     pub timeout_ms: u64,
 }
 
-/// Script calls of one `script` in one pipeline (one round trip), followed
+/// Script calls of `scripts` in one pipeline (one round trip), followed
 /// by `WAIT` when `replicas` is given: the calls' replies, and the number
-/// of replicas that acknowledged. A server that does not know the script
-/// yet (`NOSCRIPT`) is sent its body and the pipeline again.
+/// of replicas that acknowledged. A server that does not know a script
+/// yet (`NOSCRIPT`) is sent their bodies and the pipeline again.
 async fn pipelined<C: ConnectionLike + Send>(
     conn: &mut C,
-    script: &Script,
+    scripts: &[&Script],
     calls: &[ScriptInvocation<'_>],
     replicas: Option<Replicas>,
 ) -> Result<(Vec<Value>, Option<u32>), Fault> {
@@ -145,7 +161,9 @@ async fn pipelined<C: ConnectionLike + Send>(
     let mut replies: Vec<Value> = pipe.query_async(conn).await?;
     let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
     if replies.iter().any(noscript) {
-        script.load_async(conn).await?;
+        for script in scripts {
+            script.load_async(conn).await?;
+        }
         replies = pipe.query_async(conn).await?;
     }
     let expected = calls.len() + usize::from(replicas.is_some());
@@ -171,6 +189,19 @@ async fn pipelined<C: ConnectionLike + Send>(
     }
     .transpose()?;
     Ok((replies, acked))
+}
+
+/// Takes waiting client `id` out of the line of the name whose key (and
+/// channel) is `channel` — and out of its waiting writers, on a
+/// read-write lock — in one round trip. Errors are ignored: a client left
+/// in line is dropped by the next one once its turn passes.
+pub(crate) async fn leave_line<C: ConnectionLike + Send>(conn: &mut C, keys: &Keys, channel: &[u8], id: &str) {
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZREM").arg(keys.queue_of_lock(channel)).arg(id).ignore();
+    if keys.is_rw(channel) {
+        pipe.cmd("HDEL").arg(keys.writers(channel)).arg(id).ignore();
+    }
+    let _: redis::RedisResult<()> = pipe.query_async(conn).await;
 }
 
 /// A remaining lease in ms as a [`Duration`] (negative: zero).
@@ -244,6 +275,15 @@ mod tests {
             }
         );
         assert!(parse_acquire(&Value::Nil).is_err());
+        let permits = Value::Array(vec![Value::Int(-1), Value::BulkString(b"3".to_vec())]);
+        assert!(matches!(
+            parse_acquire(&permits).unwrap(),
+            AcquireReply::Conflict { reason } if reason.contains("3 permits")
+        ));
+        assert!(matches!(
+            parse_acquire(&Value::Array(vec![Value::Int(-2)])).unwrap(),
+            AcquireReply::Conflict { .. }
+        ));
         assert_eq!(parse_release(&Value::Int(-1)).unwrap().remaining, None);
         assert_eq!(parse_release(&Value::Int(0)).unwrap().remaining, Some(0));
         assert_eq!(

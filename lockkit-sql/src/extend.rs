@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{ExtendOutcome, Hold};
+use lockkit_core::backend::{ExtendOutcome, Hold, LockKind};
 use lockkit_core::{LockError, lease, ttl_millis};
 
 use crate::backend::{Inner, SqlBackend};
@@ -19,6 +19,9 @@ pub(crate) const EXTEND_CHUNK: usize = 256;
 impl Inner {
     pub(crate) async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
         let ttl = Duration::from_millis(ttl_millis(ttl));
+        if hold.kind != LockKind::Mutex {
+            return self.kind_extend(hold, ttl).await;
+        }
         let [a, b, c] = Self::hold_args(hold);
         let args = [Arg::Int(us(ttl)), a, b, c];
         let n = Some(hold.name.as_str());
@@ -129,7 +132,32 @@ impl SqlBackend {
             for chunk in group.chunks(EXTEND_CHUNK) {
                 let chunk_holds: Vec<&Hold> = chunk.iter().map(|&i| &holds[i].0).collect();
                 let called = Instant::now();
-                let (extended, sent) = sent::timed(inner.extend_chunk(ttl, &chunk_holds)).await;
+                let extended = async {
+                    // Semaphores' and read-write locks' holds live in
+                    // their own table: one more statement for them.
+                    let (kinds, mutexes): (Vec<(usize, &Hold)>, Vec<(usize, &Hold)>) =
+                        chunk_holds.iter().copied().enumerate().partition(|(_, h)| h.kind != LockKind::Mutex);
+                    if kinds.is_empty() {
+                        return inner.extend_chunk(ttl, &chunk_holds).await;
+                    }
+                    let mut out = vec![None; chunk_holds.len()];
+                    for (part, kinds) in [(mutexes, false), (kinds, true)] {
+                        if part.is_empty() {
+                            continue;
+                        }
+                        let holds: Vec<&Hold> = part.iter().map(|(_, h)| *h).collect();
+                        let remaining = if kinds {
+                            inner.kind_extend_chunk(ttl, &holds).await?
+                        } else {
+                            inner.extend_chunk(ttl, &holds).await?
+                        };
+                        for ((i, _), r) in part.iter().zip(remaining) {
+                            out[*i] = r;
+                        }
+                    }
+                    Ok(out)
+                };
+                let (extended, sent) = sent::timed(extended).await;
                 let sent_at = sent.unwrap_or(called);
                 match extended {
                     Ok(remaining) => {

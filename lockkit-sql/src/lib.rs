@@ -200,6 +200,7 @@ mod conn;
 mod error;
 mod extend;
 mod inspect;
+mod kinds;
 mod layout;
 mod release;
 mod retry;

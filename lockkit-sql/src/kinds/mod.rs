@@ -1,0 +1,83 @@
+//! Semaphores and read-write locks ([`LockKind::Permit`], [`LockKind::Read`],
+//! [`LockKind::Write`]): the rules that grant a request (`rules.rs`), the
+//! claim and the place in line (`claim.rs`), the wait loop (`wait.rs`), and
+//! release, extension and inspection (`release.rs`). The mutex keeps its
+//! own table and statements; these kinds live in `<table>_kinds` and
+//! `<table>_holds` (see `sql/kinds.rs`).
+//!
+//! # How a hold is taken
+//!
+//! Each attempt is one transaction under a lock on the name's row in
+//! `<table>_kinds` (`SELECT … FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`, the
+//! file's single writer): it reads the name's live holds and its line (the
+//! rows of `<table>_holds`, in `seq` order), decides by the rules of
+//! `rules.rs` (those of the memory backend), and writes the new hold, the
+//! joined share or the renewed place. A new hold draws `seq` from the
+//! name's counter (`last_token`, which only grows and stays with the
+//! name's row); a permit's or a writer's token is that `seq`, so tokens
+//! strictly grow per name and `seq` order is grant order. A read hold
+//! carries the name's last write token (`last_write`).
+//!
+//! Every attempt is idempotent by its attempt id (a repeat finds its share
+//! in a hold's `attempts`), a release takes out exactly its share, so the
+//! transactions are sent again after a lost connection, as the mutex's
+//! statements are.
+//!
+//! # Waiting
+//!
+//! A `lock` that finds the name busy takes a place in the name's line (a
+//! `queued` row of `<table>_holds`, with a lease of `queue_lease`), and
+//! tries again on a backoff no longer than a third of that lease; each try
+//! renews the place, so a waiter that died leaves the line within the
+//! lease. A release, or a grant that leaves room for more, wakes this
+//! process's waiters of the name at once (Postgres: every process's, by
+//! `NOTIFY`). The order is the database's: a try takes the name only when
+//! the rules say it is its turn.
+
+mod claim;
+mod release;
+mod rules;
+mod wait;
+
+use lockkit_core::backend::{AcquireRequest, Hold, LockKind};
+
+use crate::conn::Arg;
+
+/// The byte that starts the keys of this process's waiter registry for
+/// semaphores and read-write locks (never the first byte of a UTF-8 name,
+/// so never a mutex's key).
+pub(crate) const KIND_KEY: u8 = 0xFF;
+
+/// A kind family's code in the tables: each family keeps its own names.
+fn family(kind: LockKind) -> i64 {
+    match kind {
+        LockKind::Permit { .. } => 1,
+        _ => 2,
+    }
+}
+
+/// The key of the name's waiters in this process's registry (and of its
+/// Postgres notifications).
+fn line_key(name: &str, kind: LockKind) -> Vec<u8> {
+    let mut key = Vec::with_capacity(name.len() + 2);
+    key.push(KIND_KEY);
+    key.push(family(kind) as u8);
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
+/// The arguments that find a hold: `(family, name, owner, token, writer)`.
+fn hold_args(hold: &Hold) -> [Arg<'_>; 5] {
+    [
+        Arg::Int(family(hold.kind)),
+        Arg::Bytes(hold.name.as_bytes()),
+        Arg::Bytes(hold.owner.as_bytes()),
+        Arg::Int(hold.token as i64),
+        Arg::Int(i64::from(hold.kind == LockKind::Write)),
+    ]
+}
+
+/// `(family, name)` of a request.
+fn name_args<'a>(req: &AcquireRequest<'a>) -> [Arg<'a>; 2] {
+    [Arg::Int(family(req.kind)), Arg::Bytes(req.name.as_bytes())]
+}

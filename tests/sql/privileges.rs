@@ -4,7 +4,8 @@
 //! app user only SELECT, INSERT, UPDATE, DELETE on it, its waiter table
 //! (`<table>_waiters`, the fair line) and its token counter (MariaDB: the
 //! `<table>_tokens` table; Postgres: USAGE on the `<table>_token_seq`
-//! sequence). With that, the app user locks, extends,
+//! sequence), and the tables of semaphores and read-write locks
+//! (`<table>_kinds`, `<table>_holds`). With that, the app user locks, extends,
 //! unlocks, gets growing fencing tokens and runs the sweeper, but cannot
 //! create, alter or drop tables; before the table exists it gets a typed
 //! error naming the missing table.
@@ -50,8 +51,14 @@ impl Raw for Mysql {
         n
     }
     fn grants(t: &str) -> Vec<String> {
-        [t.to_owned(), format!("{t}_tokens"), format!("{t}_waiters")]
-            .iter()
+        [
+            t.to_owned(),
+            format!("{t}_tokens"),
+            format!("{t}_waiters"),
+            format!("{t}_kinds"),
+            format!("{t}_holds"),
+        ]
+        .iter()
             .map(|obj| {
                 format!(
                     "GRANT SELECT, INSERT, UPDATE, DELETE ON `{obj}` TO 'lockkit_app'@'127.0.0.1', 'lockkit_app'@'localhost'"
@@ -60,7 +67,9 @@ impl Raw for Mysql {
             .collect()
     }
     fn cleanup(t: &str) -> Vec<String> {
-        vec![format!("DROP TABLE IF EXISTS `{t}`, `{t}_tokens`, `{t}_waiters`")]
+        vec![format!(
+            "DROP TABLE IF EXISTS `{t}`, `{t}_tokens`, `{t}_waiters`, `{t}_kinds`, `{t}_holds`"
+        )]
     }
     fn quote(t: &str) -> String {
         format!("`{t}`")
@@ -93,12 +102,15 @@ impl Raw for Postgres {
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}\" TO lockkit_app"),
             format!("GRANT USAGE ON SEQUENCE \"{t}_token_seq\" TO lockkit_app"),
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}_waiters\" TO lockkit_app"),
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}_kinds\", \"{t}_holds\" TO lockkit_app"),
         ]
     }
     fn cleanup(t: &str) -> Vec<String> {
         vec![
             format!("DROP TABLE IF EXISTS \"{t}\""),
             format!("DROP TABLE IF EXISTS \"{t}_waiters\""),
+            format!("DROP TABLE IF EXISTS \"{t}_kinds\""),
+            format!("DROP TABLE IF EXISTS \"{t}_holds\""),
             format!("DROP SEQUENCE IF EXISTS \"{t}_token_seq\""),
         ]
     }
@@ -188,6 +200,27 @@ async fn scenario<R: Raw>(label: &str, admin: &str, app: &str, t: &str) -> Resul
     let g2 = waiter.await.unwrap().map_err(|e| e.to_line())?;
     assert!(g2.fencing_token() > t1, "{label}: tokens grow");
     g2.unlock().await.map_err(|e| e.to_line())?;
+
+    // Semaphores and read-write locks (`<table>_kinds`, `<table>_holds`).
+    let sem = a.semaphore("pool", 2).map_err(|e| e.to_line())?;
+    let p1 = sem.acquire().await.map_err(|e| e.to_line())?;
+    let p2 = sem.acquire().await.map_err(|e| e.to_line())?;
+    assert!(p2.fencing_token() > p1.fencing_token(), "{label}: permit tokens grow");
+    let sem_b = b.semaphore("pool", 2).map_err(|e| e.to_line())?;
+    assert!(sem_b.try_acquire().await.map_err(|e| e.to_line())?.is_none(), "{label}: 2 permits");
+    p1.unlock().await.map_err(|e| e.to_line())?;
+    p2.unlock().await.map_err(|e| e.to_line())?;
+    let (rw_a, rw_b) = (
+        a.rw_lock("doc").map_err(|e| e.to_line())?,
+        b.rw_lock("doc").map_err(|e| e.to_line())?,
+    );
+    let w = rw_a.write().await.map_err(|e| e.to_line())?;
+    assert!(rw_b.try_read().await.map_err(|e| e.to_line())?.is_none(), "{label}: written");
+    let written = w.fencing_token();
+    w.unlock().await.map_err(|e| e.to_line())?;
+    let r = rw_b.read().await.map_err(|e| e.to_line())?;
+    assert_eq!(r.fencing_token(), written, "{label}: readers carry the write token");
+    r.unlock().await.map_err(|e| e.to_line())?;
 
     // The sweeper, run by the app user, deletes an abandoned expired row.
     let short = LockOptions::new().ttl(Duration::from_millis(300)).auto_extend(false);

@@ -58,6 +58,8 @@ pub(crate) struct KindStatements {
     pub sweep: Arc<str>,
     dialect: Dialect,
     holds: String,
+    /// The two tables' names, unquoted.
+    tables: [String; 2],
 }
 
 /// `$n` placeholders as the dialect writes them.
@@ -264,7 +266,13 @@ impl KindStatements {
             sweep: p(sweep),
             dialect,
             holds: h,
+            tables: [format!("{table}_kinds"), format!("{table}_holds")],
         }
+    }
+
+    /// Whether `object` is one of these statements' tables.
+    pub fn owns(&self, object: &str) -> bool {
+        self.tables.iter().any(|t| t == object)
     }
 
     /// `(ttl_us, (family, name, owner, token, writer) × n)`: extends `n`

@@ -112,6 +112,39 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// [`extend_chunk`](Self::extend_chunk) for holds of any kind: the
+    /// mutexes' in one statement, semaphores' and read-write locks' (their
+    /// own table) in one more.
+    async fn extend_mixed_chunk(&self, ttl: Duration, holds: &[&Hold]) -> Result<Vec<Option<Duration>>, LockError> {
+        type Part<'a> = Vec<(usize, &'a Hold)>;
+        let (kinds, mutexes): (Part<'_>, Part<'_>) = holds
+            .iter()
+            .copied()
+            .enumerate()
+            .partition(|(_, h)| h.kind != LockKind::Mutex);
+        if kinds.is_empty() {
+            return self.extend_chunk(ttl, holds).await;
+        }
+        let mut out = vec![None; holds.len()];
+        for (part, kinds) in [(mutexes, false), (kinds, true)] {
+            if part.is_empty() {
+                continue;
+            }
+            let some: Vec<&Hold> = part.iter().map(|(_, h)| *h).collect();
+            let remaining = if kinds {
+                self.kind_extend_chunk(ttl, &some).await?
+            } else {
+                self.extend_chunk(ttl, &some).await?
+            };
+            for ((i, _), r) in part.iter().zip(remaining) {
+                out[*i] = r;
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl SqlBackend {
     /// `extend_many`: the holds grouped by ttl, each group extended in
     /// chunks of [`EXTEND_CHUNK`], one statement each.
@@ -132,32 +165,7 @@ impl SqlBackend {
             for chunk in group.chunks(EXTEND_CHUNK) {
                 let chunk_holds: Vec<&Hold> = chunk.iter().map(|&i| &holds[i].0).collect();
                 let called = Instant::now();
-                let extended = async {
-                    // Semaphores' and read-write locks' holds live in
-                    // their own table: one more statement for them.
-                    let (kinds, mutexes): (Vec<(usize, &Hold)>, Vec<(usize, &Hold)>) =
-                        chunk_holds.iter().copied().enumerate().partition(|(_, h)| h.kind != LockKind::Mutex);
-                    if kinds.is_empty() {
-                        return inner.extend_chunk(ttl, &chunk_holds).await;
-                    }
-                    let mut out = vec![None; chunk_holds.len()];
-                    for (part, kinds) in [(mutexes, false), (kinds, true)] {
-                        if part.is_empty() {
-                            continue;
-                        }
-                        let holds: Vec<&Hold> = part.iter().map(|(_, h)| *h).collect();
-                        let remaining = if kinds {
-                            inner.kind_extend_chunk(ttl, &holds).await?
-                        } else {
-                            inner.extend_chunk(ttl, &holds).await?
-                        };
-                        for ((i, _), r) in part.iter().zip(remaining) {
-                            out[*i] = r;
-                        }
-                    }
-                    Ok(out)
-                };
-                let (extended, sent) = sent::timed(extended).await;
+                let (extended, sent) = sent::timed(inner.extend_mixed_chunk(ttl, &chunk_holds)).await;
                 let sent_at = sent.unwrap_or(called);
                 match extended {
                     Ok(remaining) => {

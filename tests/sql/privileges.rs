@@ -207,7 +207,10 @@ async fn scenario<R: Raw>(label: &str, admin: &str, app: &str, t: &str) -> Resul
     let p2 = sem.acquire().await.map_err(|e| e.to_line())?;
     assert!(p2.fencing_token() > p1.fencing_token(), "{label}: permit tokens grow");
     let sem_b = b.semaphore("pool", 2).map_err(|e| e.to_line())?;
-    assert!(sem_b.try_acquire().await.map_err(|e| e.to_line())?.is_none(), "{label}: 2 permits");
+    assert!(
+        sem_b.try_acquire().await.map_err(|e| e.to_line())?.is_none(),
+        "{label}: 2 permits"
+    );
     p1.unlock().await.map_err(|e| e.to_line())?;
     p2.unlock().await.map_err(|e| e.to_line())?;
     let (rw_a, rw_b) = (
@@ -215,7 +218,10 @@ async fn scenario<R: Raw>(label: &str, admin: &str, app: &str, t: &str) -> Resul
         b.rw_lock("doc").map_err(|e| e.to_line())?,
     );
     let w = rw_a.write().await.map_err(|e| e.to_line())?;
-    assert!(rw_b.try_read().await.map_err(|e| e.to_line())?.is_none(), "{label}: written");
+    assert!(
+        rw_b.try_read().await.map_err(|e| e.to_line())?.is_none(),
+        "{label}: written"
+    );
     let written = w.fencing_token();
     w.unlock().await.map_err(|e| e.to_line())?;
     let r = rw_b.read().await.map_err(|e| e.to_line())?;

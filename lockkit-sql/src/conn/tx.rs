@@ -87,7 +87,12 @@ impl Tx {
     }
 
     /// Runs a query; every row decoded as `cols` says.
-    pub async fn fetch(&mut self, sql: &Arc<str>, args: &[Arg<'_>], cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+    pub async fn fetch(
+        &mut self,
+        sql: &Arc<str>,
+        args: &[Arg<'_>],
+        cols: &[Col],
+    ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
         use sqlx::Row;
         with_tx!(self, conn => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));

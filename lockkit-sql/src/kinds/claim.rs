@@ -7,7 +7,7 @@ use lockkit_core::backend::{AcquireRequest, Lease, LockKind, TryAcquire};
 use lockkit_core::{LockError, lease, ttl_millis};
 
 use super::rules::{Grant, Row, decide, permits_of};
-use super::{family, line_key, name_args};
+use super::{family, line_key, name_args, share_count};
 use crate::backend::Inner;
 use crate::conn::{Arg, Col, Tx, sent, us};
 
@@ -111,11 +111,7 @@ impl Inner {
     }
 
     /// The claim's transaction: `Err` with the reason of a conflict.
-    async fn kind_claim(
-        &self,
-        req: &AcquireRequest<'_>,
-        queued: bool,
-    ) -> Result<Result<Claimed, String>, sqlx::Error> {
+    async fn kind_claim(&self, req: &AcquireRequest<'_>, queued: bool) -> Result<Result<Claimed, String>, sqlx::Error> {
         let k = &self.ksql;
         let (mut tx, state) = self.read_name(req).await?;
         let [fam, name] = name_args(req);
@@ -153,7 +149,7 @@ impl Inner {
                     tx.exec(&k.set_name, &args).await?;
                 }
                 Claimed::Held {
-                    count: Row { attempts, ..row.clone() }.count(),
+                    count: share_count(&attempts),
                     token: row.token as u64,
                     remaining: row.remaining.max(req.ttl),
                 }
@@ -197,7 +193,10 @@ impl Inner {
         let shared = matches!(req.kind, LockKind::Permit { .. } | LockKind::Read);
         let others = state.rows.iter().any(|r| r.queued && r.attempts != req.attempt);
         let key = line_key(req.name, req.kind);
-        if shared && others && let Some(notify) = &k.notify {
+        if shared
+            && others
+            && let Some(notify) = &k.notify
+        {
             tx.exec(notify, &[Arg::Bytes(&key), fam, name]).await?;
         }
         tx.commit().await?;

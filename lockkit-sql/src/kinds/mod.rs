@@ -66,6 +66,16 @@ fn line_key(name: &str, kind: LockKind) -> Vec<u8> {
     key
 }
 
+/// The attempt ids of a hold's shares (its `attempts`, space-separated).
+fn shares(attempts: &str) -> impl Iterator<Item = &str> {
+    attempts.split(' ').filter(|a| !a.is_empty())
+}
+
+/// The hold count: how many shares.
+fn share_count(attempts: &str) -> u32 {
+    crate::conn::count(shares(attempts).count() as i64)
+}
+
 /// The arguments that find a hold: `(family, name, owner, token, writer)`.
 fn hold_args(hold: &Hold) -> [Arg<'_>; 5] {
     [

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use lockkit_core::backend::{ExtendOutcome, Hold, LockInfo, LockKind, ReleaseOutcome};
 use lockkit_core::{LockError, lease};
 
-use super::{family, hold_args, line_key};
+use super::{family, hold_args, line_key, share_count, shares};
 use crate::backend::Inner;
 use crate::conn::{Arg, Col, Val, count, from_us, sent, text, us};
 
@@ -43,7 +43,7 @@ impl Inner {
         };
         let attempts = text(found.pop().unwrap_or(Val::Int(0)));
         let seq = Arg::Int(found.pop().map_or(0, |v| v.int()));
-        let left: Vec<&str> = attempts.split(' ').filter(|a| !a.is_empty() && *a != attempt).collect();
+        let left: Vec<&str> = shares(&attempts).filter(|a| *a != attempt).collect();
         let (fam, name) = (Arg::Int(family(hold.kind)), Arg::Bytes(hold.name.as_bytes()));
         let gone = left.is_empty();
         if gone {
@@ -52,7 +52,7 @@ impl Inner {
                 let key = line_key(&hold.name, hold.kind);
                 tx.exec(notify, &[Arg::Bytes(&key), fam, name]).await?;
             }
-        } else if left.len() < attempts.split(' ').filter(|a| !a.is_empty()).count() {
+        } else if left.len() < shares(&attempts).count() {
             let joined = left.join(" ");
             tx.exec(&k.set_attempts, &[Arg::Text(Some(&joined)), fam, name, seq])
                 .await?;
@@ -75,10 +75,9 @@ impl Inner {
         args.extend(tuples.iter().copied());
         self.retry("extend", None, || self.db.exec(&update, &args)).await?;
         let cols = [Col::Int, Col::Bytes, Col::Bytes, Col::Int, Col::Int, Col::Int];
-        let rows = self
+        let found = self
             .retry("extend", None, || self.db.fetch(&select, &tuples, &cols))
             .await?;
-        let found: Vec<Vec<Val>> = rows;
         Ok(holds
             .iter()
             .map(|h| {
@@ -89,10 +88,7 @@ impl Inner {
                     Val::Int(h.token as i64),
                     Val::Int(i64::from(h.kind == LockKind::Write)),
                 ];
-                found
-                    .iter()
-                    .find(|r| r[..5] == key)
-                    .map(|r| from_us(r[5].int()))
+                found.iter().find(|r| r[..5] == key).map(|r| from_us(r[5].int()))
             })
             .collect())
     }
@@ -119,7 +115,9 @@ impl Inner {
         ];
         let cols = [Col::Bytes, Col::Text, Col::Int, Col::Int];
         let rows = self
-            .retry("inspect", Some(name), || self.db.fetch(&self.ksql.holders, &args, &cols))
+            .retry("inspect", Some(name), || {
+                self.db.fetch(&self.ksql.holders, &args, &cols)
+            })
             .await?;
         Ok(rows
             .into_iter()
@@ -130,7 +128,7 @@ impl Inner {
                 LockInfo {
                     name: name.to_owned(),
                     owner,
-                    hold_count: count(attempts.split(' ').filter(|a| !a.is_empty()).count() as i64),
+                    hold_count: share_count(&attempts),
                     token: r.next().map_or(0, |v| v.int() as u64),
                     remaining: Some(from_us(r.next().map_or(0, |v| v.int()))),
                 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lockkit_core::backend::{AcquireRequest, LockKind};
 
-use crate::conn::{Val, count, from_us, text};
+use crate::conn::{Val, from_us, text};
 
 /// One live row of `<table>_holds`: a hold, or a place in line (`queued`).
 #[derive(Debug, Clone)]
@@ -38,12 +38,7 @@ impl Row {
     }
 
     pub fn has(&self, attempt: &str) -> bool {
-        self.attempts.split(' ').any(|a| a == attempt)
-    }
-
-    /// The hold count: its shares.
-    pub fn count(&self) -> u32 {
-        count(self.attempts.split(' ').filter(|a| !a.is_empty()).count() as i64)
+        super::shares(&self.attempts).any(|a| a == attempt)
     }
 }
 
@@ -78,9 +73,7 @@ pub(super) fn decide(req: &AcquireRequest<'_>, permits: i64, rows: &[Row]) -> Gr
     if let LockKind::Permit { permits: asked } = req.kind {
         let in_use = holds().next().is_some() || line.iter().any(|r| !mine(r));
         if permits != 0 && permits != i64::from(asked) && in_use {
-            return Grant::Conflict(format!(
-                "the semaphore has {permits} permits, the request says {asked}"
-            ));
+            return Grant::Conflict(format!("the semaphore has {permits} permits, the request says {asked}"));
         }
     }
     // Whether the line lets the request go: a reader when no writer waits
@@ -90,10 +83,8 @@ pub(super) fn decide(req: &AcquireRequest<'_>, permits: i64, rows: &[Row]) -> Gr
         LockKind::Read => !line.iter().take_while(|r| !mine(r)).any(|r| r.writer),
         _ => !req.fair || line.first().is_none_or(mine),
     };
-    let soonest = |mut it: Box<dyn Iterator<Item = &Row> + '_>| -> Option<Duration> {
-        let first = it.next()?.remaining;
-        Some(it.fold(first, |m, r| m.min(r.remaining)))
-    };
+    // The soonest end of a hold in the way.
+    let soonest = || holds().map(|(_, r)| r.remaining).min();
     match req.kind {
         LockKind::Permit { permits: asked } => {
             if let Some((i, _)) = holds().find(|(_, r)| r.has(req.attempt)) {
@@ -101,7 +92,7 @@ pub(super) fn decide(req: &AcquireRequest<'_>, permits: i64, rows: &[Row]) -> Gr
             } else if turn && holds().count() < asked as usize {
                 Grant::New { write: false }
             } else {
-                Grant::Busy(soonest(Box::new(holds().map(|(_, r)| r))))
+                Grant::Busy(soonest())
             }
         }
         LockKind::Read => {
@@ -124,7 +115,7 @@ pub(super) fn decide(req: &AcquireRequest<'_>, permits: i64, rows: &[Row]) -> Gr
                     "the owner holds it for reading: a read hold cannot be upgraded; release it first".to_owned(),
                 ),
                 None if holds().next().is_none() && turn => Grant::New { write: true },
-                None => Grant::Busy(soonest(Box::new(holds().map(|(_, r)| r)))),
+                None => Grant::Busy(soonest()),
             }
         }
     }
@@ -164,25 +155,53 @@ mod tests {
         assert_eq!(decide(&req(two, "a", "a2"), 2, &held), Grant::New { write: false });
         assert_eq!(decide(&req(two, "a", "a1"), 2, &held), Grant::Join(0), "a repeat");
         let full = [row(1, "a", false, false, "a1"), row(2, "b", false, false, "b1")];
-        assert_eq!(decide(&req(two, "c", "c1"), 2, &full), Grant::Busy(Some(Duration::from_secs(1))));
+        assert_eq!(
+            decide(&req(two, "c", "c1"), 2, &full),
+            Grant::Busy(Some(Duration::from_secs(1)))
+        );
         let waiting = [row(1, "a", false, false, "a1"), row(3, "w", false, true, "w1")];
-        assert!(matches!(decide(&req(two, "c", "c1"), 2, &waiting), Grant::Busy(_)), "a try waits its turn");
+        assert!(
+            matches!(decide(&req(two, "c", "c1"), 2, &waiting), Grant::Busy(_)),
+            "a try waits its turn"
+        );
         assert_eq!(decide(&req(two, "w", "w1"), 2, &waiting), Grant::New { write: false });
         let three = LockKind::Permit { permits: 3 };
         assert!(matches!(decide(&req(three, "c", "c1"), 2, &held), Grant::Conflict(_)));
-        assert_eq!(decide(&req(three, "c", "c1"), 2, &[]), Grant::New { write: false }, "unused: recounted");
+        assert_eq!(
+            decide(&req(three, "c", "c1"), 2, &[]),
+            Grant::New { write: false },
+            "unused: recounted"
+        );
     }
 
     #[test]
     fn readers_and_writers() {
         let (r, w) = (LockKind::Read, LockKind::Write);
         let reading = [row(1, "a", false, false, "a1"), row(2, "w", true, true, "w1")];
-        assert_eq!(decide(&req(r, "a", "a2"), 0, &reading), Grant::Join(0), "re-entry while a writer waits");
-        assert_eq!(decide(&req(r, "b", "b1"), 0, &reading), Grant::Busy(None), "no passing a writer");
-        assert!(matches!(decide(&req(w, "a", "a3"), 0, &reading), Grant::Conflict(_)), "no upgrade");
-        assert!(matches!(decide(&req(w, "w", "w1"), 0, &reading), Grant::Busy(_)), "readers first");
+        assert_eq!(
+            decide(&req(r, "a", "a2"), 0, &reading),
+            Grant::Join(0),
+            "re-entry while a writer waits"
+        );
+        assert_eq!(
+            decide(&req(r, "b", "b1"), 0, &reading),
+            Grant::Busy(None),
+            "no passing a writer"
+        );
+        assert!(
+            matches!(decide(&req(w, "a", "a3"), 0, &reading), Grant::Conflict(_)),
+            "no upgrade"
+        );
+        assert!(
+            matches!(decide(&req(w, "w", "w1"), 0, &reading), Grant::Busy(_)),
+            "readers first"
+        );
         let writing = [row(1, "a", true, false, "a1")];
-        assert_eq!(decide(&req(r, "a", "a2"), 0, &writing), Grant::New { write: false }, "read under own write");
+        assert_eq!(
+            decide(&req(r, "a", "a2"), 0, &writing),
+            Grant::New { write: false },
+            "read under own write"
+        );
         assert_eq!(decide(&req(w, "a", "a2"), 0, &writing), Grant::Join(0));
         assert_eq!(decide(&req(w, "b", "b1"), 0, &[]), Grant::New { write: true });
     }

@@ -25,6 +25,8 @@ trait Raw {
     async fn exec(url: &str, sql: &str) -> Result<(), String>;
     async fn count(url: &str, table: &str) -> i64;
     fn grants(table: &str) -> Vec<String>;
+    /// The grants on the tables of semaphores and read-write locks.
+    fn kind_grants(table: &str) -> Vec<String>;
     fn cleanup(table: &str) -> Vec<String>;
     fn quote(table: &str) -> String;
 }
@@ -51,19 +53,15 @@ impl Raw for Mysql {
         n
     }
     fn grants(t: &str) -> Vec<String> {
-        [
-            t.to_owned(),
-            format!("{t}_tokens"),
-            format!("{t}_waiters"),
-            format!("{t}_kinds"),
-            format!("{t}_holds"),
-        ]
-        .iter()
-            .map(|obj| {
-                format!(
-                    "GRANT SELECT, INSERT, UPDATE, DELETE ON `{obj}` TO 'lockkit_app'@'127.0.0.1', 'lockkit_app'@'localhost'"
-                )
-            })
+        [t.to_owned(), format!("{t}_tokens"), format!("{t}_waiters")]
+            .iter()
+            .map(|obj| Self::dml(obj))
+            .collect()
+    }
+    fn kind_grants(t: &str) -> Vec<String> {
+        [format!("{t}_kinds"), format!("{t}_holds")]
+            .iter()
+            .map(|obj| Self::dml(obj))
             .collect()
     }
     fn cleanup(t: &str) -> Vec<String> {
@@ -73,6 +71,15 @@ impl Raw for Mysql {
     }
     fn quote(t: &str) -> String {
         format!("`{t}`")
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Mysql {
+    fn dml(obj: &str) -> String {
+        format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON `{obj}` TO 'lockkit_app'@'127.0.0.1', 'lockkit_app'@'localhost'"
+        )
     }
 }
 
@@ -102,8 +109,12 @@ impl Raw for Postgres {
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}\" TO lockkit_app"),
             format!("GRANT USAGE ON SEQUENCE \"{t}_token_seq\" TO lockkit_app"),
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}_waiters\" TO lockkit_app"),
-            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}_kinds\", \"{t}_holds\" TO lockkit_app"),
         ]
+    }
+    fn kind_grants(t: &str) -> Vec<String> {
+        vec![format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}_kinds\", \"{t}_holds\" TO lockkit_app"
+        )]
     }
     fn cleanup(t: &str) -> Vec<String> {
         vec![
@@ -147,6 +158,27 @@ async fn scenario<R: Raw>(label: &str, admin: &str, app: &str, t: &str) -> Resul
         .map_err(|e| e.to_line())?;
     drop(owner);
     for grant in R::grants(t) {
+        R::exec(admin, &grant).await?;
+    }
+
+    // Granted what an older lockkit needed only: the app user keeps its
+    // mutexes; semaphores fail, typed and permanent.
+    let older = lockkit::connect(&format!("{app}?table={t}"))
+        .await
+        .map_err(|e| e.to_line())?;
+    let g = older.lock("older").await.map_err(|e| e.to_line())?;
+    g.unlock().await.map_err(|e| e.to_line())?;
+    let sem = older.semaphore("older", 1).map_err(|e| e.to_line())?;
+    let e = sem
+        .try_acquire()
+        .await
+        .expect_err("no rights on the semaphores' tables");
+    assert!(
+        matches!(e, LockError::Backend { retryable: false, .. }),
+        "{label}: {e:?}"
+    );
+    drop(older);
+    for grant in R::kind_grants(t) {
         R::exec(admin, &grant).await?;
     }
 

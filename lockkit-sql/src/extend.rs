@@ -117,15 +117,15 @@ impl Inner {
     /// mutexes' in one statement, semaphores' and read-write locks' (their
     /// own table) in one more.
     async fn extend_mixed_chunk(&self, ttl: Duration, holds: &[&Hold]) -> Result<Vec<Option<Duration>>, LockError> {
+        if holds.iter().all(|h| h.kind == LockKind::Mutex) {
+            return self.extend_chunk(ttl, holds).await;
+        }
         type Part<'a> = Vec<(usize, &'a Hold)>;
         let (kinds, mutexes): (Part<'_>, Part<'_>) = holds
             .iter()
             .copied()
             .enumerate()
             .partition(|(_, h)| h.kind != LockKind::Mutex);
-        if kinds.is_empty() {
-            return self.extend_chunk(ttl, holds).await;
-        }
         let mut out = vec![None; holds.len()];
         for (part, kinds) in [(mutexes, false), (kinds, true)] {
             if part.is_empty() {

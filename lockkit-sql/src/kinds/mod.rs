@@ -91,3 +91,85 @@ fn hold_args(hold: &Hold) -> [Arg<'_>; 5] {
 fn name_args<'a>(req: &AcquireRequest<'a>) -> [Arg<'a>; 2] {
     [Arg::Int(family(req.kind)), Arg::Bytes(req.name.as_bytes())]
 }
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use std::time::Duration;
+
+    use lockkit_core::backend::{ExtendOutcome, LockBackend, ReleaseOutcome, TryAcquire};
+
+    use super::*;
+    use crate::SqlBackend;
+    use crate::config::{Dialect, SqlConfig};
+
+    fn req<'a>(kind: LockKind, owner: &'a str, attempt: &'a str) -> AcquireRequest<'a> {
+        AcquireRequest {
+            name: "n",
+            owner,
+            ttl: Duration::from_secs(30),
+            attempt,
+            fair: true,
+            kind,
+        }
+    }
+
+    async fn take(backend: &SqlBackend, req: &AcquireRequest<'_>) -> Option<u64> {
+        backend.try_acquire(req).await.unwrap().token()
+    }
+
+    /// Each family keeps its own names; one watchdog batch extends holds
+    /// of every kind; a repeated release changes nothing.
+    #[tokio::test]
+    async fn kinds_beside_the_mutex() {
+        let backend = SqlBackend::connect(SqlConfig::new(Dialect::Sqlite, ":memory:"))
+            .await
+            .unwrap();
+        let permit = LockKind::Permit { permits: 1 };
+        let m = take(&backend, &req(LockKind::Mutex, "a", "0000000000000001"))
+            .await
+            .unwrap();
+        let p = take(&backend, &req(permit, "a", "0000000000000002")).await.unwrap();
+        let w = take(&backend, &req(LockKind::Write, "a", "0000000000000003"))
+            .await
+            .unwrap();
+        let r = take(&backend, &req(LockKind::Read, "a", "0000000000000004"))
+            .await
+            .unwrap();
+        assert_eq!(r, w, "read under the own write carries its token");
+        assert!(matches!(
+            backend
+                .try_acquire(&req(permit, "b", "0000000000000005"))
+                .await
+                .unwrap(),
+            TryAcquire::Busy { .. }
+        ));
+        let hold = |kind, token| Hold {
+            name: "n".to_owned(),
+            owner: "a".to_owned(),
+            token,
+            kind,
+        };
+        let ttl = Duration::from_secs(60);
+        let batch = [
+            (hold(LockKind::Mutex, m), ttl),
+            (hold(permit, p), ttl),
+            (hold(LockKind::Write, w), ttl),
+            (hold(LockKind::Read, r), ttl),
+            (hold(permit, p + 100), ttl),
+        ];
+        let out = backend.extend_many(&batch).await;
+        let extended: Vec<bool> = out
+            .iter()
+            .map(|o| matches!(o, Ok(ExtendOutcome::Extended { .. })))
+            .collect();
+        assert_eq!(extended, [true, true, true, true, false]);
+        let released = backend.release(&hold(permit, p), "0000000000000002").await.unwrap();
+        assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
+        let again = backend.release(&hold(permit, p), "0000000000000002").await.unwrap();
+        assert_eq!(again, ReleaseOutcome::NotHeld);
+        let next = take(&backend, &req(permit, "b", "0000000000000005")).await.unwrap();
+        assert!(next > p, "tokens grow per name");
+        assert_eq!(backend.waiting_for("n", permit).await.unwrap(), 0);
+        assert_eq!(backend.holders("n", LockKind::Read).await.unwrap().len(), 1);
+    }
+}

@@ -260,18 +260,31 @@ async fn scenario<R: Raw>(label: &str, admin: &str, app: &str, t: &str) -> Resul
     assert_eq!(r.fencing_token(), written, "{label}: readers carry the write token");
     r.unlock().await.map_err(|e| e.to_line())?;
 
-    // The sweeper, run by the app user, deletes an abandoned expired row.
+    // The sweeper, run by the app user, deletes abandoned expired rows (a
+    // mutex's, a permit's).
     let short = LockOptions::new().ttl(Duration::from_millis(300)).auto_extend(false);
     a.lock_with("abandoned", &short)
         .await
         .map_err(|e| e.to_line())?
         .abandon();
+    a.semaphore("abandoned", 1)
+        .map_err(|e| e.to_line())?
+        .acquire_with(&short)
+        .await
+        .map_err(|e| e.to_line())?
+        .abandon();
+    let holds = format!("{t}_holds");
     assert_eq!(R::count(admin, t).await, 1, "{label}: the abandoned row is there");
+    assert_eq!(
+        R::count(admin, &holds).await,
+        1,
+        "{label}: the abandoned permit is there"
+    );
     let started = Instant::now();
-    while R::count(admin, t).await > 0 {
+    while R::count(admin, t).await + R::count(admin, &holds).await > 0 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
-            "{label}: the app user's sweeper did not delete the expired row"
+            "{label}: the app user's sweeper did not delete the expired rows"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -171,5 +171,23 @@ mod tests {
         assert!(next > p, "tokens grow per name");
         assert_eq!(backend.waiting_for("n", permit).await.unwrap(), 0);
         assert_eq!(backend.holders("n", LockKind::Read).await.unwrap().len(), 1);
+
+        // An abandoned permit: free at its lease end, and swept.
+        let brief = AcquireRequest {
+            ttl: Duration::from_millis(1),
+            ..req(permit, "c", "0000000000000006")
+        };
+        let inner = &backend.inner;
+        let of_b = Hold {
+            owner: "b".to_owned(),
+            ..hold(permit, next)
+        };
+        let released = backend.release(&of_b, "0000000000000005").await.unwrap();
+        assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
+        assert!(take(&backend, &brief).await.is_some());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let swept = inner.db.exec(&inner.ksql.sweep, &[Arg::Int(100)]).await.unwrap();
+        assert!(swept.rows >= 1, "the expired permit is swept");
+        assert!(backend.holders("n", permit).await.unwrap().is_empty());
     }
 }

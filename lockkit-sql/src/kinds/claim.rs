@@ -9,7 +9,11 @@ use lockkit_core::{LockError, lease, ttl_millis};
 use super::rules::{Grant, Row, decide, permits_of};
 use super::{family, line_key, name_args, share_count};
 use crate::backend::Inner;
-use crate::conn::{Arg, Col, Tx, sent, us};
+use crate::conn::{Arg, Col, Tx, Val, sent, us};
+use crate::sql::KindStatements;
+
+/// How often a claim looks again when the hold it was to join went.
+const JOIN_ROUNDS: u32 = 3;
 
 /// What one claim found.
 enum Claimed {
@@ -38,6 +42,18 @@ impl NameState {
     fn placed(&self, attempt: &str) -> bool {
         self.rows.iter().any(|r| r.queued && r.attempts == attempt)
     }
+}
+
+/// Locks the name's row in `<table>_kinds` to the end of the transaction
+/// (`(family, name)`); its `(permits, last_token, last_write)`, or `None`
+/// when the name has no row. Claims and releases of a name take it first,
+/// so they change the name's holds one at a time.
+pub(super) async fn lock_name(
+    tx: &mut Tx,
+    k: &KindStatements,
+    args: &[Arg<'_>],
+) -> Result<Option<Vec<Val>>, sqlx::Error> {
+    Ok(tx.fetch(&k.lock_name, args, &[Col::Int; 3]).await?.pop())
 }
 
 impl Inner {
@@ -92,7 +108,7 @@ impl Inner {
         let mut tx = self.db.begin().await?;
         let mut found = None;
         for _ in 0..2 {
-            found = tx.fetch(&k.lock_name, &args, &[Col::Int; 3]).await?.pop();
+            found = lock_name(&mut tx, k, &args).await?;
             if found.is_some() {
                 break;
             }
@@ -110,8 +126,26 @@ impl Inner {
         Ok((tx, state))
     }
 
-    /// The claim's transaction: `Err` with the reason of a conflict.
+    /// The claim: `Err` with the reason of a conflict.
     async fn kind_claim(&self, req: &AcquireRequest<'_>, queued: bool) -> Result<Result<Claimed, String>, sqlx::Error> {
+        for _ in 0..JOIN_ROUNDS {
+            if let Some(claimed) = self.kind_claim_once(req, queued).await? {
+                return Ok(claimed);
+            }
+        }
+        Ok(Ok(Claimed::Busy {
+            retry_in: None,
+            placed: true,
+        }))
+    }
+
+    /// The claim's transaction; `None` when the hold it was to join went
+    /// meanwhile (its lease ended and the sweeper took it): look again.
+    async fn kind_claim_once(
+        &self,
+        req: &AcquireRequest<'_>,
+        queued: bool,
+    ) -> Result<Option<Result<Claimed, String>>, sqlx::Error> {
         let k = &self.ksql;
         let (mut tx, state) = self.read_name(req).await?;
         let [fam, name] = name_args(req);
@@ -120,7 +154,7 @@ impl Inner {
         let held = match decide(req, state.permits, &state.rows) {
             Grant::Conflict(reason) => {
                 tx.rollback().await?;
-                return Ok(Err(reason));
+                return Ok(Some(Err(reason)));
             }
             Grant::Busy(retry_in) => {
                 let placed = if queued {
@@ -131,7 +165,7 @@ impl Inner {
                     true
                 };
                 tx.commit().await?;
-                return Ok(Ok(Claimed::Busy { retry_in, placed }));
+                return Ok(Some(Ok(Claimed::Busy { retry_in, placed })));
             }
             Grant::Join(i) => {
                 let row = &state.rows[i];
@@ -142,7 +176,10 @@ impl Inner {
                     format!("{} {}", row.attempts, req.attempt).trim().to_owned()
                 };
                 let args = [Arg::Text(Some(&attempts)), ttl, fam, name, Arg::Int(row.seq)];
-                tx.exec(&k.join, &args).await?;
+                if tx.exec(&k.join, &args).await?.rows == 0 {
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
                 if asked != 0 && asked != state.permits {
                     let (t, w) = (state.last_token, state.last_write);
                     let args = [Arg::Int(asked), Arg::Int(t), Arg::Int(w), fam, name];
@@ -203,7 +240,7 @@ impl Inner {
         if shared && others {
             self.waiters.wake(&key);
         }
-        Ok(Ok(held))
+        Ok(Some(Ok(held)))
     }
 
     /// Takes a place at the back of the name's line for `req` (idempotent

@@ -16,7 +16,10 @@
 //! name's counter (`last_token`, which only grows and stays with the
 //! name's row); a permit's or a writer's token is that `seq`, so tokens
 //! strictly grow per name and `seq` order is grant order. A read hold
-//! carries the name's last write token (`last_write`).
+//! carries the name's last write token (`last_write`). A release takes the
+//! same lock first, so a share cannot join a hold that a release is
+//! deleting (a claim that finds the hold it joins gone, swept after its
+//! lease, looks again).
 //!
 //! Every attempt is idempotent by its attempt id (a repeat finds its share
 //! in a hold's `attempts`), a release takes out exactly its share, so the

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use lockkit_core::backend::{ExtendOutcome, Hold, LockInfo, LockKind, ReleaseOutcome};
 use lockkit_core::{LockError, lease};
 
+use super::claim::lock_name;
 use super::{family, hold_args, line_key, share_count, shares};
 use crate::backend::Inner;
 use crate::conn::{Arg, Col, Val, count, from_us, sent, text, us};
@@ -35,8 +36,12 @@ impl Inner {
     /// no such hold stands.
     async fn kind_release_once(&self, hold: &Hold, attempt: &str) -> Result<Option<(u32, bool)>, sqlx::Error> {
         let k = &self.ksql;
+        let (fam, name) = (Arg::Int(family(hold.kind)), Arg::Bytes(hold.name.as_bytes()));
         let mut tx = self.db.begin().await?;
-        let found = tx.fetch(&k.hold, &hold_args(hold), &[Col::Int, Col::Text]).await?.pop();
+        let found = match lock_name(&mut tx, k, &[fam, name]).await? {
+            Some(_) => tx.fetch(&k.hold, &hold_args(hold), &[Col::Int, Col::Text]).await?.pop(),
+            None => None,
+        };
         let Some(mut found) = found else {
             tx.rollback().await?;
             return Ok(None);
@@ -44,7 +49,6 @@ impl Inner {
         let attempts = text(found.pop().unwrap_or(Val::Int(0)));
         let seq = Arg::Int(found.pop().map_or(0, |v| v.int()));
         let left: Vec<&str> = shares(&attempts).filter(|a| *a != attempt).collect();
-        let (fam, name) = (Arg::Int(family(hold.kind)), Arg::Bytes(hold.name.as_bytes()));
         let gone = left.is_empty();
         if gone {
             tx.exec(&k.delete, &[fam, name, seq]).await?;

@@ -2,10 +2,13 @@
 //! waiter that gives up or is cancelled leaves the line (so it does not
 //! hold back a later fair try), a permit count that disagrees with the
 //! semaphore's is refused while it is in use and taken once it is not, and
-//! an unfair waiter takes any free permit.
+//! an unfair waiter takes any free permit; shares of one owner's read hold
+//! come and go beside a writer.
 
 #![cfg(any(feature = "sqlite", feature = "mysql", feature = "postgres"))]
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockkit::{LockError, LockKind};
@@ -113,13 +116,61 @@ async fn permit_counts(url: String) {
     waiter.await.unwrap().unwrap().unlock().await.unwrap();
 }
 
+/// Tasks of one owner re-enter and release one read hold while another
+/// owner writes: the writer never overlaps a reader, every share comes
+/// back, and nothing is left held.
+async fn shared_readers_and_a_writer(url: String) {
+    let (readers, writer) = (
+        lockkit::connect(&url).await.unwrap(),
+        lockkit::connect(&url).await.unwrap(),
+    );
+    let name = unique("kinds_shared_readers");
+    let reading = Arc::new(AtomicUsize::new(0));
+    let writing = Arc::new(AtomicUsize::new(0));
+    let tasks = (0..4).map(|_| {
+        let (rw, reading, writing) = (readers.rw_lock(&name).unwrap(), reading.clone(), writing.clone());
+        tokio::spawn(async move {
+            for _ in 0..15 {
+                let g = rw.read().await.unwrap();
+                reading.fetch_add(1, Ordering::SeqCst);
+                assert_eq!(writing.load(Ordering::SeqCst), 0, "a reader beside the writer");
+                tokio::task::yield_now().await;
+                reading.fetch_sub(1, Ordering::SeqCst);
+                g.unlock().await.unwrap();
+            }
+        })
+    });
+    let rw = writer.rw_lock(&name).unwrap();
+    let writes = tokio::spawn({
+        let (reading, writing) = (reading.clone(), writing.clone());
+        async move {
+            for _ in 0..5 {
+                let g = rw.write().await.unwrap();
+                writing.fetch_add(1, Ordering::SeqCst);
+                assert_eq!(reading.load(Ordering::SeqCst), 0, "the writer beside a reader");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                writing.fetch_sub(1, Ordering::SeqCst);
+                g.unlock().await.unwrap();
+            }
+        }
+    });
+    for t in futures_util::future::join_all(tasks).await {
+        t.unwrap();
+    }
+    writes.await.unwrap();
+    let rw = readers.rw_lock(&name).unwrap();
+    assert!(rw.readers().await.unwrap().is_empty(), "every read share came back");
+    assert!(rw.writer().await.unwrap().is_none());
+}
+
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_kinds() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/locks.db", dir.path().display());
     waiters_leave(url.clone()).await;
-    permit_counts(url).await;
+    permit_counts(url.clone()).await;
+    shared_readers_and_a_writer(url).await;
 }
 
 #[cfg(feature = "mysql")]
@@ -127,7 +178,8 @@ async fn sqlite_kinds() {
 async fn mysql_kinds() {
     if let Some(url) = server_url("LOCKKIT_MYSQL_URL") {
         waiters_leave(url.clone()).await;
-        permit_counts(url).await;
+        permit_counts(url.clone()).await;
+        shared_readers_and_a_writer(url).await;
     }
 }
 
@@ -136,6 +188,7 @@ async fn mysql_kinds() {
 async fn postgres_kinds() {
     if let Some(url) = server_url("LOCKKIT_POSTGRES_URL") {
         waiters_leave(url.clone()).await;
-        permit_counts(url).await;
+        permit_counts(url.clone()).await;
+        shared_readers_and_a_writer(url).await;
     }
 }

@@ -41,7 +41,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{AcquireRequest, Hold, Lease, TryAcquire};
+use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockKind, TryAcquire};
 use lockkit_core::backoff::Backoff;
 use lockkit_core::name::check_attempt_id;
 use lockkit_core::{LockError, detach_acquisition, lease, ttl_millis};
@@ -343,6 +343,9 @@ impl Inner {
         req: &AcquireRequest<'_>,
         queued: bool,
     ) -> Result<(TryAcquire, bool), LockError> {
+        if req.kind != LockKind::Mutex {
+            return self.kind_attempt(req, queued).await;
+        }
         let req = AcquireRequest {
             ttl: Duration::from_millis(ttl_millis(req.ttl)),
             ..*req

@@ -10,7 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockError;
 use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, ReleaseOutcome, TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
+    TryAcquire,
 };
 use lockkit_core::name::check_attempt_id;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Dialect, SqlConfig};
 use crate::conn::Db;
 use crate::extend::EXTEND_CHUNK;
-use crate::sql::Statements;
+use crate::sql::{KindStatements, Statements};
 use crate::wait::listener::Waiters;
 use crate::wait::queue::Places;
 
@@ -40,6 +41,8 @@ pub(crate) struct Inner {
     /// The fair line's statements (see [`Db::open_line`]).
     pub(crate) line_db: Db,
     pub(crate) sql: Statements,
+    /// Semaphores' and read-write locks' statements (see `kinds/`).
+    pub(crate) ksql: KindStatements,
     pub(crate) waiters: Arc<Waiters>,
     /// The places this backend's fair waiters hold in line (renewed by the
     /// task in `wait/queue.rs`).
@@ -79,6 +82,8 @@ impl LockBackend for SqlBackend {
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()
+            .with_semaphores()
+            .with_rw_locks()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -87,6 +92,9 @@ impl LockBackend for SqlBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
+        if req.kind != LockKind::Mutex {
+            return self.acquire_kind(req, wait).await;
+        }
         if req.fair {
             return self.acquire_fair(req, wait).await;
         }
@@ -108,6 +116,20 @@ impl LockBackend for SqlBackend {
 
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         self.inner.inspect(name).await
+    }
+
+    async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+        match kind {
+            LockKind::Mutex => Ok(self.inner.inspect(name).await?.into_iter().collect()),
+            kind => self.inner.kind_holders(name, kind).await,
+        }
+    }
+
+    async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+        match kind {
+            LockKind::Mutex => self.count_waiting(name).await,
+            kind => self.inner.kind_waiting(name, kind).await,
+        }
     }
 
     async fn waiting(&self, name: &str) -> Result<usize, LockError> {

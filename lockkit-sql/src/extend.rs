@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{ExtendOutcome, Hold};
+use lockkit_core::backend::{ExtendOutcome, Hold, LockKind};
 use lockkit_core::{LockError, lease, ttl_millis};
 
 use crate::backend::{Inner, SqlBackend};
@@ -19,6 +19,9 @@ pub(crate) const EXTEND_CHUNK: usize = 256;
 impl Inner {
     pub(crate) async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
         let ttl = Duration::from_millis(ttl_millis(ttl));
+        if hold.kind != LockKind::Mutex {
+            return self.kind_extend(hold, ttl).await;
+        }
         let [a, b, c] = Self::hold_args(hold);
         let args = [Arg::Int(us(ttl)), a, b, c];
         let n = Some(hold.name.as_str());
@@ -109,6 +112,39 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// [`extend_chunk`](Self::extend_chunk) for holds of any kind: the
+    /// mutexes' in one statement, semaphores' and read-write locks' (their
+    /// own table) in one more.
+    async fn extend_mixed_chunk(&self, ttl: Duration, holds: &[&Hold]) -> Result<Vec<Option<Duration>>, LockError> {
+        if holds.iter().all(|h| h.kind == LockKind::Mutex) {
+            return self.extend_chunk(ttl, holds).await;
+        }
+        type Part<'a> = Vec<(usize, &'a Hold)>;
+        let (kinds, mutexes): (Part<'_>, Part<'_>) = holds
+            .iter()
+            .copied()
+            .enumerate()
+            .partition(|(_, h)| h.kind != LockKind::Mutex);
+        let mut out = vec![None; holds.len()];
+        for (part, kinds) in [(mutexes, false), (kinds, true)] {
+            if part.is_empty() {
+                continue;
+            }
+            let some: Vec<&Hold> = part.iter().map(|(_, h)| *h).collect();
+            let remaining = if kinds {
+                self.kind_extend_chunk(ttl, &some).await?
+            } else {
+                self.extend_chunk(ttl, &some).await?
+            };
+            for ((i, _), r) in part.iter().zip(remaining) {
+                out[*i] = r;
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl SqlBackend {
     /// `extend_many`: the holds grouped by ttl, each group extended in
     /// chunks of [`EXTEND_CHUNK`], one statement each.
@@ -129,7 +165,7 @@ impl SqlBackend {
             for chunk in group.chunks(EXTEND_CHUNK) {
                 let chunk_holds: Vec<&Hold> = chunk.iter().map(|&i| &holds[i].0).collect();
                 let called = Instant::now();
-                let (extended, sent) = sent::timed(inner.extend_chunk(ttl, &chunk_holds)).await;
+                let (extended, sent) = sent::timed(inner.extend_mixed_chunk(ttl, &chunk_holds)).await;
                 let sent_at = sent.unwrap_or(called);
                 match extended {
                     Ok(remaining) => {

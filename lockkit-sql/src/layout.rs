@@ -48,6 +48,16 @@ impl SqlBackend {
                             tries += 1;
                             tokio::time::sleep(Duration::from_millis(20 * tries)).await;
                         }
+                        // Semaphores' and read-write locks' tables, new in
+                        // this version: a user who may not create them keeps
+                        // its mutexes (those kinds fail until an owner
+                        // connects once or creates them).
+                        Err(e) if is_permission_denied(&e) && inner.ksql.owns(object) => {
+                            tracing::warn!(backend = inner.kind, table = %object, error = %e,
+                                "lockkit cannot create the table of semaphores and read-write locks; \
+                                 they fail until a user with CREATE rights connects once");
+                            break;
+                        }
                         Err(e) if is_permission_denied(&e) => {
                             let source = MissingObject {
                                 object: object.clone(),

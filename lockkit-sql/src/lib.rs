@@ -34,6 +34,27 @@
 //! (`CREATE TABLE IF NOT EXISTS`, name set by `?table=`, default
 //! `lockkit_locks`) or checked if it exists; see [`SqlBackend::migrate`].
 //!
+//! # Semaphores and read-write locks
+//!
+//! [`LockKind::Permit`](lockkit_core::LockKind) and the read and write holds
+//! of a read-write lock live in two companion tables, created beside the
+//! others (the mutex's table and statements are not touched):
+//! `<table>_kinds`, one row per name of a kind family (1: semaphores, 2:
+//! read-write locks; each family keeps its own names) with the semaphore's
+//! permit count, the name's token counter and its last write token; and
+//! `<table>_holds`, one row per hold (a permit, a reader's hold, the
+//! writer's hold: owner, token, shares in `attempts`, expiry by the
+//! database's clock) and per place in the name's line (`queued`). Every
+//! attempt is one transaction under a lock on the name's `<table>_kinds`
+//! row, which reads the name's holds and line and decides by the memory
+//! backend's rules; see the `kinds` module. A name's `<table>_kinds` row
+//! stays when its holds are gone: it keeps the name's token counter (tokens
+//! strictly grow per name) and the last write token that readers carry.
+//! Waiters poll on a backoff (at most `max_backoff` and a third of
+//! `queue_lease`, each try renewing their place), woken at once by releases
+//! in this process and, on Postgres, in any process (`NOTIFY`). The
+//! sweeper deletes expired rows of `<table>_holds`.
+//!
 //! # Fencing tokens
 //!
 //! Tokens come from a durable counter, drawn while the name is locked
@@ -200,6 +221,7 @@ mod conn;
 mod error;
 mod extend;
 mod inspect;
+mod kinds;
 mod layout;
 mod release;
 mod retry;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::{Hold, LockInfo, ReleaseOutcome};
+use lockkit_core::backend::{Hold, LockInfo, LockKind, ReleaseOutcome};
 
 use crate::backend::{Inner, SqlBackend};
 #[cfg(feature = "mysql")]
@@ -121,6 +121,9 @@ impl Inner {
     /// each is tried again after a lost connection; a lost try that may
     /// have deleted the row makes a hold found gone afterwards "released".
     pub(crate) async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
+        if hold.kind != LockKind::Mutex {
+            return self.kind_release(hold, attempt).await;
+        }
         let n = Some(hold.name.as_str());
         let [name, owner, token] = Self::hold_args(hold);
         let share_args = [Arg::Text(Some(attempt)), name, owner, token];

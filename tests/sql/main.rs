@@ -1,14 +1,15 @@
 //! The SQL lock table on MySQL/MariaDB, Postgres and SQLite: the conformance
 //! kit on each, and the table's own concerns (extension, the fair waiting
-//! line, least privilege, several processes, races, server restarts, the
-//! schema and its migration, waiting). Each module is compiled with the
-//! features it needs.
+//! line, semaphores and read-write locks, least privilege, several processes,
+//! races, server restarts, the schema and its migration, waiting). Each
+//! module is compiled with the features it needs.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod extend;
 mod fair;
+mod kinds;
 mod mysql_kit;
 mod postgres_kit;
 mod privileges;

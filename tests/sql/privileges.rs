@@ -4,7 +4,8 @@
 //! app user only SELECT, INSERT, UPDATE, DELETE on it, its waiter table
 //! (`<table>_waiters`, the fair line) and its token counter (MariaDB: the
 //! `<table>_tokens` table; Postgres: USAGE on the `<table>_token_seq`
-//! sequence). With that, the app user locks, extends,
+//! sequence), and the tables of semaphores and read-write locks
+//! (`<table>_kinds`, `<table>_holds`). With that, the app user locks, extends,
 //! unlocks, gets growing fencing tokens and runs the sweeper, but cannot
 //! create, alter or drop tables; before the table exists it gets a typed
 //! error naming the missing table.
@@ -24,6 +25,8 @@ trait Raw {
     async fn exec(url: &str, sql: &str) -> Result<(), String>;
     async fn count(url: &str, table: &str) -> i64;
     fn grants(table: &str) -> Vec<String>;
+    /// The grants on the tables of semaphores and read-write locks.
+    fn kind_grants(table: &str) -> Vec<String>;
     fn cleanup(table: &str) -> Vec<String>;
     fn quote(table: &str) -> String;
 }
@@ -52,18 +55,31 @@ impl Raw for Mysql {
     fn grants(t: &str) -> Vec<String> {
         [t.to_owned(), format!("{t}_tokens"), format!("{t}_waiters")]
             .iter()
-            .map(|obj| {
-                format!(
-                    "GRANT SELECT, INSERT, UPDATE, DELETE ON `{obj}` TO 'lockkit_app'@'127.0.0.1', 'lockkit_app'@'localhost'"
-                )
-            })
+            .map(|obj| Self::dml(obj))
+            .collect()
+    }
+    fn kind_grants(t: &str) -> Vec<String> {
+        [format!("{t}_kinds"), format!("{t}_holds")]
+            .iter()
+            .map(|obj| Self::dml(obj))
             .collect()
     }
     fn cleanup(t: &str) -> Vec<String> {
-        vec![format!("DROP TABLE IF EXISTS `{t}`, `{t}_tokens`, `{t}_waiters`")]
+        vec![format!(
+            "DROP TABLE IF EXISTS `{t}`, `{t}_tokens`, `{t}_waiters`, `{t}_kinds`, `{t}_holds`"
+        )]
     }
     fn quote(t: &str) -> String {
         format!("`{t}`")
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Mysql {
+    fn dml(obj: &str) -> String {
+        format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON `{obj}` TO 'lockkit_app'@'127.0.0.1', 'lockkit_app'@'localhost'"
+        )
     }
 }
 
@@ -95,10 +111,17 @@ impl Raw for Postgres {
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}_waiters\" TO lockkit_app"),
         ]
     }
+    fn kind_grants(t: &str) -> Vec<String> {
+        vec![format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON \"{t}_kinds\", \"{t}_holds\" TO lockkit_app"
+        )]
+    }
     fn cleanup(t: &str) -> Vec<String> {
         vec![
             format!("DROP TABLE IF EXISTS \"{t}\""),
             format!("DROP TABLE IF EXISTS \"{t}_waiters\""),
+            format!("DROP TABLE IF EXISTS \"{t}_kinds\""),
+            format!("DROP TABLE IF EXISTS \"{t}_holds\""),
             format!("DROP SEQUENCE IF EXISTS \"{t}_token_seq\""),
         ]
     }
@@ -135,6 +158,27 @@ async fn scenario<R: Raw>(label: &str, admin: &str, app: &str, t: &str) -> Resul
         .map_err(|e| e.to_line())?;
     drop(owner);
     for grant in R::grants(t) {
+        R::exec(admin, &grant).await?;
+    }
+
+    // Granted what an older lockkit needed only: the app user keeps its
+    // mutexes; semaphores fail, typed and permanent.
+    let older = lockkit::connect(&format!("{app}?table={t}"))
+        .await
+        .map_err(|e| e.to_line())?;
+    let g = older.lock("older").await.map_err(|e| e.to_line())?;
+    g.unlock().await.map_err(|e| e.to_line())?;
+    let sem = older.semaphore("older", 1).map_err(|e| e.to_line())?;
+    let e = sem
+        .try_acquire()
+        .await
+        .expect_err("no rights on the semaphores' tables");
+    assert!(
+        matches!(e, LockError::Backend { retryable: false, .. }),
+        "{label}: {e:?}"
+    );
+    drop(older);
+    for grant in R::kind_grants(t) {
         R::exec(admin, &grant).await?;
     }
 
@@ -189,18 +233,58 @@ async fn scenario<R: Raw>(label: &str, admin: &str, app: &str, t: &str) -> Resul
     assert!(g2.fencing_token() > t1, "{label}: tokens grow");
     g2.unlock().await.map_err(|e| e.to_line())?;
 
-    // The sweeper, run by the app user, deletes an abandoned expired row.
+    // Semaphores and read-write locks (`<table>_kinds`, `<table>_holds`).
+    let sem = a.semaphore("pool", 2).map_err(|e| e.to_line())?;
+    let p1 = sem.acquire().await.map_err(|e| e.to_line())?;
+    let p2 = sem.acquire().await.map_err(|e| e.to_line())?;
+    assert!(p2.fencing_token() > p1.fencing_token(), "{label}: permit tokens grow");
+    let sem_b = b.semaphore("pool", 2).map_err(|e| e.to_line())?;
+    assert!(
+        sem_b.try_acquire().await.map_err(|e| e.to_line())?.is_none(),
+        "{label}: 2 permits"
+    );
+    p1.unlock().await.map_err(|e| e.to_line())?;
+    p2.unlock().await.map_err(|e| e.to_line())?;
+    let (rw_a, rw_b) = (
+        a.rw_lock("doc").map_err(|e| e.to_line())?,
+        b.rw_lock("doc").map_err(|e| e.to_line())?,
+    );
+    let w = rw_a.write().await.map_err(|e| e.to_line())?;
+    assert!(
+        rw_b.try_read().await.map_err(|e| e.to_line())?.is_none(),
+        "{label}: written"
+    );
+    let written = w.fencing_token();
+    w.unlock().await.map_err(|e| e.to_line())?;
+    let r = rw_b.read().await.map_err(|e| e.to_line())?;
+    assert_eq!(r.fencing_token(), written, "{label}: readers carry the write token");
+    r.unlock().await.map_err(|e| e.to_line())?;
+
+    // The sweeper, run by the app user, deletes abandoned expired rows (a
+    // mutex's, a permit's).
     let short = LockOptions::new().ttl(Duration::from_millis(300)).auto_extend(false);
     a.lock_with("abandoned", &short)
         .await
         .map_err(|e| e.to_line())?
         .abandon();
+    a.semaphore("abandoned", 1)
+        .map_err(|e| e.to_line())?
+        .acquire_with(&short)
+        .await
+        .map_err(|e| e.to_line())?
+        .abandon();
+    let holds = format!("{t}_holds");
     assert_eq!(R::count(admin, t).await, 1, "{label}: the abandoned row is there");
+    assert_eq!(
+        R::count(admin, &holds).await,
+        1,
+        "{label}: the abandoned permit is there"
+    );
     let started = Instant::now();
-    while R::count(admin, t).await > 0 {
+    while R::count(admin, t).await + R::count(admin, &holds).await > 0 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
-            "{label}: the app user's sweeper did not delete the expired row"
+            "{label}: the app user's sweeper did not delete the expired rows"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -3,8 +3,10 @@
 //! connections), the pools its statements run on (`db.rs`), and when a
 //! statement got its connection (`sent.rs`).
 
+#[macro_use]
 mod db;
 pub(crate) mod sent;
+mod tx;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{Inner, SqlBackend};
 use crate::config::{Dialect, SqlConfig};
 use crate::error::backend_error;
-use crate::sql::Statements;
+use crate::sql::{KindStatements, Statements};
 use crate::wait::listener::Waiters;
 pub(crate) use db::{Arg, Col, Db, Val};
+pub(crate) use tx::Tx;
 
 /// A duration in whole microseconds, as statements take it.
 pub(crate) fn us(d: Duration) -> i64 {
@@ -64,6 +67,7 @@ impl SqlBackend {
             inner: Arc::new(Inner {
                 kind,
                 sql: Statements::new(config.dialect, &config.table),
+                ksql: KindStatements::new(config.dialect, &config.table),
                 db,
                 line_db,
                 waiters: Waiters::shared(shared_key),
@@ -84,7 +88,11 @@ impl SqlBackend {
         if let Some(interval) = inner.config.sweep_interval {
             crate::sweeper::spawn(
                 inner.db.clone(),
-                vec![inner.sql.sweep.clone(), inner.sql.sweep_waiters.clone()],
+                vec![
+                    inner.sql.sweep.clone(),
+                    inner.sql.sweep_waiters.clone(),
+                    inner.ksql.sweep.clone(),
+                ],
                 interval,
                 inner.config.sweep_batch,
                 inner.stop.clone(),

@@ -15,6 +15,7 @@
 //! [`Statements`] they fill in, the [`ClaimShape`], and the builders that
 //! differ by a line per dialect.
 
+mod kinds;
 mod mysql;
 mod postgres;
 mod sqlite;
@@ -22,6 +23,7 @@ mod sqlite;
 use std::sync::Arc;
 
 use crate::config::Dialect;
+pub(crate) use kinds::KindStatements;
 use mysql::MY_REMAINING;
 #[cfg(feature = "mysql")]
 pub(crate) use mysql::{MysqlClaim, mysql_inline};
@@ -182,11 +184,14 @@ fn shares(x: &str) -> String {
 
 impl Statements {
     pub fn new(dialect: Dialect, table: &str) -> Self {
-        match dialect {
+        let mut statements = match dialect {
             Dialect::Mysql => mysql::mysql(table),
             Dialect::Postgres => postgres::postgres(table),
             Dialect::Sqlite => sqlite::sqlite(table),
-        }
+        };
+        // Semaphores' and read-write locks' tables (see `kinds.rs`).
+        statements.create.extend(kinds::create(dialect, table));
+        statements
     }
 
     /// The Postgres channel releases are announced on.

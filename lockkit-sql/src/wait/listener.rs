@@ -347,10 +347,16 @@ impl Waiters {
         self.wake(name);
     }
 
-    /// `name` was released: wake its unfair waiters and the first fair one.
+    /// `name` was released: wake its unfair waiters and the first fair one
+    /// — or, for a semaphore or read-write lock (a key of `kinds/`), every
+    /// waiter: more than one may go, and the line's order is kept by the
+    /// database.
     pub fn wake(&self, name: &[u8]) {
         if let Some(slot) = self.names().get(name) {
-            slot.wake();
+            match slot.all.upgrade() {
+                Some(all) if name.first() == Some(&crate::kinds::KIND_KEY) => all.notify_waiters(),
+                _ => slot.wake(),
+            }
         }
     }
 

@@ -1,0 +1,135 @@
+//! A transaction on one pooled connection, whichever the database: the
+//! read-decide-write steps of semaphores and read-write locks (`kinds/`)
+//! run in one, under a lock on the name's row (SQLite: the file's write
+//! lock, taken at `BEGIN IMMEDIATE`, and this process's turn on the file).
+
+use std::sync::Arc;
+
+use super::db::{Arg, Col, Db, Done, Val};
+
+/// An open transaction; dropped without [`commit`](Self::commit), it rolls
+/// back (a connection lost mid-way rolls back on the server).
+pub(crate) enum Tx {
+    #[cfg(feature = "mysql")]
+    Mysql(sqlx::Transaction<'static, sqlx::MySql>),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+    /// The transaction, and this process's turn on the file for as long as
+    /// it is open.
+    #[cfg(feature = "sqlite")]
+    Sqlite(
+        sqlx::Transaction<'static, sqlx::Sqlite>,
+        #[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>,
+    ),
+    #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
+    #[allow(dead_code)]
+    None(std::convert::Infallible),
+}
+
+/// Runs `$body` with `$conn` bound to the transaction's connection.
+macro_rules! with_tx {
+    ($tx:expr, $conn:ident => $body:expr) => {
+        match $tx {
+            #[cfg(feature = "mysql")]
+            Tx::Mysql(t) => {
+                let $conn = &mut **t;
+                $body
+            }
+            #[cfg(feature = "postgres")]
+            Tx::Postgres(t) => {
+                let $conn = &mut **t;
+                $body
+            }
+            #[cfg(feature = "sqlite")]
+            Tx::Sqlite(t, _) => {
+                let $conn = &mut **t;
+                $body
+            }
+            #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
+            Tx::None(never) => match *never {},
+        }
+    };
+}
+
+impl Db {
+    /// Opens a transaction (SQLite: `BEGIN IMMEDIATE`, in this process's
+    /// turn on the file). Marks the send time (see `sent.rs`).
+    pub async fn begin(&self) -> Result<Tx, sqlx::Error> {
+        let tx = match self {
+            #[cfg(feature = "mysql")]
+            Db::Mysql(pool) => Tx::Mysql(pool.begin().await?),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(pool, gate) => {
+                let turn = gate.clone().lock_owned().await;
+                Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?, turn)
+            }
+            #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
+            Db::None(never) => match *never {},
+        };
+        super::sent::mark();
+        Ok(tx)
+    }
+}
+
+impl Tx {
+    /// Runs a statement; affected rows.
+    pub async fn exec(&mut self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
+        with_tx!(self, conn => {
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+            let r = bind_all!(query, args).execute(conn).await?;
+            Ok(Done {
+                rows: r.rows_affected(),
+                last_id: 0,
+            })
+        })
+    }
+
+    /// Runs a query; every row decoded as `cols` says.
+    pub async fn fetch(
+        &mut self,
+        sql: &Arc<str>,
+        args: &[Arg<'_>],
+        cols: &[Col],
+    ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+        use sqlx::Row;
+        with_tx!(self, conn => {
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+            let rows = bind_all!(query, args).fetch_all(conn).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                out.push(decode_row!(row, cols));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Commits.
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        match self {
+            #[cfg(feature = "mysql")]
+            Tx::Mysql(t) => t.commit().await,
+            #[cfg(feature = "postgres")]
+            Tx::Postgres(t) => t.commit().await,
+            #[cfg(feature = "sqlite")]
+            Tx::Sqlite(t, _turn) => t.commit().await,
+            #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
+            Tx::None(never) => match never {},
+        }
+    }
+
+    /// Rolls back (nothing was written, or nothing may be).
+    pub async fn rollback(self) -> Result<(), sqlx::Error> {
+        match self {
+            #[cfg(feature = "mysql")]
+            Tx::Mysql(t) => t.rollback().await,
+            #[cfg(feature = "postgres")]
+            Tx::Postgres(t) => t.rollback().await,
+            #[cfg(feature = "sqlite")]
+            Tx::Sqlite(t, _turn) => t.rollback().await,
+            #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
+            Tx::None(never) => match never {},
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Semaphores and read-write locks ([`LockKind::Permit`], [`LockKind::Read`],
+//! [`LockKind::Write`]): the rules that grant a request (`rules.rs`), the
+//! claim and the place in line (`claim.rs`), the wait loop (`wait.rs`), and
+//! release, extension and inspection (`release.rs`). The mutex keeps its
+//! own table and statements; these kinds live in `<table>_kinds` and
+//! `<table>_holds` (see `sql/kinds.rs`).
+//!
+//! # How a hold is taken
+//!
+//! Each attempt is one transaction under a lock on the name's row in
+//! `<table>_kinds` (`SELECT … FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`, the
+//! file's single writer): it reads the name's live holds and its line (the
+//! rows of `<table>_holds`, in `seq` order), decides by the rules of
+//! `rules.rs` (those of the memory backend), and writes the new hold, the
+//! joined share or the renewed place. A new hold draws `seq` from the
+//! name's counter (`last_token`, which only grows and stays with the
+//! name's row); a permit's or a writer's token is that `seq`, so tokens
+//! strictly grow per name and `seq` order is grant order. A read hold
+//! carries the name's last write token (`last_write`). A release takes the
+//! same lock first, so a share cannot join a hold that a release is
+//! deleting (a claim that finds the hold it joins gone, swept after its
+//! lease, looks again).
+//!
+//! Every attempt is idempotent by its attempt id (a repeat finds its share
+//! in a hold's `attempts`), a release takes out exactly its share, so the
+//! transactions are sent again after a lost connection, as the mutex's
+//! statements are.
+//!
+//! # Waiting
+//!
+//! A `lock` that finds the name busy takes a place in the name's line (a
+//! `queued` row of `<table>_holds`, with a lease of `queue_lease`), and
+//! tries again on a backoff no longer than a third of that lease; each try
+//! renews the place, so a waiter that died leaves the line within the
+//! lease. A release, or a grant that leaves room for more, wakes this
+//! process's waiters of the name at once (Postgres: every process's, by
+//! `NOTIFY`). The order is the database's: a try takes the name only when
+//! the rules say it is its turn.
+
+mod claim;
+mod release;
+mod rules;
+mod wait;
+
+use lockkit_core::backend::{AcquireRequest, Hold, LockKind};
+
+use crate::conn::Arg;
+
+/// The byte that starts the keys of this process's waiter registry for
+/// semaphores and read-write locks (never the first byte of a UTF-8 name,
+/// so never a mutex's key).
+pub(crate) const KIND_KEY: u8 = 0xFF;
+
+/// A kind family's code in the tables: each family keeps its own names.
+fn family(kind: LockKind) -> i64 {
+    match kind {
+        LockKind::Permit { .. } => 1,
+        _ => 2,
+    }
+}
+
+/// The key of the name's waiters in this process's registry (and of its
+/// Postgres notifications).
+fn line_key(name: &str, kind: LockKind) -> Vec<u8> {
+    let mut key = Vec::with_capacity(name.len() + 2);
+    key.push(KIND_KEY);
+    key.push(family(kind) as u8);
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
+/// The attempt ids of a hold's shares (its `attempts`, space-separated).
+fn shares(attempts: &str) -> impl Iterator<Item = &str> {
+    attempts.split(' ').filter(|a| !a.is_empty())
+}
+
+/// The hold count: how many shares.
+fn share_count(attempts: &str) -> u32 {
+    crate::conn::count(shares(attempts).count() as i64)
+}
+
+/// The arguments that find a hold: `(family, name, owner, token, writer)`.
+fn hold_args(hold: &Hold) -> [Arg<'_>; 5] {
+    [
+        Arg::Int(family(hold.kind)),
+        Arg::Bytes(hold.name.as_bytes()),
+        Arg::Bytes(hold.owner.as_bytes()),
+        Arg::Int(hold.token as i64),
+        Arg::Int(i64::from(hold.kind == LockKind::Write)),
+    ]
+}
+
+/// `(family, name)` of a request.
+fn name_args<'a>(req: &AcquireRequest<'a>) -> [Arg<'a>; 2] {
+    [Arg::Int(family(req.kind)), Arg::Bytes(req.name.as_bytes())]
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use std::time::Duration;
+
+    use lockkit_core::backend::{ExtendOutcome, LockBackend, ReleaseOutcome, TryAcquire};
+
+    use super::*;
+    use crate::SqlBackend;
+    use crate::config::{Dialect, SqlConfig};
+
+    fn req<'a>(kind: LockKind, owner: &'a str, attempt: &'a str) -> AcquireRequest<'a> {
+        AcquireRequest {
+            name: "n",
+            owner,
+            ttl: Duration::from_secs(30),
+            attempt,
+            fair: true,
+            kind,
+        }
+    }
+
+    async fn take(backend: &SqlBackend, req: &AcquireRequest<'_>) -> Option<u64> {
+        backend.try_acquire(req).await.unwrap().token()
+    }
+
+    /// Each family keeps its own names; one watchdog batch extends holds
+    /// of every kind; a repeated release changes nothing.
+    #[tokio::test]
+    async fn kinds_beside_the_mutex() {
+        let backend = SqlBackend::connect(SqlConfig::new(Dialect::Sqlite, ":memory:"))
+            .await
+            .unwrap();
+        let permit = LockKind::Permit { permits: 1 };
+        let m = take(&backend, &req(LockKind::Mutex, "a", "0000000000000001"))
+            .await
+            .unwrap();
+        let p = take(&backend, &req(permit, "a", "0000000000000002")).await.unwrap();
+        let w = take(&backend, &req(LockKind::Write, "a", "0000000000000003"))
+            .await
+            .unwrap();
+        let r = take(&backend, &req(LockKind::Read, "a", "0000000000000004"))
+            .await
+            .unwrap();
+        assert_eq!(r, w, "read under the own write carries its token");
+        assert!(matches!(
+            backend
+                .try_acquire(&req(permit, "b", "0000000000000005"))
+                .await
+                .unwrap(),
+            TryAcquire::Busy { .. }
+        ));
+        let hold = |kind, token| Hold {
+            name: "n".to_owned(),
+            owner: "a".to_owned(),
+            token,
+            kind,
+        };
+        let ttl = Duration::from_secs(60);
+        let batch = [
+            (hold(LockKind::Mutex, m), ttl),
+            (hold(permit, p), ttl),
+            (hold(LockKind::Write, w), ttl),
+            (hold(LockKind::Read, r), ttl),
+            (hold(permit, p + 100), ttl),
+        ];
+        let out = backend.extend_many(&batch).await;
+        let extended: Vec<bool> = out
+            .iter()
+            .map(|o| matches!(o, Ok(ExtendOutcome::Extended { .. })))
+            .collect();
+        assert_eq!(extended, [true, true, true, true, false]);
+        let released = backend.release(&hold(permit, p), "0000000000000002").await.unwrap();
+        assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
+        let again = backend.release(&hold(permit, p), "0000000000000002").await.unwrap();
+        assert_eq!(again, ReleaseOutcome::NotHeld);
+        let next = take(&backend, &req(permit, "b", "0000000000000005")).await.unwrap();
+        assert!(next > p, "tokens grow per name");
+        assert_eq!(backend.waiting_for("n", permit).await.unwrap(), 0);
+        assert_eq!(backend.holders("n", LockKind::Read).await.unwrap().len(), 1);
+
+        // An abandoned permit: free at its lease end, and swept.
+        let brief = AcquireRequest {
+            ttl: Duration::from_millis(1),
+            ..req(permit, "c", "0000000000000006")
+        };
+        let inner = &backend.inner;
+        let of_b = Hold {
+            owner: "b".to_owned(),
+            ..hold(permit, next)
+        };
+        let released = backend.release(&of_b, "0000000000000005").await.unwrap();
+        assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
+        assert!(take(&backend, &brief).await.is_some());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let swept = inner.db.exec(&inner.ksql.sweep, &[Arg::Int(100)]).await.unwrap();
+        assert!(swept.rows >= 1, "the expired permit is swept");
+        assert!(backend.holders("n", permit).await.unwrap().is_empty());
+    }
+}

@@ -113,3 +113,84 @@ fn demo_across_processes_adds_up() {
     assert!(out.contains("== budget 30.00"), "{out}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Waits (up to 30 s) until `status NAME --json` shows `n` holds under
+/// `key` (`permits`, `readers`).
+fn until_holds(url: &str, name: &str, key: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = lockkit(url, &["status", name, "--json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let held = v[key].as_array().map_or(0, Vec::len);
+        if held == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} {key} of {name} not held within 30 s: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Ends a running `lockkit exec` (SIGTERM, which it forwards to its
+/// command) and returns its exit code.
+fn stop(mut exec: std::process::Child) -> Option<i32> {
+    // SAFETY: kill(2) with the pid of a child this test spawned.
+    unsafe { libc::kill(exec.id() as libc::pid_t, libc::SIGTERM) };
+    exec.wait().unwrap().code()
+}
+
+/// `--permits N` across processes: N commands hold at once, the next is
+/// busy, a different N is refused; `--shared` commands share the
+/// read-write lock, a `--write` one is busy beside them.
+#[test]
+fn exec_permits_and_shared_across_processes() {
+    let (dir, url) = db_url("kinds");
+    let hold = |args: &[&str]| {
+        let mut all = vec!["exec"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--", "sleep", "60"]);
+        lockkit(&url, &all).stdout(Stdio::null()).spawn().unwrap()
+    };
+    let run = |args: &[&str]| {
+        let mut all = vec!["exec"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--no-wait", "--", "true"]);
+        lockkit(&url, &all).output().unwrap()
+    };
+
+    let a = hold(&["farm", "--permits", "2"]);
+    until_holds(&url, "farm", "permits", 1);
+    let b = hold(&["farm", "--permits", "2"]);
+    until_holds(&url, "farm", "permits", 2);
+    let o = run(&["farm", "--permits", "2"]);
+    assert_eq!(o.status.code(), Some(75), "a third permit of two: {}", stderr(&o));
+    let o = run(&["farm", "--permits", "3"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "another permit count is an error: {}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("permits"), "{}", stderr(&o));
+    let o = run(&["farm"]);
+    assert!(o.status.success(), "the lock farm is another lock: {}", stderr(&o));
+    stop(a);
+    until_holds(&url, "farm", "permits", 1);
+    let o = run(&["farm", "--permits", "2"]);
+    assert!(o.status.success(), "a permit came back: {}", stderr(&o));
+    stop(b);
+
+    let r1 = hold(&["config", "--shared"]);
+    until_holds(&url, "config", "readers", 1);
+    let o = run(&["config", "--shared"]);
+    assert!(o.status.success(), "readers share: {}", stderr(&o));
+    let o = run(&["config", "--write"]);
+    assert_eq!(o.status.code(), Some(75), "no writer beside a reader: {}", stderr(&o));
+    stop(r1);
+    until_holds(&url, "config", "readers", 0);
+    let o = run(&["config", "--write"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -54,6 +54,8 @@ struct Extra<'a> {
     node_restart_cmd: Option<&'a str>,
     /// Worker pairs share their owner ids.
     shared_owners: bool,
+    /// What the workers take (`--kind`): locks unless said.
+    kind: Option<&'a str>,
 }
 
 fn env_or(var: &str, default: &str) -> String {
@@ -100,6 +102,9 @@ fn torture(label: &str, url: &str, extra: Extra<'_>) -> HashMap<String, u64> {
     }
     if extra.shared_owners {
         cmd.arg("--shared-owners");
+    }
+    if let Some(kind) = extra.kind {
+        cmd.args(["--kind", kind]);
     }
     if let Ok(seed) = std::env::var("LOCKKIT_TORTURE_SEED") {
         cmd.args(["--seed", &seed]);
@@ -176,6 +181,40 @@ fn sqlite() {
         &url,
         Extra {
             shared_owners: true,
+            ..Extra::default()
+        },
+    );
+}
+
+/// Semaphores of 2 permits on SQLite: never more than 2 permits valid at
+/// once, crashed holders' permits back after their lease.
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_semaphore() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}?sweep_interval=1s", dir.path().join("torture.db").display());
+    torture(
+        "sqlite-semaphore",
+        &url,
+        Extra {
+            kind: Some("semaphore:2"),
+            ..Extra::default()
+        },
+    );
+}
+
+/// Read-write locks on SQLite, one write in five: never a writer beside
+/// another owner's hold, readers' tokens the last writer's.
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_rw() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}?sweep_interval=1s", dir.path().join("torture.db").display());
+    torture(
+        "sqlite-rw",
+        &url,
+        Extra {
+            kind: Some("rw:200"),
             ..Extra::default()
         },
     );

@@ -150,6 +150,7 @@ pub(crate) fn check_read_tokens(on: &NameHolds<'_>, report: &mut Report) {
 pub(crate) fn check_permit_counts(on: &NameHolds<'_>, report: &mut Report) {
     for &h in on.ids.iter().filter(|&&h| !on.holds[h].pending) {
         let hh = &on.holds[h];
+        report.unlocks += usize::from(hh.unlocked.is_some());
         let counted = hh.count.is_some_and(|c| c != 1);
         let left = hh.unlocked.is_some_and(|(_, remaining)| remaining != 0);
         if counted || left {

@@ -66,7 +66,7 @@ pub async fn run(url: String, args: ExecArgs) -> Result<ExitCode, CliError> {
     let guard = match take(&client, &args, &opts).await {
         Ok(Some(g)) => g,
         Ok(None) => {
-            eprintln!("lockkit: {} {:?} is not free", what(&args), args.name);
+            eprintln!("lockkit: {}", busy(&args));
             return Ok(ExitCode::from(EXIT_BUSY));
         }
         Err(e @ LockError::WaitTimeout { .. }) => {
@@ -101,13 +101,14 @@ pub async fn run(url: String, args: ExecArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::from(exit_code(status)))
 }
 
-/// What the command runs under, for messages.
-fn what(args: &ExecArgs) -> &'static str {
+/// Why `--no-wait` got nothing, for the message.
+fn busy(args: &ExecArgs) -> String {
+    let name = &args.name;
     match (args.permits, args.shared, args.write) {
-        (Some(_), _, _) => "no permit of semaphore",
-        (None, true, _) => "no read hold of",
-        (None, _, true) => "the write hold of",
-        _ => "lock",
+        (Some(n), _, _) => format!("every permit of semaphore {name:?} ({n}) is held"),
+        (None, true, _) => format!("read-write lock {name:?} is held by a writer, or a writer waits"),
+        (None, _, true) => format!("read-write lock {name:?} is held"),
+        _ => format!("lock {name:?} is held by another owner"),
     }
 }
 

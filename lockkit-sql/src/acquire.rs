@@ -344,7 +344,10 @@ impl Inner {
         queued: bool,
     ) -> Result<(TryAcquire, bool), LockError> {
         if req.kind != LockKind::Mutex {
-            return self.kind_attempt(req, queued).await;
+            // Boxed: its transaction's future nests deep enough to overflow
+            // the compiler's query depth where it sits inside a backend's
+            // `acquire` in release builds.
+            return Box::pin(self.kind_attempt(req, queued)).await;
         }
         let req = AcquireRequest {
             ttl: Duration::from_millis(ttl_millis(req.ttl)),

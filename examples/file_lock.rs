@@ -105,13 +105,7 @@ impl FileLockBackend {
                     token,
                     hold_count,
                     remaining,
-                } => TryAcquire::Acquired(Lease {
-                    token,
-                    hold_count,
-                    valid_until: Some(valid_until(sent_at, remaining)),
-                    lost: None,
-                    session_deadline: None,
-                }),
+                } => TryAcquire::Acquired(Lease::ttl(token, hold_count, sent_at, remaining)),
                 Granted::No { remaining } => TryAcquire::Busy {
                     retry_in: Some(remaining),
                 },

@@ -150,6 +150,22 @@ pub struct Lease {
     pub session_deadline: Option<SessionDeadline>,
 }
 
+impl Lease {
+    /// A TTL lease: granted by a request sent at `sent_at` (by this
+    /// process's monotonic clock) with `remaining` of it left on the server,
+    /// so valid until `sent_at + remaining` less the clock-drift allowance
+    /// (see [`lease::valid_until`](crate::lease::valid_until)).
+    pub fn ttl(token: u64, hold_count: u32, sent_at: Instant, remaining: Duration) -> Self {
+        Lease {
+            token,
+            hold_count,
+            valid_until: Some(crate::lease::valid_until(sent_at, remaining)),
+            lost: None,
+            session_deadline: None,
+        }
+    }
+}
+
 /// The outcome of a single acquisition attempt.
 #[derive(Debug)]
 pub enum TryAcquire {

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, TryAcquire};
-use lockkit_core::{LockError, detach_acquisition, lease, ttl_millis};
+use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
 use crate::backend::RedisBackend;
 use crate::replicas::acquire_replicated;
@@ -96,13 +96,7 @@ impl RedisBackend {
         let (sent_at, reply) = detach_acquisition(self.inner.kind, req, work, token_of, release).await?;
         Ok(match reply.map_err(|f| self.error("acquire", req.name, f))? {
             AcquireReply::Acquired { token, count, pttl, .. } => (
-                TryAcquire::Acquired(Lease {
-                    token,
-                    hold_count: count,
-                    valid_until: Some(lease::valid_until(sent_at, millis(pttl))),
-                    lost: None,
-                    session_deadline: None,
-                }),
+                TryAcquire::Acquired(Lease::ttl(token, count, sent_at, millis(pttl))),
                 None,
             ),
             AcquireReply::Conflict { reason } => {

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockKind, TryAcquire};
 use lockkit_core::backoff::Backoff;
 use lockkit_core::name::check_attempt_id;
-use lockkit_core::{LockError, detach_acquisition, lease, ttl_millis};
+use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
 use crate::backend::{Inner, SqlBackend};
 use crate::conn::sent;
@@ -361,16 +361,7 @@ impl Inner {
                 count,
                 token,
                 remaining,
-            } if token > 0 => (
-                TryAcquire::Acquired(Lease {
-                    token,
-                    hold_count: count,
-                    valid_until: Some(lease::valid_until(sent_at, remaining)),
-                    lost: None,
-                    session_deadline: None,
-                }),
-                true,
-            ),
+            } if token > 0 => (TryAcquire::Acquired(Lease::ttl(token, count, sent_at, remaining)), true),
             // Every claim stamps its hold in the same transaction; a row
             // without a token is not a hold this version of lockkit made.
             Claim::Held { .. } => (TryAcquire::Busy { retry_in: None }, true),

@@ -101,13 +101,7 @@ impl MemoryBackend {
                 token,
                 count,
                 expires_at,
-            } => TryAcquire::Acquired(Lease {
-                token,
-                hold_count: count,
-                valid_until: Some(lease::valid_until(now, expires_at.saturating_duration_since(now))),
-                lost: None,
-                session_deadline: None,
-            }),
+            } => TryAcquire::Acquired(Lease::ttl(token, count, now, expires_at.saturating_duration_since(now))),
             Granted::Busy(until) => TryAcquire::Busy {
                 retry_in: until.map(|u| u.saturating_duration_since(now)),
             },

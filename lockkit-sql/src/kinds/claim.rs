@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use lockkit_core::backend::{AcquireRequest, Lease, LockKind, TryAcquire};
-use lockkit_core::{LockError, lease, ttl_millis};
+use lockkit_core::{LockError, ttl_millis};
 
 use super::rules::{Grant, Row, decide, permits_of};
 use super::{family, line_key, name_args, share_count};
@@ -78,16 +78,7 @@ impl Inner {
                 count,
                 token,
                 remaining,
-            } => Ok((
-                TryAcquire::Acquired(Lease {
-                    token,
-                    hold_count: count,
-                    valid_until: Some(lease::valid_until(sent_at, remaining)),
-                    lost: None,
-                    session_deadline: None,
-                }),
-                true,
-            )),
+            } => Ok((TryAcquire::Acquired(Lease::ttl(token, count, sent_at, remaining)), true)),
             Claimed::Busy { retry_in, placed } => Ok((TryAcquire::Busy { retry_in }, placed)),
         }
     }

@@ -8,13 +8,25 @@ use crate::conn::SESSION_RESTARTS;
 use crate::error::{BACKEND, ForeignNode, is_connection_loss, is_session_end, session_kept_ending, zk};
 use crate::hold::{DeleteError, View, delete_hold, hold_of, list_held};
 use crate::layout::parent_path;
+use crate::queue::sync;
+use zookeeper_client::Error as ZkError;
 
 impl Inner {
     pub(crate) async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let parent = parent_path(name);
         for _ in 0..SESSION_RESTARTS {
             let session = self.sessions.get().await?;
-            match hold_of(&session.client, &parent).await {
+            // The server read from (a follower of an ensemble) has applied
+            // every write the leader committed before: a release another
+            // client saw answered is seen here too.
+            let read = async {
+                match sync(&session.client, &parent).await {
+                    Ok(()) | Err(ZkError::NoNode) => {}
+                    Err(e) => return Err(e),
+                }
+                hold_of(&session.client, &parent).await
+            };
+            match read.await {
                 Ok(View::Free) => return Ok(None),
                 Ok(View::Held(view)) => return Ok(Some(view.info(name))),
                 Ok(View::Foreign(path)) => {

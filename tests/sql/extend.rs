@@ -114,15 +114,19 @@ async fn postgres_extend_many() {
     }
 }
 
-/// The watchdog keeps thousands of holds alive at a short ttl: held while
+/// The watchdog keeps thousands of holds alive: held while
 /// they are being taken (the first ones wait for the last) and for several
 /// renewal periods after, none lost, each still held by us at the end.
 async fn many_held_stay_held(client: LockClient, n: usize) {
     let run = format!("{:08x}", rand_u32());
     // Renewed every third of it: 5,000 holds are 20 batched statements per
-    // period, which a machine busy with a torture run and a build beside
-    // the suite delayed past a 3 s lease's last third (MariaDB, twice).
-    let ttl = Duration::from_secs(5);
+    // period. Each commits, and a commit waits for the disk: a machine
+    // busy with a torture run and a build beside the suite delayed them
+    // past a 3 s lease's last third (MariaDB, twice), and a disk flushing
+    // a freshly built test binary past a 5 s one's (Postgres in CI; 2.5 s
+    // per extension with a large write beside the test). The lease is long
+    // so that what fails here is the watchdog, not the disk.
+    let ttl = Duration::from_secs(12);
     let opts = client.options().ttl(ttl);
     let mut guards = Vec::with_capacity(n);
     for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
@@ -138,7 +142,9 @@ async fn many_held_stay_held(client: LockClient, n: usize) {
             guards.push(g.expect("lock"));
         }
     }
-    tokio::time::sleep(ttl * 2).await;
+    // Three renewals of every hold (and more of the first ones, renewed
+    // while the last were taken).
+    tokio::time::sleep(ttl).await;
     let lost: Vec<String> = guards
         .iter()
         .filter(|g| g.is_lost())
@@ -245,7 +251,9 @@ async fn postgres_lease_counts_from_the_statement_not_the_pool_wait() {
         let name = format!("lockkit-test/pool_wait/{run}/waiting");
         tokio::spawn(async move { client.lock_with(&name, &opts).await })
     };
-    tokio::time::sleep(ttl * 2).await;
+    // Three renewals of every hold (and more of the first ones, renewed
+    // while the last were taken).
+    tokio::time::sleep(ttl).await;
     tx.rollback().await.unwrap();
 
     let busy = busy.await.unwrap().unwrap();

@@ -355,7 +355,10 @@ async fn mysql_old_table_gains_attempts() {
         }
     };
     old_table_gains_attempts(&url, &table, create, exec).await;
-    exec(format!("DROP TABLE `{table}`, `{table}_tokens`, `{table}_waiters`")).await;
+    exec(format!(
+        "DROP TABLE `{table}`, `{table}_tokens`, `{table}_waiters`, `{table}_kinds`, `{table}_holds`"
+    ))
+    .await;
     pool.close().await;
 }
 
@@ -379,7 +382,10 @@ async fn postgres_old_table_gains_attempts() {
         }
     };
     old_table_gains_attempts(&url, &table, create, exec).await;
-    exec(format!("DROP TABLE \"{table}\", \"{table}_waiters\"")).await;
+    exec(format!(
+        "DROP TABLE \"{table}\", \"{table}_waiters\", \"{table}_kinds\", \"{table}_holds\""
+    ))
+    .await;
     exec(format!("DROP SEQUENCE \"{table}_token_seq\"")).await;
     pool.close().await;
 }

@@ -78,6 +78,7 @@ impl RedisBackend {
                 proposal: None,
                 queueing: &queueing,
                 kind,
+                slot: None,
             };
             let r = match inner.replicas {
                 None => scripts::acquire(&mut inner.conn.clone(), &inner.keys, &claim).await,
@@ -106,6 +107,8 @@ impl RedisBackend {
                     reason,
                 });
             }
+            // Only asked for a slot (Redlock), which this claim is not.
+            AcquireReply::OtherSlot { .. } => (TryAcquire::Busy { retry_in: None }, None),
             AcquireReply::Busy { pttl, turn_of } => (
                 TryAcquire::Busy {
                     retry_in: (pttl >= 0).then(|| millis(pttl)),

@@ -42,8 +42,8 @@
 //!   slot, with the same counter, the same kind of line and the same
 //!   attempt ids (see `layout`); every change is again one script call.
 //!   A release that lets waiters in tells every client listening on the
-//!   name (not one client, as the mutex does). Redlock offers read-write
-//!   locks, not semaphores (see [`RedlockBackend`]).
+//!   name (not one client, as the mutex does). On Redlock a permit is one
+//!   of N slots held on a quorum, as a mutex is (see [`RedlockBackend`]).
 //! * **Waiting** does not poll: waiters subscribe (one pub/sub connection
 //!   per backend, shared, counted per name) before they retry, and sleep
 //!   until a message or the holder's expiry. Waiting clients queue on the

@@ -280,3 +280,116 @@ async fn a_write_without_a_quorum_leaves_the_read_token_alone() {
     );
     read.unlock().await.expect("unlock");
 }
+
+/// The holders of semaphore `name` on one node alone, as a client of that
+/// node sees them (owners).
+async fn node_permits(node: &Server, name: &str) -> Vec<String> {
+    let one = lockkit::connect(&format!("redis://{}", node.addr()))
+        .await
+        .expect("connect to one node");
+    let holders = one.semaphore(name, 2).expect("semaphore").holders().await;
+    holders.expect("holders").into_iter().map(|h| h.owner).collect()
+}
+
+/// Waits until `node` shows exactly `owners` holding `name`'s permits:
+/// a frozen node runs the commands queued for it (an attempt's share, and
+/// the undo of it) once thawed.
+async fn until_node_permits(node: &Server, name: &str, owners: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = node_permits(node, name).await;
+        if seen == owners {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} holds {seen:?}, expected {owners:?}",
+            node.addr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Two permits of a semaphore of 2 that stand on different quorums leave
+/// a third owner a quorum of nodes with a permit free on each (A on nodes
+/// 0–2, B on 2–4: nodes 0, 1, 3 and 4 hold one each). Counted per node it
+/// would be admitted; held as slots, each slot is taken on a quorum, so it
+/// is not — and takes A's slot once A lets it go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_on_different_quorums_still_bound_the_holders() {
+    if !redis::available("semaphore_permits_on_different_quorums_still_bound_the_holders") {
+        return;
+    }
+    let nodes = five();
+    let (a, b, c) = (client(&nodes).await, client(&nodes).await, client(&nodes).await);
+    let name = "pool";
+    // A's permit on nodes 0, 1 and 2 only.
+    nodes[3].freeze();
+    nodes[4].freeze();
+    let pa = a
+        .semaphore(name, 2)
+        .unwrap()
+        .acquire_with(&long())
+        .await
+        .expect("A's permit");
+    nodes[3].thaw();
+    nodes[4].thaw();
+    for node in &nodes[3..] {
+        until_node_permits(node, name, &[]).await;
+    }
+    // B's permit on nodes 2, 3 and 4 only.
+    nodes[0].freeze();
+    nodes[1].freeze();
+    let pb = b
+        .semaphore(name, 2)
+        .unwrap()
+        .acquire_with(&long())
+        .await
+        .expect("B's permit");
+    nodes[0].thaw();
+    nodes[1].thaw();
+    for node in &nodes[..2] {
+        until_node_permits(node, name, &[a.owner()]).await;
+    }
+    until_node_permits(&nodes[2], name, &[a.owner(), b.owner()]).await;
+    for node in &nodes[3..] {
+        until_node_permits(node, name, &[b.owner()]).await;
+    }
+
+    let sc = c.semaphore(name, 2).unwrap();
+    for _ in 0..5 {
+        assert!(
+            sc.try_acquire().await.expect("try_acquire").is_none(),
+            "a third permit of two: nodes 0, 1, 3 and 4 each have one free, but no slot is free on a quorum"
+        );
+    }
+    let e = sc
+        .acquire_with(&long().wait(Duration::from_millis(300)))
+        .await
+        .expect_err("C waits in vain");
+    assert!(matches!(e, LockError::WaitTimeout { .. }), "{e:?}");
+    let holders: Vec<(String, u64)> = sc
+        .holders()
+        .await
+        .expect("holders")
+        .into_iter()
+        .map(|h| (h.owner, h.token))
+        .collect();
+    assert_eq!(
+        holders,
+        [
+            (a.owner().to_owned(), pa.fencing_token()),
+            (b.owner().to_owned(), pb.fencing_token())
+        ]
+    );
+    let token = pb.fencing_token().max(pa.fencing_token());
+    pa.unlock().await.expect("unlock A");
+    let pc = sc.acquire_with(&long()).await.expect("A's slot, once free");
+    assert!(pc.fencing_token() > token);
+    assert!(
+        sc.try_acquire().await.expect("try_acquire").is_none(),
+        "B and C hold both permits"
+    );
+    pb.unlock().await.expect("unlock B");
+    pc.unlock().await.expect("unlock C");
+}

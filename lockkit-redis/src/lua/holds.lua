@@ -6,8 +6,10 @@
 -- digits each, one after the other: the hold count is their number), `g|X`
 -- when it was granted (for the order), `p|w` the last write token before
 -- the writer's (for an undo), `a:ID` the hold of attempt ID,
--- `n` a semaphore's permit count, `g` the grant counter, `m` the message
--- counter, `lw` a read-write lock's last write token.
+-- `n` a semaphore's permit count, `s|K` the permit holding slot K
+-- (Redlock; the slot is free again once that hold is gone), `g` the grant
+-- counter, `m` the message counter, `lw` a read-write lock's last write
+-- token.
 
 local function fmt(n)
   return string.format('%.0f', n)

@@ -45,6 +45,13 @@ if joins then
 end
 local holds = redis.call('ZCARD', Z)
 local permits = tonumber(ARGV[12])
+-- Redlock: a permit takes slot ARGV[13] of the N (`''`: any). A slot is
+-- taken while the hold recorded in it stands.
+local slot = ARGV[13] or ''
+local function slot_free(s)
+  local x = redis.call('HGET', H, 's|' .. s)
+  return not x or not redis.call('ZSCORE', Z, x)
+end
 -- Whether the first in line could take it now.
 local function free_for_line()
   if kind == 'p' then return holds < permits end
@@ -80,7 +87,7 @@ end
 local new, x = false, nil
 local writer = redis.call('ZSCORE', Z, 'w') and redis.call('HGET', H, 'o|w')
 if kind == 'p' then
-  new = not blocker and holds < permits
+  new = not blocker and holds < permits and (slot == '' or slot_free(slot))
 elseif kind == 'r' then
   if redis.call('ZSCORE', Z, 'r' .. owner) then
     x = 'r' .. owner
@@ -112,6 +119,12 @@ if not new and not x then
     redis.call('PEXPIRE', Q, keep)
     if kind == 'w' then redis.call('PEXPIRE', F, keep) end
     settle(H, Z, now)
+  end
+  -- Free here, but not the slot asked for: the lowest that is.
+  if kind == 'p' and slot ~= '' and not blocker and holds < permits then
+    for s = 0, permits - 1 do
+      if slot_free(s) then return {2, s} end
+    end
   end
   return {0, '', 0, pttl}
 end
@@ -145,6 +158,7 @@ else
   end
   local g = redis.call('HINCRBY', H, 'g', 1)
   redis.call('HSET', H, 'o|' .. x, owner, 't|' .. x, token, 'a|' .. x, att, 'g|' .. x, g, 'a:' .. att, x)
+  if kind == 'p' and slot ~= '' then redis.call('HSET', H, 's|' .. slot, x) end
   redis.call('ZADD', Z, fmt(now + ttl), x)
   holds = holds + 1
 end

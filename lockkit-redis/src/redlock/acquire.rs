@@ -24,6 +24,27 @@ const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
 /// token.
 const TOKEN_ROUNDS: u32 = 3;
 
+/// How many rounds one attempt at a permit makes while the nodes say its
+/// slot is taken and name a free one.
+const SLOT_ROUNDS: u32 = 3;
+
+/// The permit slot an attempt tries first: spread by its id, so that
+/// clients taking permits at the same moment seldom ask for the same slot.
+fn first_slot(attempt: &str, permits: u32) -> u32 {
+    let spread = attempt
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    spread % permits.max(1)
+}
+
+/// The free slot most nodes named (the lowest of equals).
+fn named_slot(hints: &HashMap<u32, usize>) -> Option<u32> {
+    hints
+        .iter()
+        .max_by_key(|(slot, n)| (**n, std::cmp::Reverse(**slot)))
+        .map(|(slot, _)| *slot)
+}
+
 /// What one Redlock attempt came to.
 pub(super) enum Outcome {
     Acquired(Lease),
@@ -66,6 +87,14 @@ impl Inner {
     ) -> Outcome {
         let mut above: Option<u64> = None;
         let mut round = 1;
+        // A permit takes one of the N slots on a quorum (see
+        // `scripts::kinds::KINDS_ACQUIRE`); the nodes name a free one when
+        // the slot asked for is taken.
+        let mut slot = match kind {
+            LockKind::Permit { permits } => Some(first_slot(attempt, permits)),
+            _ => None,
+        };
+        let mut slot_round = 1;
         loop {
             // Every node gets the same proposal (this clock + a margin for
             // skew, or above what the nodes issued last round), so that they
@@ -86,6 +115,7 @@ impl Inner {
                 proposal,
                 queueing,
                 kind,
+                slot,
             };
             let replies = self
                 .all(|_, mut c| async move { scripts::acquire(&mut c, keys, claim).await })
@@ -95,6 +125,7 @@ impl Inner {
             let mut failed = Vec::new();
             let mut conflicts = Vec::new();
             let mut heads: HashMap<&str, (usize, u32)> = HashMap::new();
+            let mut free_slots: HashMap<u32, usize> = HashMap::new();
             for (node, r) in replies.iter().enumerate() {
                 match r {
                     Ok(AcquireReply::Acquired {
@@ -117,6 +148,10 @@ impl Inner {
                             *named += 1;
                             *behind = (*behind).min(t.behind);
                         }
+                    }
+                    Ok(AcquireReply::OtherSlot { free }) => {
+                        busy.push(-1);
+                        *free_slots.entry(*free).or_insert(0) += 1;
                     }
                     Ok(AcquireReply::Conflict { reason }) => {
                         busy.push(-1);
@@ -164,6 +199,20 @@ impl Inner {
                     continue;
                 }
                 Settled::Disagreed { .. } | Settled::NoQuorum => {}
+            }
+            // The slot was taken where it mattered, and another is free:
+            // asked for at once, as a token disagreement is.
+            let other_slot = named_slot(&free_slots).filter(|free| Some(*free) != slot);
+            let decided = conflicts.len() >= self.quorum || failed.len() > self.n() - self.quorum;
+            if let Some(free) = other_slot.filter(|_| !decided && slot_round < SLOT_ROUNDS) {
+                let then = UndoThen {
+                    requeue,
+                    announce: false,
+                };
+                self.undo(name, owner, attempt, kind, &targets, then).await;
+                slot = Some(free);
+                slot_round += 1;
+                continue;
             }
             // No quorum.
             let then = UndoThen {
@@ -258,13 +307,6 @@ impl RedlockBackend {
 
     /// One attempt, detached; a hold whose caller is gone is released.
     pub(super) async fn attempt(&self, req: &AcquireRequest<'_>, queueing: Queueing) -> Result<Outcome, LockError> {
-        if let LockKind::Permit { .. } = req.kind {
-            // Not declared (see `kinds`): the client never sends it.
-            return Err(LockError::Unsupported {
-                backend: KIND,
-                operation: "permit",
-            });
-        }
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let inner = self.inner.clone();

@@ -1,10 +1,7 @@
-//! Redlock's read-write locks: the holders and the line of a name as a
-//! quorum of nodes sees them, and the refusal a quorum agrees on.
-//!
-//! Semaphores are not offered on Redlock: a permit held on a quorum of
-//! nodes, each node admitting N, does not bound the permits to N (with 5
-//! nodes, 3 permits of 2 can each stand on 3 nodes: 9 shares in 10 places).
-//! That needs permits as N separate quorum locks (slots), not done yet.
+//! Redlock's semaphores and read-write locks: the holders and the line of a
+//! name as a quorum of nodes sees them, and the refusal a quorum agrees on.
+//! (How a permit takes a slot on a quorum: `acquire` and
+//! `scripts::kinds::KINDS_ACQUIRE`.)
 
 use std::collections::HashMap;
 

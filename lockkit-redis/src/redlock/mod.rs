@@ -131,15 +131,21 @@ const KIND: &str = "redlock";
 ///   pause) past its deadline finds its lost signal fired when it resumes,
 ///   but may already be mid-write: that write must be fenced by the token.
 ///
-/// # Read-write locks, and why no semaphores
+/// # Read-write locks and semaphores
 ///
 /// Read and write holds follow the same rules on every node (a writer's
 /// token is proposed and agreed like a mutex's). A read hold stands on a
 /// quorum of nodes that hold it, with the greatest of their last write
-/// tokens (a write attempt that failed may have raised it on some). A
-/// semaphore is not offered: N permits each held on a quorum, with every
-/// node admitting N, do not bound the holders to N (on 5 nodes, 3 permits
-/// of 2 can each stand on 3 nodes).
+/// tokens (a write attempt that failed may have raised it on some).
+///
+/// A semaphore's N permits are N slots, and a permit is one slot held on a
+/// quorum of nodes, as a mutex is: two permits in one slot would need a
+/// node that admitted both, so at most N stand at once. (A permit held on
+/// any quorum, with every node admitting N, would not bound them: on 5
+/// nodes, 3 permits of 2 can each stand on 3 nodes.) An attempt asks for
+/// one slot; a node where it is taken names the lowest free one, and the
+/// attempt asks for that at once. Tokens come from the name's counter,
+/// agreed as a writer's, so they grow over all permits.
 ///
 /// As the Kleppmann/antirez debate makes clear, the token protects a resource
 /// only if the resource checks it (rejects writes whose token is lower than
@@ -198,6 +204,7 @@ impl LockBackend for RedlockBackend {
             .with_admin()
             .with_idempotent_attempts()
             .with_fair()
+            .with_semaphores()
             .with_rw_locks()
     }
 

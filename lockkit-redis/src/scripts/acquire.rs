@@ -37,7 +37,8 @@ use crate::wait::Turn;
 /// attempt was already counted in it), `{0, '', 0, pttl}` when another
 /// owner holds it, or `{0, '', 0, -2, HEAD, BEHIND}` when it is free but it
 /// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
-/// clients queued between it and the caller.
+/// clients queued between it and the caller (and, from the kinds' script,
+/// `{2, SLOT}`: see [`AcquireReply::OtherSlot`]).
 pub(super) const ACQUIRE: &str = concat!(
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/token.lua"),
@@ -78,6 +79,12 @@ pub(crate) enum AcquireReply {
         /// Free, but another waiting client's turn (fair only).
         turn_of: Option<TurnOf>,
     },
+    /// Redlock's semaphores: a permit is free on this server, but not the
+    /// slot the claim asked for; `free` is the lowest free one.
+    OtherSlot {
+        /// A slot free on this server.
+        free: u32,
+    },
     /// Refused whoever holds it (semaphores and read-write locks): the
     /// request does not fit the name's state.
     Conflict {
@@ -104,6 +111,10 @@ pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> 
             return Ok(AcquireReply::Conflict {
                 reason: format!("the semaphore has {permits} permits, the request says otherwise"),
             });
+        }
+        (Some(2), _) => {
+            let free = items.get(1).and_then(int).and_then(|s| u32::try_from(s).ok());
+            return free.map(|free| AcquireReply::OtherSlot { free }).ok_or_else(bad);
         }
         (Some(-2), _) => {
             return Ok(AcquireReply::Conflict {
@@ -209,6 +220,9 @@ pub(crate) struct Claim<'a> {
     pub(crate) queueing: &'a Queueing,
     /// What kind of hold.
     pub(crate) kind: LockKind,
+    /// Redlock's semaphores: the permit slot to take (see
+    /// [`KINDS_ACQUIRE`](super::kinds::KINDS_ACQUIRE)); `None`: any permit.
+    pub(crate) slot: Option<u32>,
 }
 
 impl Claim<'_> {
@@ -251,7 +265,9 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
     match claim.kind {
         LockKind::Mutex => {}
         LockKind::Permit { permits } => {
-            inv.arg(kinds::flag(claim.kind)).arg(permits);
+            inv.arg(kinds::flag(claim.kind))
+                .arg(permits)
+                .arg(claim.slot.map(|s| s.to_string()).unwrap_or_default());
         }
         kind => {
             inv.arg(kinds::flag(kind)).arg(0);

@@ -19,11 +19,19 @@ use crate::layout::Keys;
 /// KEYS: holds, their lease ends, counter, queue, waiting writers. ARGV:
 /// 1–10 as for the mutex (10, where a waiter's channel differs, is not
 /// used: these names wake every listener), 11. the kind (`p`, `r`, `w`),
-/// 12. a semaphore's permit count.
+/// 12. a semaphore's permit count, 13. Redlock: the permit slot to take
+/// (`''`: any permit; see below).
 ///
 /// Replies as the mutex's, and `{-1, N}` when the semaphore has `N`
 /// permits, not the request's, `{-2}` when the owner reads and asks to
-/// write.
+/// write, `{2, K}` when a permit is free but not the slot asked for (`K`
+/// is the lowest free slot).
+///
+/// Slots are how Redlock bounds a semaphore: each of the N permits is a
+/// slot that a permit takes on a quorum of nodes, as a mutex would. Two
+/// permits in one slot would need a node that admitted both, so at most N
+/// stand. Counting permits per node alone does not bound them: on 5 nodes,
+/// 3 permits of 2 can each stand on 3 nodes (9 shares in 10 places).
 pub(super) const KINDS_ACQUIRE: &str = concat!(
     include_str!("../lua/token.lua"),
     include_str!("../lua/holds.lua"),

@@ -284,6 +284,11 @@ mod tests {
             parse_acquire(&Value::Array(vec![Value::Int(-2)])).unwrap(),
             AcquireReply::Conflict { .. }
         ));
+        assert_eq!(
+            parse_acquire(&Value::Array(vec![Value::Int(2), Value::Int(1)])).unwrap(),
+            AcquireReply::OtherSlot { free: 1 }
+        );
+        assert!(parse_acquire(&Value::Array(vec![Value::Int(2)])).is_err());
         assert_eq!(parse_release(&Value::Int(-1)).unwrap().remaining, None);
         assert_eq!(parse_release(&Value::Int(0)).unwrap().remaining, Some(0));
         assert_eq!(

@@ -411,3 +411,70 @@ async fn a_lock_failed_on_a_slow_connection_leaves_no_node_for_a_co_owner() {
 async fn a_lock_that_ran_out_while_queueing_leaves_no_node_for_a_co_owner() {
     slow_failed_attempt("slow_queueing_attempt", true).await;
 }
+
+/// An attempt that carries on in a new session and finds its old session's
+/// node first in line joins it as the owner's hold — and keeps it. The
+/// clean-up of the new session's own node also takes back the attempt's
+/// nodes of earlier sessions (see the first test), the joined one among
+/// them; the hold must stand on after that (on the share node the join
+/// made in the new session), with the call's one share, and go with its
+/// release. (A review suspected the clean-up took the share out of the
+/// hold just joined; this shows it does not.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_that_joins_its_old_sessions_node_keeps_the_hold() {
+    let Some(server) = server() else { return };
+    let name = unique("restarted_attempt_joins_old");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let attempt = lockkit_core::name::new_attempt_id();
+    let (observer_backend, observer) = process(&server, None).await;
+    let (new_session, _) = process(&server, Some(&owner)).await;
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let old_url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
+    let old_session = ZkBackend::from_url(&old_url).await.expect("connect through the proxy");
+
+    // Another owner holds the name; the attempt queues in its old session.
+    let held = observer.lock(&name).await.expect("another owner locks");
+    let old_waiting = tokio::spawn(acquire(
+        old_session.clone(),
+        name.clone(),
+        owner.clone(),
+        attempt.clone(),
+    ));
+    until_queued(&observer_backend, &name, 2).await;
+
+    // The old session is cut off (the server keeps it and its node for the
+    // session timeout); its node comes first once the other owner unlocks.
+    proxy.set(Fault::Blackhole);
+    old_waiting.abort();
+    held.unlock().await.expect("the other owner unlocks");
+
+    // The attempt carries on in a new session: the old node, first in
+    // line, is the owner's hold, already carrying the attempt.
+    let lease = timeout(
+        BOUND,
+        acquire(new_session.clone(), name.clone(), owner.clone(), attempt.clone()),
+    )
+    .await
+    .expect("the attempt returns")
+    .expect("granted");
+    assert_eq!(lease.hold_count, 1, "one call, one share");
+    assert_eq!(
+        holder_of(observer.inspect(&name).await.unwrap()),
+        Some((owner.clone(), 1, lease.token)),
+        "the hold the attempt was granted stands"
+    );
+    let hold = Hold {
+        name: name.clone(),
+        owner: owner.clone(),
+        token: lease.token,
+        kind: lockkit_core::backend::LockKind::Mutex,
+    };
+    let released = new_session.release(&hold, &attempt).await.expect("release");
+    assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
+    assert_eq!(holder_of(observer.inspect(&name).await.unwrap()), None);
+    assert_eq!(
+        observer_backend.contenders(&name).await.unwrap(),
+        0,
+        "no node left behind"
+    );
+}

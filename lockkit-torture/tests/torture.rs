@@ -17,7 +17,13 @@
 //! `LOCKKIT_REQUIRE_SERVICES=1`. Private ports: `LOCKKIT_TORTURE_REDIS_PORT`
 //! (16479), `LOCKKIT_TORTURE_MYSQL_PORT` (13318),
 //! `LOCKKIT_TORTURE_POSTGRES_PORT` (15443), `LOCKKIT_TORTURE_REDLOCK_PORT`
-//! (16491, and the four above it).
+//! (16491, and the four above it; the semaphore run's nodes ten above).
+//!
+//! Semaphores (2 permits) and read-write locks (one write in five) run on
+//! SQLite, on Redlock's private nodes with node faults, and behind the
+//! fault proxy on the shared Redis, MariaDB, Postgres and ZooKeeper
+//! servers: never more than 2 permits, never a writer beside another
+//! owner's hold, readers carrying the last writer's token.
 //!
 //! `LOCKKIT_TORTURE_LONG=1` makes each run a long one: 4 processes × 4 tasks
 //! on 8 names with short critical sections until `LOCKKIT_TORTURE_GRANTS`
@@ -417,10 +423,13 @@ struct PrivateRedlock {
 
 #[cfg(feature = "redis")]
 impl PrivateRedlock {
-    fn start() -> (Self, String) {
+    /// Five nodes on the ports from `LOCKKIT_TORTURE_REDLOCK_PORT` +
+    /// `offset` (two runs at once need their own).
+    fn start(offset: u16) -> (Self, String) {
         let base: u16 = env_or("LOCKKIT_TORTURE_REDLOCK_PORT", "16491")
-            .parse()
-            .expect("LOCKKIT_TORTURE_REDLOCK_PORT is a port");
+            .parse::<u16>()
+            .expect("LOCKKIT_TORTURE_REDLOCK_PORT is a port")
+            + offset;
         let dir = tempfile::Builder::new()
             .prefix("torture-redlock-")
             .tempdir()
@@ -482,7 +491,7 @@ fn redlock() {
     if lockkit_core::testkit::server_url("LOCKKIT_REDLOCK_URL").is_none() {
         return;
     }
-    let (nodes, url) = PrivateRedlock::start();
+    let (nodes, url) = PrivateRedlock::start(0);
     torture(
         "redlock",
         &url,
@@ -493,6 +502,87 @@ fn redlock() {
             ..Extra::default()
         },
     );
+}
+
+/// Semaphores of 2 permits on Redlock, with node faults and the fault
+/// proxy: a permit is one of two slots held on a quorum, so never more
+/// than 2 stand, whichever nodes pause, restart empty or lose their keys.
+#[cfg(feature = "redis")]
+#[test]
+fn redlock_semaphore() {
+    if lockkit_core::testkit::server_url("LOCKKIT_REDLOCK_URL").is_none() {
+        return;
+    }
+    let (nodes, url) = PrivateRedlock::start(10);
+    torture(
+        "redlock-semaphore",
+        &url,
+        Extra {
+            proxy: true,
+            node_restart_cmd: Some(&nodes.restart_cmd()),
+            kind: Some("semaphore:2"),
+            ..Extra::default()
+        },
+    );
+}
+
+/// A kind of lock other than the mutex on the shared server of `var`
+/// (with `params` added to its URL), behind the fault proxy. No server
+/// restarts: those are the mutex runs', on private servers.
+fn shared_kind(label: &str, var: &str, params: &str, kind: &str) {
+    let Some(url) = lockkit_core::testkit::server_url(var) else {
+        return;
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    torture(
+        label,
+        &format!("{url}{sep}{params}"),
+        Extra {
+            proxy: true,
+            kind: Some(kind),
+            ..Extra::default()
+        },
+    );
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis_rw() {
+    shared_kind("redis-rw", "LOCKKIT_REDIS_URL", "response_timeout=300ms", "rw:200");
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_rw() {
+    shared_kind("mysql-rw", "LOCKKIT_MYSQL_URL", "sweep_interval=1s", "rw:200");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_semaphore() {
+    shared_kind(
+        "postgres-semaphore",
+        "LOCKKIT_POSTGRES_URL",
+        "sweep_interval=1s",
+        "semaphore:2",
+    );
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper_semaphore() {
+    shared_kind(
+        "zookeeper-semaphore",
+        "LOCKKIT_ZK_URL",
+        "session_timeout=4s",
+        "semaphore:2",
+    );
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper_rw() {
+    shared_kind("zookeeper-rw", "LOCKKIT_ZK_URL", "session_timeout=4s", "rw:200");
 }
 
 #[cfg(feature = "zookeeper")]

@@ -263,13 +263,8 @@ pub(crate) async fn enqueue_bounded(
     parent: &str,
     deadline: Option<Instant>,
 ) -> Result<Result<Queued, Waited>, LockError> {
-    let Want {
-        name,
-        owner,
-        attempt,
-        kind,
-    } = want;
-    let queued = enqueue_detached(session, parent, owner, owner_tag(owner), attempt, Mark::of(kind));
+    let (name, owner, attempt) = (want.name, want.owner, want.attempt);
+    let queued = enqueue_detached(session, parent, owner, owner_tag(owner), attempt, Mark::of(want.kind));
     let mut queued = std::pin::pin!(queued);
     let Some(queued) = until(deadline, queued.as_mut()).await else {
         // The wait ran out while the node was being made: it may stand

@@ -121,6 +121,20 @@ impl SqlBackend {
         }
     }
 
+    /// The first attempt of a waiting `lock` (fair, or of a semaphore or a
+    /// read-write lock), made before it takes a place in the name's line:
+    /// the lease if it took the lock; `None` when the name was busy or the
+    /// attempt failed in a way worth trying again (it is tried again in
+    /// line); any other error is returned.
+    pub(crate) async fn attempt_before_line(&self, req: &AcquireRequest<'_>) -> Result<Option<Lease>, LockError> {
+        match self.detached_attempt(req, false).await {
+            Ok((TryAcquire::Acquired(lease), _)) => Ok(Some(lease)),
+            Ok(_) => Ok(None),
+            Err(e) if e.is_retryable() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// An unfair `lock`: attempts on a backoff, woken by releases of the
     /// name (see `wait/`).
     pub(crate) async fn acquire_unfair(

@@ -24,13 +24,13 @@ use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResu
 use crate::acquire::step;
 use crate::backend::Inner;
 use crate::change::{Change, Known, change};
-use crate::conn::{Counters, Session};
+use crate::conn::Session;
 use crate::error::{BACKEND, is_connection_loss};
-use crate::layout::{Child, Mark, kind_parent, owner_tag, queue_of};
+use crate::layout::{Child, Mark, kind_parent, queue_of};
 use crate::leftover::Leftover;
 use crate::line::{Entry, Step, parse_last_write, plan, read_line};
 use crate::queue::{ZkResult, get, refresh, sync};
-use crate::wait::{Waited, Woken, bounded_step, enqueue_detached, enqueue_failed, give_up, queued_too_late, until};
+use crate::wait::{Waited, bounded_step, enqueue_bounded, give_up, until, watch_step};
 
 /// One acquisition of a semaphore's permit or a read-write lock's hold.
 #[derive(Debug, Clone, Copy)]
@@ -145,19 +145,11 @@ impl Inner {
             attempt,
             kind,
         } = want;
-        let (tag, mark, parent) = (owner_tag(owner), Mark::of(kind), kind_parent(name, kind));
+        let (mark, parent) = (Mark::of(kind), kind_parent(name, kind));
         let client = &session.client;
-        let queued = enqueue_detached(session, &parent, owner, tag, attempt, mark);
-        let mut queued = std::pin::pin!(queued);
-        let Some(queued) = until(deadline, queued.as_mut()).await else {
-            return Ok(queued_too_late(session, &parent, owner, attempt, queued).await);
-        };
-        let mut q = match queued? {
+        let mut q = match enqueue_bounded(session, want, &parent, deadline).await? {
             Ok(q) => q,
-            Err(e) => {
-                enqueue_failed(session, name, &parent, owner, attempt, e).await?;
-                return Ok(Waited::Restart);
-            }
+            Err(waited) => return Ok(waited),
         };
         let mut cleanup = crate::leftover::Cleanup::new(session, &q, owner, attempt);
         macro_rules! bounded {
@@ -255,24 +247,8 @@ impl Inner {
                     return Ok(give_up(cleanup).await);
                 }
                 Step::Wait(nodes) => {
-                    Counters::bump(&self.counters.watches);
-                    match until(deadline, arm(client, &q.parent, &nodes, &q.queue)).await {
-                        None => return Ok(give_up(cleanup).await),
-                        Some(Ok(None)) => {}
-                        Some(Ok(Some(watchers))) => {
-                            match self.woken(session, name, any_event(watchers), deadline).await {
-                                Woken::Changed => {}
-                                Woken::TimedOut => return Ok(give_up(cleanup).await),
-                                Woken::Ended => {
-                                    cleanup.disarm();
-                                    return Ok(Waited::Restart);
-                                }
-                            }
-                        }
-                        // Gone already, or the answer was lost: look again.
-                        Some(Err(e)) if e == ZkError::NoNode || is_connection_loss(&e) => {}
-                        Some(Err(e)) => step!(session, name, Waited::Restart, Err::<(), _>(e), cleanup),
-                    }
+                    let armed = async { ZkResult::Ok(arm(client, &q.parent, &nodes, &q.queue).await?.map(any_event)) };
+                    watch_step!(self, deadline, session, name, cleanup, armed);
                     bounded!(refresh(session, &mut q));
                 }
             }

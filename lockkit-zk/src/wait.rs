@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use lockkit_core::backend::Lease;
+use lockkit_core::backend::{Lease, LockKind};
 use lockkit_core::{LockError, detach};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, EventType, WatchedEvent};
@@ -13,8 +13,9 @@ use zookeeper_client::{Error as ZkError, EventType, WatchedEvent};
 use crate::acquire::step;
 use crate::backend::Inner;
 use crate::conn::{Counters, Session};
-use crate::error::{BACKEND, is_connection_loss, is_session_end, zk};
+use crate::error::{BACKEND, is_session_end, zk};
 use crate::join::Joined;
+use crate::kinds::Want;
 use crate::layout::{Mark, owner_tag, parent_path};
 use crate::leftover::{Cleanup, Leftover};
 use crate::queue::{Plan, Queued, ZkResult, enqueue, plan, refresh};
@@ -40,6 +41,46 @@ macro_rules! bounded_step {
     };
 }
 pub(crate) use bounded_step;
+
+/// The wait on a watch of a wait in one session (the mutex's and the
+/// kinds'): `$armed` arms the watch, bounded by the call's deadline, and
+/// gives its event (`None`: nothing to wait for); then the event, the
+/// deadline or the session's end, whichever comes first (see
+/// [`Inner::woken`]). Falls through when the caller should read the queue
+/// again: the watch fired, or the node was gone already, or the answer was
+/// lost. Returns otherwise: a deadline that passed gives up (the
+/// acquisition's clean-up runs), a session that ended means start over
+/// (`Waited::Restart`), another error takes the clean-up's node back and
+/// is returned.
+macro_rules! watch_step {
+    ($inner:expr, $deadline:expr, $session:expr, $name:expr, $cleanup:ident, $armed:expr) => {
+        $crate::conn::Counters::bump(&$inner.counters.watches);
+        match $crate::wait::until($deadline, $armed).await {
+            None => return Ok($crate::wait::give_up($cleanup).await),
+            Some(Ok(None)) => {}
+            Some(Ok(Some(event))) => match $inner.woken($session, $name, event, $deadline).await {
+                $crate::wait::Woken::Changed => {}
+                $crate::wait::Woken::TimedOut => return Ok($crate::wait::give_up($cleanup).await),
+                $crate::wait::Woken::Ended => {
+                    $cleanup.disarm();
+                    return Ok($crate::wait::Waited::Restart);
+                }
+            },
+            // Gone already, or the answer was lost: look again.
+            Some(Err(e)) if e == ::zookeeper_client::Error::NoNode || $crate::error::is_connection_loss(&e) => {}
+            Some(Err(e)) => {
+                $crate::acquire::step!(
+                    $session,
+                    $name,
+                    $crate::wait::Waited::Restart,
+                    Err::<(), _>(e),
+                    $cleanup
+                )
+            }
+        }
+    };
+}
+pub(crate) use watch_step;
 
 /// How a wait on a watch ended (see [`Inner::woken`]).
 pub(crate) enum Woken {
@@ -90,20 +131,15 @@ impl Inner {
     ) -> Result<Waited, LockError> {
         let tag = owner_tag(owner);
         let parent = parent_path(name);
-        let queued = enqueue_detached(session, &parent, owner, tag, attempt, Mark::Mutex);
-        let mut queued = std::pin::pin!(queued);
-        let Some(queued) = until(deadline, queued.as_mut()).await else {
-            // The wait ran out while the node was being made: it may stand
-            // (or come) all the same. It is taken back before the call
-            // returns, as after a wait (see `give_up`).
-            return Ok(queued_too_late(session, &parent, owner, attempt, queued).await);
+        let want = Want {
+            name,
+            owner,
+            attempt,
+            kind: LockKind::Mutex,
         };
-        let mut q = match queued? {
+        let mut q = match enqueue_bounded(session, want, &parent, deadline).await? {
             Ok(q) => q,
-            Err(e) => {
-                enqueue_failed(session, name, &parent, owner, attempt, e).await?;
-                return Ok(Waited::Restart);
-            }
+            Err(waited) => return Ok(waited),
         };
         let mut cleanup = Cleanup::new(session, &q, owner, attempt);
         let mut foreign = Vec::new();
@@ -153,24 +189,13 @@ impl Inner {
                     return Ok(give_up(cleanup).await);
                 }
                 Plan::Wait(node) => {
-                    Counters::bump(&self.counters.watches);
                     let path = format!("{}/{node}", q.parent);
-                    let armed = until(deadline, session.client.get_and_watch_data(&path)).await;
-                    match armed {
-                        None => return Ok(give_up(cleanup).await),
-                        Some(Ok((_, _, watcher))) => match self.woken(session, name, watcher.changed(), deadline).await
-                        {
-                            Woken::Changed => {}
-                            Woken::TimedOut => return Ok(give_up(cleanup).await),
-                            Woken::Ended => {
-                                cleanup.disarm();
-                                return Ok(Waited::Restart);
-                            }
-                        },
-                        // Gone already, or the answer was lost: look again.
-                        Some(Err(e)) if e == ZkError::NoNode || is_connection_loss(&e) => {}
-                        Some(Err(e)) => step!(session, name, Waited::Restart, Err::<(), _>(e), cleanup),
-                    }
+                    let watching = session.client.get_and_watch_data(&path);
+                    let armed = async {
+                        let (_, _, watcher) = watching.await?;
+                        ZkResult::Ok(Some(watcher.changed()))
+                    };
+                    watch_step!(self, deadline, session, name, cleanup, armed);
                     bounded!(refresh(session, &mut q));
                 }
             }
@@ -227,9 +252,38 @@ impl Inner {
     }
 }
 
+/// Queues `want` in `session` under `parent` for a wait (see
+/// [`enqueue_detached`]), bounded by `deadline`: the queued contender, or
+/// how the wait ended (`Err`) — it ran out while the node was being made
+/// (see [`queued_too_late`]), or the session ended (start over, see
+/// [`enqueue_failed`]). The mutex's wait and the kinds' queue alike.
+pub(crate) async fn enqueue_bounded(
+    session: &Arc<Session>,
+    want: Want<'_>,
+    parent: &str,
+    deadline: Option<Instant>,
+) -> Result<Result<Queued, Waited>, LockError> {
+    let (name, owner, attempt) = (want.name, want.owner, want.attempt);
+    let queued = enqueue_detached(session, parent, owner, owner_tag(owner), attempt, Mark::of(want.kind));
+    let mut queued = std::pin::pin!(queued);
+    let Some(queued) = until(deadline, queued.as_mut()).await else {
+        // The wait ran out while the node was being made: it may stand
+        // (or come) all the same. It is taken back before the call
+        // returns, as after a wait (see `give_up`).
+        return Ok(Err(queued_too_late(session, parent, owner, attempt, queued).await));
+    };
+    match queued? {
+        Ok(q) => Ok(Ok(q)),
+        Err(e) => {
+            enqueue_failed(session, name, parent, owner, attempt, e).await?;
+            Ok(Err(Waited::Restart))
+        }
+    }
+}
+
 /// Queues in `session` (see [`enqueue`]), run to its end even if the wait
 /// stops waiting for it: the node it makes then is taken back.
-pub(crate) fn enqueue_detached(
+fn enqueue_detached(
     session: &Arc<Session>,
     parent: &str,
     owner: &str,
@@ -300,13 +354,7 @@ pub(crate) async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Optio
 /// back. Before, the call returned at once and left that clean-up to a
 /// slow connection: the node came after the call returned and stood first
 /// in the queue as a hold the owner's other processes joined.
-pub(crate) async fn queued_too_late<F>(
-    session: &Arc<Session>,
-    parent: &str,
-    owner: &str,
-    attempt: &str,
-    queued: F,
-) -> Waited
+async fn queued_too_late<F>(session: &Arc<Session>, parent: &str, owner: &str, attempt: &str, queued: F) -> Waited
 where
     F: Future<Output = Result<ZkResult<Queued>, LockError>>,
 {

@@ -32,6 +32,19 @@ pub fn available(test: &str) -> bool {
     ok
 }
 
+/// A private server and two clients of it (two processes, as far as the
+/// locks can tell), for the test named `test`; `None` when redis-server
+/// cannot be run (the test skips, see [`available`]).
+pub async fn two_clients(test: &str) -> Option<(Server, lockkit::LockClient, lockkit::LockClient)> {
+    if !available(test) {
+        return None;
+    }
+    let server = Server::start();
+    let a = lockkit::connect(&server.url()).await.expect("connect");
+    let b = lockkit::connect(&server.url()).await.expect("connect");
+    Some((server, a, b))
+}
+
 /// One private Redis server.
 pub struct Server {
     pub port: u16,

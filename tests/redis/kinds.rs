@@ -15,14 +15,9 @@ use redis::Server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_renewed_in_one_round_trip() {
-    if !redis::available("every_kind_renewed_in_one_round_trip") {
+    let Some((server, a, b)) = redis::two_clients("every_kind_renewed_in_one_round_trip").await else {
         return;
-    }
-    let server = Server::start();
-    let (a, b) = (
-        lockkit::connect(&server.url()).await.expect("connect"),
-        lockkit::connect(&server.url()).await.expect("connect"),
-    );
+    };
     let ttl = Duration::from_secs(1);
     let opts = LockOptions::new().ttl(ttl).auto_extend(true);
     let mut guards: Vec<LockGuard> = Vec::new();

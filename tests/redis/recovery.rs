@@ -57,14 +57,9 @@ async fn the_same_client_works_after_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_when_the_server_comes_back() {
-    if !redis::available("a_waiter_is_woken_when_the_server_comes_back") {
+    let Some((mut server, a, b)) = redis::two_clients("a_waiter_is_woken_when_the_server_comes_back").await else {
         return;
-    }
-    let mut server = Server::start();
-    let (a, b) = (
-        lockkit::connect(&server.url()).await.expect("connect"),
-        lockkit::connect(&server.url()).await.expect("connect"),
-    );
+    };
     let held = LockOptions::new().ttl(Duration::from_secs(60)).auto_extend(false);
     let ga = a.lock_with("job", &held).await.expect("lock");
     let waiter = tokio::spawn(async move {

@@ -301,14 +301,9 @@ async fn two_crashed_queued_clients_delay_a_handoff_by_at_most_a_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_releases_somebody_waits_for_publish() {
-    if !redis::available("only_releases_somebody_waits_for_publish") {
+    let Some((server, a, b)) = redis::two_clients("only_releases_somebody_waits_for_publish").await else {
         return;
-    }
-    let server = Server::start();
-    let (a, b) = (
-        lockkit::connect(&server.url()).await.expect("connect"),
-        lockkit::connect(&server.url()).await.expect("connect"),
-    );
+    };
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(60))
         .wait(Duration::from_secs(30));

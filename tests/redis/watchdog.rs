@@ -13,14 +13,9 @@ use redis::Server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_five_ttls_with_one_script_call_per_renewal() {
-    if !redis::available("held_five_ttls_with_one_script_call_per_renewal") {
+    let Some((server, a, b)) = redis::two_clients("held_five_ttls_with_one_script_call_per_renewal").await else {
         return;
-    }
-    let server = Server::start();
-    let (a, b) = (
-        lockkit::connect(&server.url()).await.expect("connect"),
-        lockkit::connect(&server.url()).await.expect("connect"),
-    );
+    };
     let ttl = Duration::from_secs(1);
     let opts = LockOptions::new().ttl(ttl).auto_extend(true);
     let mut guards = Vec::new();

@@ -44,6 +44,52 @@ impl NameState {
     }
 }
 
+/// A row that a claim (a new hold) or a join (a place in line) inserts in
+/// `<table>_holds` as the name's next; see [`insert_next`].
+struct NextRow<'a> {
+    /// The hold's token (0 for a place in line).
+    token: i64,
+    write: bool,
+    /// A place in line, not a hold.
+    queued: bool,
+    /// How long the row lives (`us`): the hold's ttl, or the queue lease.
+    lease: Arg<'a>,
+}
+
+/// Inserts `row` for `req` under `seq` (one past the name's last token),
+/// after the name's row in `<table>_kinds` records `seq`, `last_write` and
+/// the permits (the request's count if it names one, else the name's). A
+/// claim and a join number their rows the same way, so that the line's
+/// order and the tokens stay one sequence.
+async fn insert_next(
+    tx: &mut Tx,
+    k: &KindStatements,
+    req: &AcquireRequest<'_>,
+    state: &NameState,
+    seq: i64,
+    last_write: i64,
+    row: NextRow<'_>,
+) -> Result<(), sqlx::Error> {
+    let [fam, name] = name_args(req);
+    let asked = permits_of(req.kind);
+    let permits = if asked != 0 { asked } else { state.permits };
+    let args = [Arg::Int(permits), Arg::Int(seq), Arg::Int(last_write), fam, name];
+    tx.exec(&k.set_name, &args).await?;
+    let args = [
+        fam,
+        name,
+        Arg::Int(seq),
+        Arg::Bytes(req.owner.as_bytes()),
+        Arg::Int(row.token),
+        Arg::Int(i64::from(row.write)),
+        Arg::Int(i64::from(row.queued)),
+        Arg::Text(Some(req.attempt)),
+        row.lease,
+    ];
+    tx.exec(&k.insert, &args).await?;
+    Ok(())
+}
+
 /// Locks the name's row in `<table>_kinds` to the end of the transaction
 /// (`(family, name)`); its `(permits, last_token, last_write)`, or `None`
 /// when the name has no row. Claims and releases of a name take it first,
@@ -190,21 +236,13 @@ impl Inner {
                     seq
                 };
                 let last_write = if write { seq } else { state.last_write };
-                let permits = if asked != 0 { asked } else { state.permits };
-                let args = [Arg::Int(permits), Arg::Int(seq), Arg::Int(last_write), fam, name];
-                tx.exec(&k.set_name, &args).await?;
-                let args = [
-                    fam,
-                    name,
-                    Arg::Int(seq),
-                    Arg::Bytes(req.owner.as_bytes()),
-                    Arg::Int(token),
-                    Arg::Int(i64::from(write)),
-                    Arg::Int(0),
-                    Arg::Text(Some(req.attempt)),
-                    ttl,
-                ];
-                tx.exec(&k.insert, &args).await?;
+                let row = NextRow {
+                    token,
+                    write,
+                    queued: false,
+                    lease: ttl,
+                };
+                insert_next(&mut tx, k, req, &state, seq, last_write, row).await?;
                 Claimed::Held {
                     count: 1,
                     token: token as u64,
@@ -256,24 +294,14 @@ impl Inner {
             tx.rollback().await?;
             return Ok(Err(reason));
         }
-        let [fam, name] = name_args(req);
+        let row = NextRow {
+            token: 0,
+            write: req.kind == LockKind::Write,
+            queued: true,
+            lease: Arg::Int(us(self.config.queue_lease)),
+        };
         let seq = state.last_token + 1;
-        let asked = permits_of(req.kind);
-        let permits = if asked != 0 { asked } else { state.permits };
-        let args = [Arg::Int(permits), Arg::Int(seq), Arg::Int(state.last_write), fam, name];
-        tx.exec(&k.set_name, &args).await?;
-        let args = [
-            fam,
-            name,
-            Arg::Int(seq),
-            Arg::Bytes(req.owner.as_bytes()),
-            Arg::Int(0),
-            Arg::Int(i64::from(req.kind == LockKind::Write)),
-            Arg::Int(1),
-            Arg::Text(Some(req.attempt)),
-            Arg::Int(us(self.config.queue_lease)),
-        ];
-        tx.exec(&k.insert, &args).await?;
+        insert_next(&mut tx, k, req, &state, seq, state.last_write, row).await?;
         tx.commit().await?;
         Ok(Ok(()))
     }

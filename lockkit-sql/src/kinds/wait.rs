@@ -11,6 +11,7 @@ use lockkit_core::{LockError, detach};
 
 use super::line_key;
 use crate::backend::{Inner, SqlBackend};
+use crate::wait::{leave_later, leave_now};
 
 /// A waiter's place in a name's line. Dropped without
 /// [`served`](Self::served) or [`leave`](Self::leave) — the `lock` future
@@ -33,10 +34,8 @@ impl Place {
     /// Gave up (wait bound, error): the place goes now.
     async fn leave(mut self) {
         self.done = true;
-        if let Err(e) = self.inner.kind_leave(self.kind, &self.name, &self.attempt).await {
-            tracing::debug!(backend = self.inner.kind, error = %e,
-                "leaving the line failed; the place ends with its lease");
-        }
+        let leaving = self.inner.kind_leave(self.kind, &self.name, &self.attempt);
+        leave_now(self.inner.kind, leaving).await;
     }
 }
 
@@ -45,16 +44,10 @@ impl Drop for Place {
         if self.done {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (inner, kind) = (self.inner.clone(), self.kind);
-            let (name, attempt) = (std::mem::take(&mut self.name), std::mem::take(&mut self.attempt));
-            handle.spawn(async move {
-                if let Err(e) = inner.kind_leave(kind, &name, &attempt).await {
-                    tracing::debug!(backend = inner.kind, error = %e,
-                        "leaving the line of a cancelled lock failed; the place ends with its lease");
-                }
-            });
-        }
+        // Cancelled: leave in the background, if a runtime still runs.
+        let (inner, kind) = (self.inner.clone(), self.kind);
+        let (name, attempt) = (std::mem::take(&mut self.name), std::mem::take(&mut self.attempt));
+        leave_later(inner.kind, async move { inner.kind_leave(kind, &name, &attempt).await });
     }
 }
 
@@ -72,11 +65,8 @@ impl SqlBackend {
         let inner = &self.inner;
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
         let subscription = inner.waiters.subscribe(&line_key(req.name, req.kind));
-        match self.detached_attempt(req, false).await {
-            Ok((TryAcquire::Acquired(lease), _)) => return Ok(Some(lease)),
-            Ok(_) => {}
-            Err(e) if e.is_retryable() => {}
-            Err(e) => return Err(e),
+        if let Some(lease) = self.attempt_before_line(req).await? {
+            return Ok(Some(lease));
         }
         let mut place = self.join_kind_line(req).await?;
         let most = inner.config.max_backoff.min(inner.config.queue_lease / 3);

@@ -58,6 +58,33 @@ const IDLE: Duration = Duration::from_secs(3600);
 /// processes: looking every 250 ms made 9–12 hand-offs/s).
 const LOOK: Duration = Duration::from_millis(10);
 
+/// Leaves a line now, after a wait gave up (wait bound, error): `leaving`
+/// takes the place out. A failure is only logged: the place ends with its
+/// lease all the same, and the wait's own outcome is what the caller needs.
+pub(crate) async fn leave_now(backend: &'static str, leaving: impl Future<Output = Result<(), LockError>>) {
+    if let Err(e) = leaving.await {
+        tracing::debug!(backend, error = %e, "leaving the line failed; the place ends with its lease");
+    }
+}
+
+/// Leaves a line in the background, after the `lock` future that had the
+/// place was cancelled (dropped with it): `leaving` takes the place out, if
+/// a runtime still runs to spawn it on (without one, the place ends with
+/// its lease). A failure is only logged, as in [`leave_now`].
+pub(crate) fn leave_later(
+    backend: &'static str,
+    leaving: impl Future<Output = Result<(), LockError>> + Send + 'static,
+) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(async move {
+            if let Err(e) = leaving.await {
+                tracing::debug!(backend, error = %e,
+                    "leaving the line of a cancelled lock failed; the place ends with its lease");
+            }
+        });
+    }
+}
+
 /// A fair acquisition's place in line: its row in `<table>_waiters`, its
 /// place in this process's line and in the renewal set. Dropped without
 /// [`served`](Self::served) or [`leave`](Self::leave) — the `lock` future
@@ -82,10 +109,7 @@ impl Queued {
     /// process's line is woken (as the place is dropped) if this was first.
     pub(crate) async fn leave(mut self) {
         self.done = true;
-        if let Err(e) = self.inner.leave(&self.attempt).await {
-            tracing::debug!(backend = self.inner.kind, error = %e,
-                "leaving the line failed; the place ends with its lease");
-        }
+        leave_now(self.inner.kind, self.inner.leave(&self.attempt)).await;
     }
 }
 
@@ -96,15 +120,8 @@ impl Drop for Queued {
             return;
         }
         // Cancelled: leave in the background, if a runtime still runs.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (inner, attempt) = (self.inner.clone(), std::mem::take(&mut self.attempt));
-            handle.spawn(async move {
-                if let Err(e) = inner.leave(&attempt).await {
-                    tracing::debug!(backend = inner.kind, error = %e,
-                        "leaving the line of a cancelled lock failed; the place ends with its lease");
-                }
-            });
-        }
+        let (inner, attempt) = (self.inner.clone(), std::mem::take(&mut self.attempt));
+        leave_later(inner.kind, async move { inner.leave(&attempt).await });
     }
 }
 
@@ -140,14 +157,10 @@ impl SqlBackend {
         // With waiters of this process in the name's line, a first attempt
         // outside the line cannot take it (they are ahead; a re-entry is
         // taken by the attempt in line as well): straight into the line.
-        if !inner.waiters.has_line(req.name.as_bytes()) {
-            match self.detached_attempt(req, false).await {
-                Ok((TryAcquire::Acquired(lease), _)) => return Ok(Some(lease)),
-                // Busy, or a retryable failure: tried again in line.
-                Ok(_) => {}
-                Err(e) if e.is_retryable() => {}
-                Err(e) => return Err(e),
-            }
+        if !inner.waiters.has_line(req.name.as_bytes())
+            && let Some(lease) = self.attempt_before_line(req).await?
+        {
+            return Ok(Some(lease));
         }
         // Postgres: releases notify only names somebody has listed (see
         // `waitlist.rs`); list it before the first attempt in line.

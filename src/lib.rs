@@ -39,9 +39,9 @@ pub use config::LockConfig;
 pub use connect::{Connect, URL_VAR, connect, connect_from_env};
 #[doc(inline)]
 pub use lockkit_core::{
-    Capabilities, DEFAULT_TTL, DEFAULT_WAIT, LeaseKind, LockBackend, LockClient, LockError, LockGuard, LockInfo,
-    LockKind, LockOptions, LostReason, LostSignal, MAX_PERMITS, RwLock, Semaphore, Unlocked, backend, memory, one_line,
-    url,
+    Capabilities, DEFAULT_TTL, DEFAULT_WAIT, Election, JobContext, JobLimits, Leader, Leadership, LeaseKind,
+    LockBackend, LockClient, LockError, LockGuard, LockInfo, LockKind, LockOptions, LostReason, LostSignal,
+    MAX_PERMITS, MultiGuard, RwLock, Semaphore, Unlocked, backend, memory, one_line, recipes, url,
 };
 pub use schemes::register_backend;
 

@@ -54,6 +54,7 @@ pub mod memory;
 pub mod name;
 mod options;
 pub mod raw;
+pub mod recipes;
 pub mod telemetry;
 mod undo;
 pub mod url;
@@ -73,6 +74,7 @@ pub use guard::{LockGuard, Unlocked};
 pub use held::{LostReason, LostSignal};
 pub use kinds::{MAX_PERMITS, RwLock, Semaphore};
 pub use options::{DEFAULT_TTL, DEFAULT_WAIT, LockOptions, MAX_TTL, MAX_WAIT, MIN_TTL, ttl_millis};
+pub use recipes::{Election, JobContext, JobLimits, Leader, Leadership, MultiGuard};
 
 /// Re-exported so backends and the testkit macro name the same versions.
 pub use async_trait::async_trait;

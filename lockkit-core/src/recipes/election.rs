@@ -1,0 +1,222 @@
+//! Leader election on a lock: [`Election`], [`Leadership`], [`Leader`].
+
+use std::time::{Duration, Instant};
+
+use futures_util::Stream;
+
+use crate::held::LostReason;
+use crate::name::validate_name;
+use crate::{LockClient, LockError, LockGuard, LockInfo, LockOptions, LostSignal};
+
+/// How often [`Election::observe`] looks at the leader by default.
+pub const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A leader as others see it: its owner id and its epoch (the fencing token
+/// of its leadership, which grows with every new leadership).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's owner id.
+    pub owner: String,
+    /// Its leadership's epoch.
+    pub epoch: u64,
+}
+
+impl From<LockInfo> for Leader {
+    fn from(info: LockInfo) -> Self {
+        Leader {
+            owner: info.owner,
+            epoch: info.token,
+        }
+    }
+}
+
+/// An election among candidates for one role, on the lock `name`: the
+/// leader is the lock's holder, its epoch the hold's fencing token, and its
+/// leadership ends when the hold does. So there are never two leaders whose
+/// leaderships are both valid, and a leader whose lease runs out learns it
+/// ([`Leadership::lost`]) no later than another can be elected.
+///
+/// A candidate is an owner id: campaign from clients with their own owners
+/// ([`LockClient::with_new_owner`]) — two campaigns of one owner are one
+/// candidate (the second re-enters the first's leadership).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockkit_core::LockError> {
+/// use lockkit_core::{LockClient, LockOptions, memory::MemoryBackend};
+///
+/// let locks = LockClient::new(MemoryBackend::new(), LockOptions::new())?;
+/// let election = locks.election("billing-singleton")?;
+/// let leadership = election.campaign().await?;   // waits to become leader
+/// assert_eq!(election.leader().await?.map(|l| l.epoch), Some(leadership.epoch()));
+/// tokio::select! {
+///     _ = leadership.lost() => { /* demoted: stop leading now */ }
+///     _ = async { /* lead */ } => {}
+/// }
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    client: LockClient,
+    name: String,
+    options: LockOptions,
+    interval: Duration,
+}
+
+impl LockClient {
+    /// The election for the role `name` (a lock name: `inspect`, `status`
+    /// and `force_release` of it show and end the leadership). Campaigns
+    /// wait without a bound and keep their lease with the watchdog; change
+    /// that with [`Election::with_options`].
+    pub fn election(&self, name: &str) -> Result<Election, LockError> {
+        validate_name(name)?;
+        Ok(Election {
+            client: self.clone(),
+            name: name.to_owned(),
+            options: self.options().wait_forever(),
+            interval: DEFAULT_OBSERVE_INTERVAL,
+        })
+    }
+}
+
+impl Election {
+    /// The role's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The same election, campaigning with `options` (their wait bounds
+    /// [`campaign`](Self::campaign); ttl and auto-extend keep the
+    /// leadership).
+    pub fn with_options(mut self, options: LockOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The same election, with [`observe`](Self::observe) looking every
+    /// `interval` (at least 1 ms).
+    pub fn with_observe_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Waits to become leader (as long as the options' wait allows: no
+    /// bound unless set). Cancel safe: a dropped campaign leaves nothing
+    /// behind.
+    pub async fn campaign(&self) -> Result<Leadership, LockError> {
+        let guard = self.client.lock_with(&self.name, &self.options).await?;
+        Ok(Leadership { guard })
+    }
+
+    /// Becomes leader if nobody leads now; never waits.
+    pub async fn try_campaign(&self) -> Result<Option<Leadership>, LockError> {
+        let guard = self.client.try_lock_with(&self.name, &self.options).await?;
+        Ok(guard.map(|guard| Leadership { guard }))
+    }
+
+    /// The current leader, if any.
+    pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
+        Ok(self.client.inspect(&self.name).await?.map(Leader::from))
+    }
+
+    /// The leader as it changes: the current one first, then each new one
+    /// (or `None` while nobody leads) as it is seen. A task of the client's
+    /// runtime looks every observe interval (see
+    /// [`with_observe_interval`](Self::with_observe_interval)) whether the
+    /// stream is read or not, and stops when the stream is dropped; the
+    /// changes wait for the reader. A leadership shorter than the interval
+    /// may go unseen; the ones seen come in the order of their epochs. An
+    /// error is yielded and the looking goes on.
+    pub async fn observe(&self) -> impl Stream<Item = Result<Option<Leader>, LockError>> + Send + 'static {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let first = self.leader().await;
+        let mut last = first.as_ref().ok().cloned();
+        let _ = tx.send(first);
+        let election = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(election.interval) => {}
+                    _ = tx.closed() => return,
+                }
+                let now = election.leader().await;
+                match &now {
+                    Ok(leader) if last.as_ref() == Some(leader) => continue,
+                    Ok(leader) => last = Some(leader.clone()),
+                    Err(_) => {}
+                }
+                if tx.send(now).is_err() {
+                    return;
+                }
+            }
+        });
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+    }
+}
+
+/// Being the leader: what [`Election::campaign`] gives. The leadership
+/// lasts while its lock is held (the watchdog extends it); stop leading
+/// when [`lost`](Self::lost) fires. Dropping it resigns (in the
+/// background, as a dropped [`LockGuard`] releases).
+#[derive(Debug)]
+#[must_use = "dropping a leadership resigns it"]
+pub struct Leadership {
+    guard: LockGuard,
+}
+
+impl Leadership {
+    /// The role's name.
+    pub fn name(&self) -> &str {
+        self.guard.name()
+    }
+
+    /// The leader's owner id.
+    pub fn owner(&self) -> &str {
+        self.guard.owner()
+    }
+
+    /// The epoch: the fencing token of this leadership, greater than every
+    /// earlier leadership's. Hand it to what the leader writes to.
+    pub fn epoch(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// Until when this leadership is certainly valid (see
+    /// [`LockGuard::valid_until`]).
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.guard.valid_until()
+    }
+
+    /// Whether the leadership is lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Why it was lost, once it is.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.guard.lost_reason()
+    }
+
+    /// Resolves when the leadership is lost — no later than the moment
+    /// another candidate could be elected. Cancel safe.
+    pub async fn lost(&self) {
+        self.guard.lost().await
+    }
+
+    /// A cloneable handle on the lost signal, for tasks doing the leader's
+    /// work.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.guard.lost_signal()
+    }
+
+    /// The leadership's lock guard.
+    pub fn guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
+    /// Steps down: the next candidate in line becomes leader.
+    pub async fn resign(self) -> Result<(), LockError> {
+        self.guard.unlock().await.map(|_| ())
+    }
+}

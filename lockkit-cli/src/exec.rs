@@ -1,12 +1,13 @@
 //! `lockkit exec NAME -- CMD…`: a distributed flock(1) — under the lock
 //! NAME, one of N permits of the semaphore NAME (`--permits N`), or a read
-//! (`--shared`) or the write hold (`--write`) of the read-write lock NAME.
+//! (`--shared`) or the write hold (`--write`) of the read-write lock NAME;
+//! or once as a scheduled job (`--at-most`, `--at-least`).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use lockkit::{LockClient, LockError, LockGuard, LockOptions};
+use lockkit::{JobLimits, LockClient, LockError, LockGuard, LockOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -42,6 +43,17 @@ pub struct ExecArgs {
     /// --write or --permits, exec takes the lock NAME, another lock.)
     #[arg(long)]
     write: bool,
+    /// A scheduled job (ShedLock's lockAtMostFor): run the command only if
+    /// the lock NAME is free now (else exit 75 at once), and stop it (exit
+    /// 76) when this much has passed since the start.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION",
+          conflicts_with_all = ["permits", "shared", "write", "wait", "no_wait"])]
+    at_most: Option<Duration>,
+    /// With --at-most: keep NAME blocked for at least this long from the
+    /// start even when the command ends sooner (lockAtLeastFor), so a job
+    /// fired on many machines a little apart runs once.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", requires = "at_most")]
+    at_least: Option<Duration>,
     /// How long the command gets between SIGTERM and SIGKILL when the lock is lost.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     grace: Duration,
@@ -63,6 +75,21 @@ pub async fn run(url: String, args: ExecArgs) -> Result<ExitCode, CliError> {
     if let Some(owner) = &args.owner {
         opts = opts.owner(owner.clone());
     }
+    if let Some(at_most) = args.at_most {
+        let limits = JobLimits::new(args.at_least.unwrap_or_default(), at_most);
+        let args = &args;
+        let job = client.run_exclusive_with(&args.name, limits, &opts, |ctx| async move {
+            let child = spawn(args, ctx.token())?;
+            supervise(child, ctx.lost(), args).await
+        });
+        return match job.await? {
+            None => {
+                eprintln!("lockkit: {}", busy(args));
+                Ok(ExitCode::from(EXIT_BUSY))
+            }
+            Some(ran) => Ok(ExitCode::from(ran?)),
+        };
+    }
     let guard = match take(&client, &args, &opts).await {
         Ok(Some(g)) => g,
         Ok(None) => {
@@ -75,30 +102,45 @@ pub async fn run(url: String, args: ExecArgs) -> Result<ExitCode, CliError> {
         }
         Err(e) => return Err(e.into()),
     };
-    let mut child = Command::new(&args.command[0])
+    let child = spawn(&args, guard.fencing_token())?;
+    let code = supervise(child, guard.lost(), &args).await?;
+    if code != EXIT_LOST
+        && let Err(e) = guard.unlock().await
+    {
+        eprintln!("lockkit: releasing {:?}: {e}", args.name);
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// Starts the command with the lock's token and name in its environment.
+fn spawn(args: &ExecArgs, token: u64) -> Result<Child, CliError> {
+    Ok(Command::new(&args.command[0])
         .args(&args.command[1..])
-        .env("LOCKKIT_FENCING_TOKEN", guard.fencing_token().to_string())
+        .env("LOCKKIT_FENCING_TOKEN", token.to_string())
         .env("LOCKKIT_LOCK_NAME", &args.name)
         .spawn()
-        .map_err(|e| format!("cannot run {:?}: {e}", args.command[0]))?;
+        .map_err(|e| format!("cannot run {:?}: {e}", args.command[0]))?)
+}
+
+/// Waits for the command, passing SIGTERM and SIGINT on; stops it when
+/// `lost` fires. Its exit code, or [`EXIT_LOST`].
+async fn supervise(mut child: Child, lost: impl Future<Output = ()>, args: &ExecArgs) -> Result<u8, CliError> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
+    tokio::pin!(lost);
     let status = loop {
         tokio::select! {
             status = child.wait() => break status?,
-            _ = guard.lost() => {
+            _ = &mut lost => {
                 eprintln!("lockkit: lock {:?} was lost; stopping the command", args.name);
                 terminate(&mut child, args.grace).await?;
-                return Ok(ExitCode::from(EXIT_LOST));
+                return Ok(EXIT_LOST);
             }
             _ = sigterm.recv() => forward(&child, libc::SIGTERM),
             _ = sigint.recv() => forward(&child, libc::SIGINT),
         }
     };
-    if let Err(e) = guard.unlock().await {
-        eprintln!("lockkit: releasing {:?}: {e}", args.name);
-    }
-    Ok(ExitCode::from(exit_code(status)))
+    Ok(exit_code(status))
 }
 
 /// Why `--no-wait` got nothing, for the message.

@@ -194,3 +194,76 @@ fn exec_permits_and_shared_across_processes() {
     assert!(o.status.success(), "{}", stderr(&o));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `exec --at-most/--at-least`, ShedLock's job lock from the shell: fired
+/// on five processes at once the command runs once (the others exit 75),
+/// a run that ends early keeps the name blocked for `--at-least` (a later
+/// fire exits 75 too), and a command still running at `--at-most` is
+/// stopped (exit 76).
+#[test]
+fn exec_as_a_scheduled_job() {
+    let (dir, url) = db_url("job");
+    let log = dir.join("runs");
+    let script = format!("echo ran >> {}", log.display());
+    let fire = |name: &str| {
+        lockkit(
+            &url,
+            &[
+                "exec",
+                name,
+                "--at-most",
+                "5m",
+                "--at-least",
+                "2m",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lockkit exec")
+    };
+    let fired: Vec<_> = (0..5).map(|_| fire("nightly")).collect();
+    let codes: Vec<Option<i32>> = fired
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait").status.code())
+        .collect();
+    let mut sorted = codes.clone();
+    sorted.sort();
+    assert_eq!(sorted, [Some(0), Some(75), Some(75), Some(75), Some(75)], "{codes:?}");
+    let late = fire("nightly").wait_with_output().expect("wait");
+    assert_eq!(
+        late.status.code(),
+        Some(75),
+        "fired again within --at-least: {}",
+        stderr(&late)
+    );
+    let runs = std::fs::read_to_string(&log).expect("the job's log");
+    assert_eq!(runs.lines().count(), 1, "the job ran once: {runs:?}");
+
+    let started = Instant::now();
+    let stopped = lockkit(
+        &url,
+        &["exec", "hung", "--at-most", "1s", "--grace", "1s", "--", "sleep", "60"],
+    )
+    .output()
+    .expect("run lockkit exec");
+    assert_eq!(stopped.status.code(), Some(76), "{}", stderr(&stopped));
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "stopped at --at-most, not at the command's end"
+    );
+
+    let bad = lockkit(&url, &["exec", "x", "--at-least", "1s", "--", "true"])
+        .output()
+        .expect("run");
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "--at-least needs --at-most: {}",
+        stderr(&bad)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

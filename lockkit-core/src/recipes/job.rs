@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::LeaseKind;
 use crate::options::{MAX_TTL, MIN_TTL};
-use crate::{LockClient, LockError, LockGuard, LostSignal};
+use crate::{LockClient, LockError, LockGuard, LockOptions, LostSignal};
 
 /// How long a job's name stays blocked: at least `at_least` from the start
 /// (a job fired on ten machines a little apart runs once even when it ends
@@ -116,17 +116,34 @@ impl LockClient {
         F: FnOnce(JobContext) -> Fut,
         Fut: Future<Output = T>,
     {
+        self.run_exclusive_with(name, limits, &self.options(), job).await
+    }
+
+    /// [`run_exclusive`](Self::run_exclusive) with `options` (their owner,
+    /// and their ttl as the longest lease between extensions; the wait and
+    /// auto-extend are the job lock's own).
+    pub async fn run_exclusive_with<F, Fut, T>(
+        &self,
+        name: &str,
+        limits: JobLimits,
+        options: &LockOptions,
+        job: F,
+    ) -> Result<Option<T>, LockError>
+    where
+        F: FnOnce(JobContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
         limits.validate()?;
         let started = Instant::now();
         let session = self.capabilities().leases == LeaseKind::Session;
         // A lease no longer than `at_least`: a job that ends early leaves
         // it to run out at `at_least` (an extension never shortens a lease),
         // not a whole ttl later.
-        let mut ttl = self.options().ttl_value().min(limits.at_most);
+        let mut ttl = options.ttl_value().min(limits.at_most);
         if !limits.at_least.is_zero() {
             ttl = ttl.min(limits.at_least.max(MIN_TTL));
         }
-        let options = self.options().ttl(ttl).auto_extend(false);
+        let options = options.clone().ttl(ttl).auto_extend(false);
         let Some(guard) = self.try_lock_with(name, &options).await? else {
             return Ok(None);
         };

@@ -215,6 +215,13 @@ impl Leadership {
         &self.guard
     }
 
+    /// Stops renewing without stepping down, as a crashed leader does: the
+    /// leadership ends when its lease does (the session, on ZooKeeper),
+    /// and the next candidate is elected then.
+    pub fn abandon(self) {
+        self.guard.abandon()
+    }
+
     /// Steps down: the next candidate in line becomes leader.
     pub async fn resign(self) -> Result<(), LockError> {
         self.guard.unlock().await.map(|_| ())

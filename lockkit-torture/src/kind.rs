@@ -1,6 +1,10 @@
 //! What a run takes: the lock (`mutex`), permits of semaphores
-//! (`semaphore:N`), or read and write holds of read-write locks (`rw`,
-//! `rw:W` with W writes per mille, default 100).
+//! (`semaphore:N`), read and write holds of read-write locks (`rw`,
+//! `rw:W` with W writes per mille, default 100), or leaderships of
+//! elections (`election`: each task a candidate that campaigns, leads for
+//! a while and resigns; a leadership is a hold of the lock, so the
+//! mutex's rules judge it: never two valid leaderships of different
+//! owners at once, epochs growing).
 
 use std::fmt;
 use std::str::FromStr;
@@ -16,6 +20,7 @@ pub enum RunKind {
     Rw {
         writes_per_mille: u32,
     },
+    Election,
 }
 
 impl FromStr for RunKind {
@@ -28,11 +33,12 @@ impl FromStr for RunKind {
         };
         match (kind, n) {
             ("mutex", None) => Ok(RunKind::Mutex),
+            ("election", None) => Ok(RunKind::Election),
             ("semaphore", Some(n)) if n >= 1 => Ok(RunKind::Semaphore(n)),
             ("rw", None) => Ok(RunKind::Rw { writes_per_mille: 100 }),
             ("rw", Some(w)) if w <= 1000 => Ok(RunKind::Rw { writes_per_mille: w }),
             _ => Err(format!(
-                "{s:?}: expected mutex, semaphore:N (N ≥ 1) or rw[:W] (W writes per mille)"
+                "{s:?}: expected mutex, semaphore:N (N ≥ 1), rw[:W] (W writes per mille) or election"
             )),
         }
     }
@@ -44,6 +50,7 @@ impl fmt::Display for RunKind {
             RunKind::Mutex => write!(f, "mutex"),
             RunKind::Semaphore(n) => write!(f, "semaphore:{n}"),
             RunKind::Rw { writes_per_mille } => write!(f, "rw:{writes_per_mille}"),
+            RunKind::Election => write!(f, "election"),
         }
     }
 }
@@ -86,11 +93,11 @@ mod tests {
 
     #[test]
     fn kinds_parse_and_print() {
-        for s in ["mutex", "semaphore:3", "rw:100", "rw:0"] {
+        for s in ["mutex", "semaphore:3", "rw:100", "rw:0", "election"] {
             assert_eq!(s.parse::<RunKind>().unwrap().to_string(), s);
         }
         assert_eq!("rw".parse::<RunKind>(), Ok(RunKind::Rw { writes_per_mille: 100 }));
-        for bad in ["semaphore", "semaphore:0", "rw:1001", "lock", "mutex:2"] {
+        for bad in ["semaphore", "semaphore:0", "rw:1001", "lock", "mutex:2", "election:1"] {
             assert!(bad.parse::<RunKind>().is_err(), "{bad}");
         }
     }

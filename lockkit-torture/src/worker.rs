@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockkit::{LockClient, LockError, LockGuard, LockOptions};
+use lockkit::{Leadership, LockClient, LockError, LockGuard, LockOptions};
 
 use crate::chaos::SplitMix;
 use crate::kind::{HoldKind, RunKind};
@@ -66,7 +66,7 @@ pub struct WorkerArgs {
     /// Stop early once this file exists (it holds the stop time, ns).
     #[arg(long)]
     pub stop_file: Option<PathBuf>,
-    /// What to take: `mutex`, `semaphore:N`, `rw[:W]` (see [`RunKind`]).
+    /// What to take: `mutex`, `semaphore:N`, `rw[:W]`, `election` (see [`RunKind`]).
     #[arg(long, default_value = "mutex")]
     pub kind: RunKind,
 }
@@ -75,16 +75,27 @@ pub struct WorkerArgs {
 /// times in 1000).
 fn hold_kind(kind: RunKind, rng: &mut SplitMix) -> HoldKind {
     match kind {
-        RunKind::Mutex => HoldKind::Mutex,
+        RunKind::Mutex | RunKind::Election => HoldKind::Mutex,
         RunKind::Semaphore(n) => HoldKind::Permit(n),
         RunKind::Rw { writes_per_mille } if rng.below(1000) < u64::from(writes_per_mille) => HoldKind::Write,
         RunKind::Rw { .. } => HoldKind::Read,
     }
 }
 
-/// Takes `name` as `hold`.
-async fn take(client: &LockClient, hold: HoldKind, name: &str, options: &LockOptions) -> Result<LockGuard, LockError> {
+/// Takes `name` as `hold` (a mutex hold as a leadership in an election
+/// run).
+async fn take(
+    client: &LockClient,
+    run: RunKind,
+    hold: HoldKind,
+    name: &str,
+    options: &LockOptions,
+) -> Result<LockGuard, LockError> {
     match hold {
+        HoldKind::Mutex if run == RunKind::Election => {
+            let election = client.election(name)?.with_options(options.clone());
+            election.campaign().await.map(Leadership::into_guard)
+        }
         HoldKind::Mutex => client.lock_with(name, options).await,
         HoldKind::Permit(n) => match client.semaphore(name, n) {
             Ok(sem) => sem.acquire_with(options).await,
@@ -252,7 +263,7 @@ async fn task(
             },
         );
         let outcome = tokio::select! {
-            r = take(&client, kind, &name, &options) => Some(r),
+            r = take(&client, args.kind, kind, &name, &options) => Some(r),
             _ = tokio::time::sleep(remaining) => None,
             _ = stopped.wait_for(|s| *s) => None,
         };

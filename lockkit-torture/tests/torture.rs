@@ -23,7 +23,8 @@
 //! SQLite, on Redlock's private nodes with node faults, and behind the
 //! fault proxy on the shared Redis, MariaDB, Postgres and ZooKeeper
 //! servers: never more than 2 permits, never a writer beside another
-//! owner's hold, readers carrying the last writer's token.
+//! owner's hold, readers carrying the last writer's token. Elections run
+//! on ZooKeeper behind the proxy: never two valid leaderships at once.
 //!
 //! `LOCKKIT_TORTURE_LONG=1` makes each run a long one: 4 processes × 4 tasks
 //! on 8 names with short critical sections until `LOCKKIT_TORTURE_GRANTS`
@@ -577,6 +578,15 @@ fn zookeeper_semaphore() {
         "session_timeout=4s",
         "semaphore:2",
     );
+}
+
+/// Elections on ZooKeeper: each task a candidate that campaigns, leads
+/// and resigns, while leaders are killed and paused past their session:
+/// never two valid leaderships at once, epochs growing.
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper_election() {
+    shared_kind("zookeeper-election", "LOCKKIT_ZK_URL", "session_timeout=4s", "election");
 }
 
 #[cfg(feature = "zookeeper")]

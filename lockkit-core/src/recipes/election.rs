@@ -215,6 +215,11 @@ impl Leadership {
         &self.guard
     }
 
+    /// The leadership as its lock guard (unlocking it resigns).
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+
     /// Stops renewing without stepping down, as a crashed leader does: the
     /// leadership ends when its lease does (the session, on ZooKeeper),
     /// and the next candidate is elected then.

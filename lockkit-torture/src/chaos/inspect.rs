@@ -13,7 +13,7 @@ use crate::log::{Event, Holder, mono_ns, read_lines};
 /// holder), if anything.
 async fn holder(client: &lockkit::LockClient, name: &str, kind: RunKind) -> Result<Option<Holder>, lockkit::LockError> {
     let kinds: &[HoldKind] = match kind {
-        RunKind::Mutex => &[HoldKind::Mutex],
+        RunKind::Mutex | RunKind::Election => &[HoldKind::Mutex],
         RunKind::Semaphore(n) => &[HoldKind::Permit(n)],
         RunKind::Rw { .. } => &[HoldKind::Write, HoldKind::Read],
     };

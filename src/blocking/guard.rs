@@ -70,7 +70,7 @@ impl LockGuard {
 
     /// Waits up to `timeout` for the lock to be lost (the blocking form of
     /// [`crate::LockGuard::lost`]): `true` once it is, `false` if it was
-    /// still held when the time ran out.
+    /// still held when the time ran out. See [`LostSignal::wait`].
     pub fn wait_lost(&self, timeout: Duration) -> bool {
         self.lost_signal().wait(timeout)
     }

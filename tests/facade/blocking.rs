@@ -234,6 +234,10 @@ fn inside_an_async_runtime_blocking_calls_are_refused() {
         drop(other);
     });
     drop(next);
+    // The last handle on a runtime, dropped inside another.
+    let lone = memory("blocking-async");
+    lone.lock(&unique("async-lone")).expect("lock").abandon();
+    runtime.block_on(async move { drop(lone) });
     drop(runtime);
 }
 

@@ -16,7 +16,7 @@ const RELEASE_WAIT: Duration = Duration::from_secs(5);
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 
 /// The `part` of the error a blocking call gets inside an async runtime.
-pub(crate) const IN_ASYNC_PART: &str = "blocking API";
+const IN_ASYNC_PART: &str = "blocking API";
 
 /// A multi-thread tokio runtime of one worker: the watchdog, lost signals
 /// and background releases run on it while the caller's thread does its

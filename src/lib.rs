@@ -27,8 +27,14 @@
 //! Common query parameters: `ttl` (lease, default 30s), `wait` (bound of
 //! `lock`, default 30s, or `forever`), `auto_extend` (default true), `owner`.
 //! See [`LockClient`] for the API and the contract every backend keeps.
+//!
+//! Programs without async: `lockkit::blocking` (cargo feature `blocking`)
+//! has the same client, guards and handles with blocking methods, each
+//! client on a small runtime of its own that keeps its leases extended.
 #![warn(missing_docs)]
 
+#[cfg(feature = "blocking")]
+pub mod blocking;
 #[cfg(feature = "serde")]
 mod config;
 mod connect;

@@ -22,7 +22,9 @@ pub enum LockError {
         reason: String,
     },
 
-    /// A URL, option or setting is not valid.
+    /// A URL, option or setting is not valid. Also the error of a call of
+    /// the blocking API (`lockkit::blocking`) made inside an async runtime
+    /// (part `blocking API`), where the async client is the one to use.
     #[error("invalid configuration: {part}: {reason}")]
     InvalidConfig {
         /// Which part is wrong, e.g. `url scheme`, `query parameter ttl`, `owner`.

@@ -33,11 +33,13 @@
 mod client;
 mod guard;
 mod kinds;
+mod recipes;
 mod runtime;
 
 pub use client::LockClient;
 pub use guard::{LockGuard, LostSignal};
 pub use kinds::{RwLock, Semaphore};
+pub use recipes::{Election, LeaderChanges, Leadership, MultiGuard};
 
 use crate::LockError;
 

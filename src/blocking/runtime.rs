@@ -147,7 +147,13 @@ macro_rules! plain_values {
     )*};
 }
 
-plain_values!((), usize, lockkit_core::LockInfo, lockkit_core::Unlocked);
+plain_values!(
+    (),
+    usize,
+    lockkit_core::LockInfo,
+    lockkit_core::Unlocked,
+    lockkit_core::Leader
+);
 
 /// The blocking wrappers, each of the async object of the same name on a
 /// runtime.
@@ -162,7 +168,9 @@ macro_rules! wrappers {
     )*};
 }
 
-wrappers!(LockClient, LockGuard, LostSignal, Semaphore, RwLock);
+wrappers!(
+    LockClient, LockGuard, LostSignal, Semaphore, RwLock, MultiGuard, Election, Leadership
+);
 
 /// An async object with the runtime it runs on: dropped inside that
 /// runtime's context (a backend's connections may spawn their clean-up),
@@ -183,6 +191,10 @@ impl<T> OnRuntime<T> {
 
     pub fn get(&self) -> &T {
         self.value.as_ref().expect("taken only on the way out")
+    }
+
+    pub fn get_mut(&mut self) -> &mut T {
+        self.value.as_mut().expect("taken only on the way out")
     }
 
     /// Takes the value out, on the wrapper's way out; `None` once taken.

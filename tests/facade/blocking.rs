@@ -306,3 +306,73 @@ fn sqlite_core_flow() {
     core_flow(&a, &blocking::connect(&url).expect("connect"));
     core_flow(&a, &a.with_new_owner());
 }
+
+/// The recipes, blocking: a multi-lock all or nothing, an election with a
+/// blocking observer, and a job that runs once among threads and keeps
+/// its name blocked for `at_least`.
+#[test]
+fn recipes_from_plain_threads() {
+    let (a, b) = (memory("blocking-recipes"), memory("blocking-recipes"));
+    assert_ne!(a.owner(), b.owner());
+
+    // Multi-lock: one member busy, nothing taken; then all of them.
+    let (x, y) = (unique("multi-x"), unique("multi-y"));
+    let busy = a.lock(&y).expect("lock y");
+    assert!(b.try_lock_all(&[&x, &y]).expect("try_lock_all").is_none());
+    assert!(
+        a.inspect(&x).expect("inspect").is_none(),
+        "x left held by an incomplete set"
+    );
+    drop(busy);
+    let set = b.lock_all(&[&y, &x]).expect("lock_all");
+    assert_eq!(set.names().count(), 2);
+    assert!(set.token(&x).is_some() && !set.is_lost());
+    assert!(!set.wait_lost(Duration::from_millis(20)));
+    drop(set);
+    assert!(
+        a.inspect(&x).expect("inspect").is_none(),
+        "a dropped set releases its members"
+    );
+
+    // Election: A leads, B's observer sees it, B is elected once A resigns.
+    let role = unique("role");
+    let (ea, eb) = (
+        a.election(&role).expect("election"),
+        b.election(&role)
+            .expect("election")
+            .with_observe_interval(Duration::from_millis(10)),
+    );
+    let mut changes = eb.observe().expect("observe");
+    assert_eq!(changes.next().expect("a change").expect("leader"), None);
+    let la = ea.campaign().expect("campaign");
+    assert!(eb.try_campaign().expect("try_campaign").is_none());
+    let seen = changes.next().expect("a change").expect("leader").expect("a leader");
+    assert_eq!((seen.owner.as_str(), seen.epoch), (a.owner(), la.epoch()));
+    let epoch = la.epoch();
+    la.resign().expect("resign");
+    let lb = eb.campaign().expect("campaign");
+    assert!(lb.epoch() > epoch);
+    drop(lb);
+    assert!(eb.leader().expect("leader").is_none(), "a dropped leadership resigns");
+
+    // A job fired on four threads runs once, and keeps its name blocked.
+    let job = unique("job");
+    let limits = lockkit::JobLimits::new(BOUND, BOUND * 2);
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, job) = (a.with_new_owner(), job.clone());
+            std::thread::spawn(move || {
+                client
+                    .run_exclusive(&job, limits, |context| context.token())
+                    .expect("run_exclusive")
+            })
+        })
+        .collect();
+    let ran: Vec<Option<u64>> = runs.into_iter().map(|t| t.join().expect("thread")).collect();
+    assert_eq!(ran.iter().flatten().count(), 1, "ran once: {ran:?}");
+    assert_eq!(
+        b.run_exclusive(&job, limits, |_| ()).expect("run_exclusive"),
+        None,
+        "blocked for at_least"
+    );
+}

@@ -2,9 +2,10 @@
 //! tokens, drops that release, leases kept alive by the client's own
 //! runtime while the caller sleeps, leases lost without it, semaphores,
 //! read-write locks, typed refusal inside an async runtime — and the same
-//! core flow on the servers in `LOCKKIT_REDIS_URL` and
-//! `LOCKKIT_POSTGRES_URL` (skipped without, failed with
-//! `LOCKKIT_REQUIRE_SERVICES=1`) and on an SQLite file.
+//! core flow on the servers in `LOCKKIT_REDIS_URL`, `LOCKKIT_REDLOCK_URL`,
+//! `LOCKKIT_MYSQL_URL`, `LOCKKIT_POSTGRES_URL` and `LOCKKIT_ZK_URL`
+//! (skipped without, failed with `LOCKKIT_REQUIRE_SERVICES=1`) and on an
+//! SQLite file.
 
 use std::time::Duration;
 
@@ -284,9 +285,27 @@ fn postgres_core_flow() {
     on_server("LOCKKIT_POSTGRES_URL");
 }
 
+#[cfg(feature = "redis")]
+#[test]
+fn redlock_core_flow() {
+    on_server("LOCKKIT_REDLOCK_URL");
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_core_flow() {
+    on_server("LOCKKIT_MYSQL_URL");
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper_core_flow() {
+    on_server("LOCKKIT_ZK_URL");
+}
+
 /// The core flow between two clients of the server in `var`, each with its
 /// own connections.
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper"))]
 fn on_server(var: &str) {
     let Some(url) = lockkit_core::testkit::server_url(var) else {
         return;

@@ -310,6 +310,16 @@ async fn until_node_permits(node: &Server, name: &str, owners: &[&str]) {
     }
 }
 
+/// A permit of semaphore `name` (of 2) taken while `frozen` do not answer
+/// (they run what was sent them, the attempt's share and its undo, once
+/// thawed).
+async fn permit_without(client: &LockClient, name: &str, frozen: &[Server]) -> lockkit::LockGuard {
+    frozen.iter().for_each(Server::freeze);
+    let permit = client.semaphore(name, 2).unwrap().acquire_with(&long()).await;
+    frozen.iter().for_each(Server::thaw);
+    permit.expect("a permit on the other nodes")
+}
+
 /// Two permits of a semaphore of 2 that stand on different quorums leave
 /// a third owner a quorum of nodes with a permit free on each (A on nodes
 /// 0–2, B on 2–4: nodes 0, 1, 3 and 4 hold one each). Counted per node it
@@ -323,31 +333,12 @@ async fn semaphore_permits_on_different_quorums_still_bound_the_holders() {
     let nodes = five();
     let (a, b, c) = (client(&nodes).await, client(&nodes).await, client(&nodes).await);
     let name = "pool";
-    // A's permit on nodes 0, 1 and 2 only.
-    nodes[3].freeze();
-    nodes[4].freeze();
-    let pa = a
-        .semaphore(name, 2)
-        .unwrap()
-        .acquire_with(&long())
-        .await
-        .expect("A's permit");
-    nodes[3].thaw();
-    nodes[4].thaw();
+    // A's permit on nodes 0, 1 and 2 only; B's on nodes 2, 3 and 4 only.
+    let pa = permit_without(&a, name, &nodes[3..]).await;
     for node in &nodes[3..] {
         until_node_permits(node, name, &[]).await;
     }
-    // B's permit on nodes 2, 3 and 4 only.
-    nodes[0].freeze();
-    nodes[1].freeze();
-    let pb = b
-        .semaphore(name, 2)
-        .unwrap()
-        .acquire_with(&long())
-        .await
-        .expect("B's permit");
-    nodes[0].thaw();
-    nodes[1].thaw();
+    let pb = permit_without(&b, name, &nodes[..2]).await;
     for node in &nodes[..2] {
         until_node_permits(node, name, &[a.owner()]).await;
     }

@@ -27,6 +27,15 @@ use lockkit_core::testkit::{Fault, FaultProxy};
 use lockkit_zk::ZkBackend;
 use tokio::time::timeout;
 
+/// A backend whose session goes through a [`FaultProxy`] (10 s session):
+/// the old session of the tests, which the proxy cuts off.
+async fn behind_proxy(server: &crate::support::Server) -> (FaultProxy, ZkBackend) {
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
+    let backend = ZkBackend::from_url(&url).await.expect("connect through the proxy");
+    (proxy, backend)
+}
+
 /// `owner`'s acquisition `attempt` of `name`, waiting up to [`BOUND`].
 async fn acquire(backend: ZkBackend, name: String, owner: String, attempt: String) -> Option<Lease> {
     let req = AcquireRequest {
@@ -49,9 +58,7 @@ async fn an_attempt_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
     let (observer_backend, observer) = process(&server, None).await;
     let (_other_backend, other) = process(&server, Some(&owner)).await;
     let (new_session, _) = process(&server, Some(&owner)).await;
-    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
-    let old_url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
-    let old_session = ZkBackend::from_url(&old_url).await.expect("connect through the proxy");
+    let (proxy, old_session) = behind_proxy(&server).await;
 
     // Another owner holds the name; the owner's other process queues, then
     // the attempt in its old session.
@@ -428,9 +435,7 @@ async fn an_attempt_that_joins_its_old_sessions_node_keeps_the_hold() {
     let attempt = lockkit_core::name::new_attempt_id();
     let (observer_backend, observer) = process(&server, None).await;
     let (new_session, _) = process(&server, Some(&owner)).await;
-    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
-    let old_url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
-    let old_session = ZkBackend::from_url(&old_url).await.expect("connect through the proxy");
+    let (proxy, old_session) = behind_proxy(&server).await;
 
     // Another owner holds the name; the attempt queues in its old session.
     let held = observer.lock(&name).await.expect("another owner locks");

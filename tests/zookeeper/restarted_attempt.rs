@@ -36,6 +36,28 @@ async fn behind_proxy(server: &crate::support::Server) -> (FaultProxy, ZkBackend
     (proxy, backend)
 }
 
+/// Queues `owner`'s acquisition `attempt` of `name` in `old` (the
+/// `queued`-th contender), then cuts that session off: the server keeps it
+/// and its node for the session timeout, the client hears nothing more,
+/// and the acquisition is dropped.
+async fn queue_then_cut_off(
+    proxy: &FaultProxy,
+    old: &ZkBackend,
+    observer: &ZkBackend,
+    (name, owner, attempt): (&str, &str, &str),
+    queued: usize,
+) {
+    let waiting = tokio::spawn(acquire(
+        old.clone(),
+        name.to_owned(),
+        owner.to_owned(),
+        attempt.to_owned(),
+    ));
+    until_queued(observer, name, queued).await;
+    proxy.set(Fault::Blackhole);
+    waiting.abort();
+}
+
 /// `owner`'s acquisition `attempt` of `name`, waiting up to [`BOUND`].
 async fn acquire(backend: ZkBackend, name: String, owner: String, attempt: String) -> Option<Lease> {
     let req = AcquireRequest {
@@ -68,18 +90,9 @@ async fn an_attempt_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
         tokio::spawn(async move { other.lock(&name).await })
     };
     until_queued(&observer_backend, &name, 2).await;
-    let old_waiting = tokio::spawn(acquire(
-        old_session.clone(),
-        name.clone(),
-        owner.clone(),
-        attempt.clone(),
-    ));
-    until_queued(&observer_backend, &name, 3).await;
+    queue_then_cut_off(&proxy, &old_session, &observer_backend, (&name, &owner, &attempt), 3).await;
 
-    // The old session is cut off (the server keeps it and its node for the
-    // session timeout), and the attempt carries on in a new session.
-    proxy.set(Fault::Blackhole);
-    old_waiting.abort();
+    // The attempt carries on in a new session.
     let new_waiting = tokio::spawn(acquire(
         new_session.clone(),
         name.clone(),
@@ -439,18 +452,9 @@ async fn an_attempt_that_joins_its_old_sessions_node_keeps_the_hold() {
 
     // Another owner holds the name; the attempt queues in its old session.
     let held = observer.lock(&name).await.expect("another owner locks");
-    let old_waiting = tokio::spawn(acquire(
-        old_session.clone(),
-        name.clone(),
-        owner.clone(),
-        attempt.clone(),
-    ));
-    until_queued(&observer_backend, &name, 2).await;
+    queue_then_cut_off(&proxy, &old_session, &observer_backend, (&name, &owner, &attempt), 2).await;
 
-    // The old session is cut off (the server keeps it and its node for the
-    // session timeout); its node comes first once the other owner unlocks.
-    proxy.set(Fault::Blackhole);
-    old_waiting.abort();
+    // Its node comes first once the other owner unlocks.
     held.unlock().await.expect("the other owner unlocks");
 
     // The attempt carries on in a new session: the old node, first in

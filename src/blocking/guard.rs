@@ -179,16 +179,7 @@ impl LostSignal {
     /// the async signal's [`wait`](crate::LostSignal::wait)
     /// ([`as_async`](Self::as_async)).
     pub fn wait(&self, timeout: Duration) -> bool {
-        if self.is_lost() {
-            return true;
-        }
-        let signal = self.0.get().clone();
-        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        self.0.runtime().spawn(async move {
-            let lost = tokio::time::timeout(timeout, signal.wait()).await.is_ok();
-            let _ = sender.send(lost);
-        });
-        receiver.recv().unwrap_or(false) || self.is_lost()
+        self.0.runtime().wait_lost(vec![self.0.get().clone()], timeout) || self.is_lost()
     }
 
     /// The async signal.

@@ -100,28 +100,8 @@ impl MultiGuard {
 
     /// Waits up to `timeout` for any member to be lost: `true` once one is.
     pub fn wait_lost(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let signals: Vec<LostSignal> = self
-            .0
-            .get()
-            .guards()
-            .iter()
-            .map(|g| self.0.with(g.lost_signal()))
-            .collect();
-        // Each member in turn, within what is left: the first lost ends it.
-        loop {
-            if signals.iter().any(LostSignal::is_lost) {
-                return true;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            let step = left.min(Duration::from_millis(50));
-            if signals.iter().any(|s| s.wait(step / signals.len().max(1) as u32)) {
-                return true;
-            }
-        }
+        let signals = self.0.get().guards().iter().map(|g| g.lost_signal()).collect();
+        self.0.runtime().wait_lost(signals, timeout)
     }
 
     /// Releases every member; the first failure is returned (see

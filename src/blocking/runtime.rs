@@ -62,6 +62,23 @@ impl Runtime {
         drop(self.tokio().spawn(work));
     }
 
+    /// Waits up to `timeout` for any of `signals` to fire: `true` once one
+    /// has. One task on this runtime waits for all of them and answers on
+    /// a channel, so any thread may wait (inside an async runtime too, by
+    /// blocking it). `signals` must not be empty.
+    pub fn wait_lost(&self, signals: Vec<crate::LostSignal>, timeout: Duration) -> bool {
+        if signals.iter().any(crate::LostSignal::is_lost) {
+            return true;
+        }
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        self.spawn(async move {
+            let any = futures_util::future::select_all(signals.iter().map(|s| Box::pin(s.wait())));
+            let lost = tokio::time::timeout(timeout, any).await.is_ok() || signals.iter().any(|s| s.is_lost());
+            let _ = sender.send(lost);
+        });
+        receiver.recv().unwrap_or(false)
+    }
+
     /// Releases a dropped guard: at once, on the calling thread (waiting at
     /// most [`RELEASE_WAIT`]); inside an async runtime, where this thread
     /// must not block, on a thread of its own that keeps this runtime alive

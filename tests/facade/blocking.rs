@@ -352,6 +352,11 @@ fn recipes_from_plain_threads() {
         a.inspect(&x).expect("inspect").is_none(),
         "a dropped set releases its members"
     );
+    let short = b.options().ttl(Duration::from_millis(200)).auto_extend(false);
+    let set = b.lock_all_with(&[&x, &y], &short).expect("lock_all");
+    assert!(set.wait_lost(BOUND), "a set is lost with its members' leases");
+    assert!(set.lost_reason().is_some());
+    drop(set);
 
     // Election: A leads, B's observer sees it, B is elected once A resigns.
     let role = unique("role");

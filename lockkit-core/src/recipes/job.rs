@@ -163,65 +163,66 @@ impl LockClient {
         };
         let job = job(context);
         tokio::pin!(job);
-        let mut held = Some(guard);
-        let output = loop {
-            let next = match &held {
-                Some(_) if Instant::now() < deadline => (Instant::now() + ttl / 3).min(deadline),
-                // Released at `at_most` (session leases), or left to run
-                // out: nothing more to do while the job runs.
-                _ => Instant::now() + MAX_TTL,
-            };
+        // The lease is kept (extended, on TTL backends) beside the job, which
+        // runs on while an extension is out.
+        let ended = {
+            let keep = keep_until(&guard, name, ttl, deadline, session);
+            tokio::pin!(keep);
             tokio::select! {
-                output = &mut job => break output,
-                _ = tokio::time::sleep_until(next.into()) => {}
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match held.take() {
-                Some(guard) if left.is_zero() => {
-                    if session {
-                        release(guard).await;
-                    } else {
-                        // The lease ends at the deadline at the latest.
-                        guard.abandon();
-                    }
-                }
-                Some(guard) if guard.is_lost() => guard.abandon(),
-                Some(guard) => {
-                    if !session
-                        && left >= MIN_TTL
-                        && let Err(error) = guard.extend(ttl.min(left)).await
-                    {
-                        tracing::debug!(lock = %name, %error, "job lock: extension failed");
-                    }
-                    held = Some(guard);
-                }
-                None => {}
+                output = &mut job => Some(output),
+                _ = &mut keep => None,
             }
         };
-        if let Some(guard) = held {
-            let until = started + limits.at_least;
-            let rest = until.saturating_duration_since(Instant::now());
-            if guard.is_lost() {
-                guard.abandon();
-            } else if rest.is_zero() {
+        let Some(output) = ended else {
+            // `at_most` has passed (so has `at_least`): the name is let go
+            // (session leases) or its lease ends by now (TTL leases), and
+            // the job, told to stop, runs to its end.
+            if session {
                 release(guard).await;
-            } else if session {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(until.into()) => release(guard).await,
-                    _ = guard.lost() => guard.abandon(),
-                }
             } else {
-                match guard.extend(rest.max(MIN_TTL)).await {
-                    Ok(()) => guard.abandon(),
-                    Err(error) => {
-                        tracing::warn!(lock = %name, %error, "job lock: could not keep the name blocked for at_least");
-                        guard.abandon();
-                    }
-                }
+                guard.abandon();
             }
+            return Ok(Some(job.await));
+        };
+        let until = started + limits.at_least;
+        let rest = until.saturating_duration_since(Instant::now());
+        if guard.is_lost() {
+            guard.abandon();
+        } else if rest.is_zero() {
+            release(guard).await;
+        } else if session {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until.into()) => release(guard).await,
+                _ = guard.lost() => guard.abandon(),
+            }
+        } else {
+            if let Err(error) = guard.extend(rest.max(MIN_TTL)).await {
+                tracing::warn!(lock = %name, %error, "job lock: could not keep the name blocked for at_least");
+            }
+            guard.abandon();
         }
         Ok(Some(output))
     }
+}
+
+/// Keeps a job's lock until `deadline` (`at_most`), then returns: on TTL
+/// leases it extends the lease every third of `ttl`, never past the
+/// deadline, while the lock stands; a session lease needs nothing.
+async fn keep_until(guard: &LockGuard, name: &str, ttl: Duration, deadline: Instant, session: bool) {
+    if !session {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep((ttl / 3).min(left)).await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < MIN_TTL || guard.is_lost() {
+                break;
+            }
+            if let Err(error) = guard.extend(ttl.min(left)).await {
+                tracing::debug!(lock = %name, %error, "job lock: extension failed");
+            }
+        }
+    }
+    tokio::time::sleep_until(deadline.into()).await;
 }
 
 /// Releases a job's lock, logging a failure (the lease runs out then).

@@ -14,7 +14,7 @@ use crate::change::{Change, change};
 use crate::conn::{SESSION_RESTARTS, Session};
 use crate::error::{is_session_end, session_kept_ending, zk};
 use crate::layout::kind_parent;
-use crate::line::line_of;
+use crate::line::{line_of, line_synced};
 use crate::queue::ZkResult;
 
 /// The work of one operation in one session.
@@ -90,7 +90,7 @@ impl Inner {
         let parent = kind_parent(name, kind);
         self.in_sessions("holders", name, |session| {
             let parent = &parent;
-            Box::pin(async move { Ok(line_of(&session.client, parent, kind).await?.holders(name, kind)) })
+            Box::pin(async move { Ok(line_synced(&session.client, parent, kind).await?.holders(name, kind)) })
         })
         .await
     }
@@ -100,7 +100,7 @@ impl Inner {
         let parent = kind_parent(name, kind);
         self.in_sessions("waiting", name, |session| {
             let parent = &parent;
-            Box::pin(async move { Ok(line_of(&session.client, parent, kind).await?.waiting()) })
+            Box::pin(async move { Ok(line_synced(&session.client, parent, kind).await?.waiting()) })
         })
         .await
     }

@@ -3,7 +3,9 @@
 //! the step [`plan`] says, wait on a watch. The line's rules are in
 //! [`crate::line`]; queueing, the deadline and taking back what a failed
 //! or abandoned acquisition left are the mutex's (see [`crate::wait`],
-//! [`crate::leftover`]).
+//! [`crate::leftover`]). An acquisition carried on from an ended session
+//! first takes back the nodes that session queued for it (each would be a
+//! contender of its own here, see [`take_back_earlier`]).
 //!
 //! A writer records its token in the read-write lock's parent (persistent,
 //! so the last write token outlives the holds: readers carry it) before its
@@ -27,7 +29,7 @@ use crate::change::{Change, Known, change};
 use crate::conn::Session;
 use crate::error::{BACKEND, is_connection_loss};
 use crate::layout::{Child, Mark, kind_parent, queue_of};
-use crate::leftover::Leftover;
+use crate::leftover::{Leftover, take_back_earlier};
 use crate::line::{Entry, Step, parse_last_write, plan, read_line};
 use crate::queue::{ZkResult, get, refresh, sync};
 use crate::wait::{Waited, bounded_step, enqueue_bounded, give_up, until, watch_step};
@@ -156,6 +158,9 @@ impl Inner {
             ($e:expr) => {
                 bounded_step!(deadline, session, name, cleanup, $e)
             };
+        }
+        if bounded!(take_back_earlier(session, &q, owner, attempt)) {
+            bounded!(refresh(session, &mut q));
         }
         loop {
             let line = bounded!(read_line(client, &q.parent, &q.queue, mark));

@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use zookeeper_client::Client;
+
 use crate::change::{Change, Known, change};
 use crate::conn::Session;
 use crate::error::{BACKEND, is_session_end};
@@ -259,18 +261,11 @@ impl Leftover {
         loop {
             let children = list(client, &self.parent).await?;
             if self.find_node {
-                for child in children.iter().filter(|c| c.starts_with(&stem)) {
-                    let path = format!("{}/{child}", self.parent);
-                    // Whichever session's: the attempt id names this call,
-                    // and a node of another session carrying it is one an
-                    // earlier session of this backend queued for it.
-                    let Some((Some(data), stat)) = read(client, &path).await? else {
-                        continue;
-                    };
-                    let known = Known::read(data, &stat);
-                    let remove = Change::Remove(&self.attempt);
-                    change(client, &path, &self.owner, None, Some(known), remove, None).await?;
-                }
+                // Whichever session's: the attempt id names this call, and
+                // a node of another session carrying it is one an earlier
+                // session of this backend queued for it.
+                let nodes = children.iter().filter(|c| c.starts_with(&stem));
+                take_out_of(client, &self.parent, &self.owner, &self.attempt, nodes, None).await?;
             }
             if !self.find_share {
                 return Ok(());
@@ -382,6 +377,64 @@ impl Leftover {
             ),
         }
     }
+}
+
+/// Takes `attempt`'s share out of the contender nodes `names` under
+/// `parent` (deleting a node left without shares), except those of the
+/// session `except`.
+async fn take_out_of<'a>(
+    client: &Client,
+    parent: &str,
+    owner: &str,
+    attempt: &str,
+    names: impl Iterator<Item = &'a String>,
+    except: Option<i64>,
+) -> ZkResult<()> {
+    for child in names {
+        let path = format!("{parent}/{child}");
+        let Some((Some(data), stat)) = read(client, &path).await? else {
+            continue;
+        };
+        if except == Some(stat.ephemeral_owner) {
+            continue;
+        }
+        let known = Known::read(data, &stat);
+        change(client, &path, owner, None, Some(known), Change::Remove(attempt), None).await?;
+    }
+    Ok(())
+}
+
+/// Takes back the contender nodes that earlier sessions of the backend
+/// queued for `q`'s attempt before it started over in this session, as
+/// `q`'s listing shows them; true if there were any. For a line whose
+/// nodes each stand for an acquisition of their own (a semaphore's, a
+/// read-write lock's): such a node would take a permit (or a place) of its
+/// own that nobody holds, and stand after the call returned until the
+/// server ended the old session. A late create of the old session cannot
+/// add one after the listing: this session fenced it before it queued (see
+/// `conn::SESSIONS`). The attempt's nodes of this session are left alone
+/// (a repeated attempt joins them).
+pub(crate) async fn take_back_earlier(session: &Session, q: &Queued, owner: &str, attempt: &str) -> ZkResult<bool> {
+    let stem = child_stem(q.me.owner_tag, attempt);
+    let earlier: Vec<&String> = q
+        .queue
+        .iter()
+        .filter(|c| c.name != q.me.name && c.name.starts_with(&stem))
+        .map(|c| &c.name)
+        .collect();
+    if earlier.is_empty() {
+        return Ok(false);
+    }
+    take_out_of(
+        &session.client,
+        &q.parent,
+        owner,
+        attempt,
+        earlier.into_iter(),
+        Some(session.id),
+    )
+    .await?;
+    Ok(true)
 }
 
 /// A queued node to take out of the queue unless the acquisition took the

@@ -28,7 +28,7 @@ use zookeeper_client::{Client, Error as ZkError, Stat};
 use crate::change::Known;
 use crate::error::is_connection_loss;
 use crate::layout::{Child, Mark, NodeData, queue_of};
-use crate::queue::{ZkResult, get, list, read};
+use crate::queue::{ZkResult, get, list, read, sync};
 
 /// One contender of the line, as read.
 #[derive(Debug, Clone)]
@@ -118,6 +118,18 @@ pub(crate) async fn line_of(client: &Client, parent: &str, kind: LockKind) -> Zk
     let mark = Mark::of(kind);
     let children = list(client, parent).await?;
     read_line(client, parent, &queue_of(&children, mark), mark).await
+}
+
+/// The line of `name` of `kind` as every other client's answered writes
+/// left it: read after a `sync` (the server read from, a follower of an
+/// ensemble, has applied what the leader committed before), for the
+/// inspections (`holders`, `waiting_for`).
+pub(crate) async fn line_synced(client: &Client, parent: &str, kind: LockKind) -> ZkResult<Line> {
+    match sync(client, parent).await {
+        Ok(()) | Err(ZkError::NoNode) => {}
+        Err(e) => return Err(e),
+    }
+    line_of(client, parent, kind).await
 }
 
 impl Line {

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::common::unique;
 use crate::support::{BOUND, holder_of, process, server, until_queued};
-use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, ReleaseOutcome};
+use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, LockKind, ReleaseOutcome};
 use lockkit_core::testkit::{Fault, FaultProxy};
 use lockkit_zk::ZkBackend;
 use tokio::time::timeout;
@@ -60,15 +60,39 @@ async fn queue_then_cut_off(
 
 /// `owner`'s acquisition `attempt` of `name`, waiting up to [`BOUND`].
 async fn acquire(backend: ZkBackend, name: String, owner: String, attempt: String) -> Option<Lease> {
+    acquire_kind(backend, name, owner, attempt, LockKind::Mutex).await
+}
+
+/// `owner`'s acquisition `attempt` of `name` as `kind`, waiting up to
+/// [`BOUND`].
+async fn acquire_kind(
+    backend: ZkBackend,
+    name: String,
+    owner: String,
+    attempt: String,
+    kind: LockKind,
+) -> Option<Lease> {
     let req = AcquireRequest {
         name: &name,
         owner: &owner,
         ttl: Duration::from_secs(30),
         attempt: &attempt,
         fair: true,
-        kind: lockkit_core::backend::LockKind::Mutex,
+        kind,
     };
     backend.acquire(&req, Some(BOUND)).await.expect("acquire")
+}
+
+/// Waits (up to [`BOUND`]) until `n` acquisitions of `kind` wait for `name`.
+async fn until_waiting(backend: &ZkBackend, name: &str, kind: LockKind, n: usize) {
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while backend.waiting_for(name, kind).await.expect("waiting") != n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} waiting not seen after {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +146,7 @@ async fn an_attempt_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
         name: name.clone(),
         owner: owner.clone(),
         token: lease.token,
-        kind: lockkit_core::backend::LockKind::Mutex,
+        kind: LockKind::Mutex,
     };
     let released = new_session.release(&hold, &attempt).await.expect("release");
     assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
@@ -476,13 +500,116 @@ async fn an_attempt_that_joins_its_old_sessions_node_keeps_the_hold() {
         name: name.clone(),
         owner: owner.clone(),
         token: lease.token,
-        kind: lockkit_core::backend::LockKind::Mutex,
+        kind: LockKind::Mutex,
     };
     let released = new_session.release(&hold, &attempt).await.expect("release");
     assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
     assert_eq!(holder_of(observer.inspect(&name).await.unwrap()), None);
     assert_eq!(
         observer_backend.contenders(&name).await.unwrap(),
+        0,
+        "no node left behind"
+    );
+}
+
+/// A semaphore's permit granted in a new session leaves no node of the old
+/// one. CI's ZooKeeper semaphore torture run (seed 96018164270692) saw a
+/// permit's node of an owner stand after every call of that owner had
+/// returned and released: a latency fault made a worker give its session
+/// up while its `acquire` waited, the server kept the old session (and the
+/// attempt's node in it) while the client's reconnection attempts still
+/// reached it, and the attempt carried on in a new session and was granted
+/// there. Unlike the mutex's line (where the owner's old node is a hold the
+/// new node joins), a permit's line counts the old node as a contender of
+/// its own: it took a permit nobody held, and stood after the release
+/// until the server ended the old session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
+    kind_granted_in_a_new_session(LockKind::Permit { permits: 2 }).await;
+}
+
+/// The same for a read hold: the old session's reader node would be
+/// granted beside the new one, a reader nobody is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_hold_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
+    kind_granted_in_a_new_session(LockKind::Read).await;
+}
+
+/// Another owner holds everything `kind` could be granted; `owner`'s
+/// attempt queues in its old session, which is cut off (the server keeps
+/// it, 10 s), and carries on in a new one; once the other owner lets go it
+/// is granted and released, and nothing of it stands.
+async fn kind_granted_in_a_new_session(kind: LockKind) {
+    let Some(server) = server() else { return };
+    let name = unique("restarted_kind");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let attempt = lockkit_core::name::new_attempt_id();
+    let (observer_backend, observer) = process(&server, None).await;
+    let (new_session, _) = process(&server, Some(&owner)).await;
+    let (proxy, old_session) = behind_proxy(&server).await;
+
+    let held = match kind {
+        LockKind::Permit { permits } => {
+            let semaphore = observer.semaphore(&name, permits).expect("semaphore");
+            let mut held = Vec::new();
+            for _ in 0..permits {
+                held.push(semaphore.acquire().await.expect("a permit"));
+            }
+            held
+        }
+        _ => vec![observer.rw_lock(&name).expect("rw lock").write().await.expect("write")],
+    };
+    let waiting = tokio::spawn(acquire_kind(
+        old_session.clone(),
+        name.clone(),
+        owner.clone(),
+        attempt.clone(),
+        kind,
+    ));
+    until_waiting(&observer_backend, &name, kind, 1).await;
+    proxy.set(Fault::Blackhole);
+    waiting.abort();
+
+    let new_waiting = tokio::spawn(acquire_kind(
+        new_session.clone(),
+        name.clone(),
+        owner.clone(),
+        attempt.clone(),
+        kind,
+    ));
+    // Queued and waiting: it watches the line (its old node may be gone
+    // by then).
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while new_session.stats().watches == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the attempt waits in its new session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for guard in held {
+        guard.unlock().await.expect("the other owner lets go");
+    }
+    let lease = timeout(BOUND, new_waiting)
+        .await
+        .expect("the attempt returns")
+        .expect("task")
+        .expect("granted");
+    let hold = Hold {
+        name: name.clone(),
+        owner: owner.clone(),
+        token: lease.token,
+        kind,
+    };
+    let released = new_session.release(&hold, &attempt).await.expect("release");
+    assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });
+    assert_eq!(
+        observer_backend.holders(&name, kind).await.expect("holders"),
+        Vec::new(),
+        "nothing of the attempt stands after its release"
+    );
+    assert_eq!(
+        observer_backend.waiting_for(&name, kind).await.expect("waiting"),
         0,
         "no node left behind"
     );

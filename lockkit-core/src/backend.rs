@@ -273,6 +273,10 @@ pub struct Capabilities {
     /// Read-write locks ([`LockKind::Read`], [`LockKind::Write`]) are
     /// implemented, likewise.
     pub rw_locks: bool,
+    /// The server tells of a name's holder changing (a grant, a release,
+    /// an expiry): [`LockBackend::watch_holder`] resolves then, not after
+    /// its fallback interval, and leader election's `observe` is pushed.
+    pub pushes_changes: bool,
 }
 
 impl Capabilities {
@@ -314,6 +318,7 @@ impl Capabilities {
             fair: false,
             semaphores: false,
             rw_locks: false,
+            pushes_changes: false,
         }
     }
 
@@ -326,6 +331,13 @@ impl Capabilities {
     /// The same, declaring read-write locks (see [`rw_locks`](Self::rw_locks)).
     pub const fn with_rw_locks(mut self) -> Self {
         self.rw_locks = true;
+        self
+    }
+
+    /// The same, declaring pushed changes (see
+    /// [`pushes_changes`](Self::pushes_changes)).
+    pub const fn with_pushed_changes(mut self) -> Self {
+        self.pushes_changes = true;
         self
     }
 
@@ -365,6 +377,10 @@ impl Capabilities {
         self
     }
 }
+
+/// What [`LockBackend::watch_holder`] gives: resolves when the holder may
+/// have changed, or when the watch's time is up.
+pub type HolderWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
 
 /// A lock store. Implemented once per backend; used through
 /// [`LockClient`](crate::LockClient).
@@ -425,6 +441,21 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
                 operation: kind.family(),
             }),
         }
+    }
+
+    /// Arms a watch on the holder of the mutex `name` and returns it: a
+    /// future that resolves once the holder may have changed (a grant, a
+    /// release, an expiry, a forced release) after this call returned — or
+    /// spuriously — and at the latest after `within`. Leader election's
+    /// `observe` arms it, then reads the leader, then waits on it: a change
+    /// between the read and the wait is not missed.
+    ///
+    /// The default cannot be told and sleeps `within` (the caller looks
+    /// again then). Backends whose server pushes changes override it and
+    /// declare [`Capabilities::pushes_changes`].
+    async fn watch_holder(&self, name: &str, within: Duration) -> Result<HolderWatch, LockError> {
+        let _ = name;
+        Ok(Box::pin(tokio::time::sleep(within)))
     }
 
     /// Held names starting with `prefix`, in name order, at most `limit`.

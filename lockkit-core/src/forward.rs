@@ -11,8 +11,8 @@ use async_trait::async_trait;
 
 use crate::LockError;
 use crate::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
-    TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, HolderWatch, Lease, LockBackend, LockInfo, LockKind,
+    ReleaseOutcome, TryAcquire,
 };
 
 macro_rules! forward {
@@ -62,6 +62,10 @@ macro_rules! forward {
 
             async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
                 (**self).waiting_for(name, kind).await
+            }
+
+            async fn watch_holder(&self, name: &str, within: Duration) -> Result<HolderWatch, LockError> {
+                (**self).watch_holder(name, within).await
             }
 
             async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {

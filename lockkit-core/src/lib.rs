@@ -64,7 +64,7 @@ mod watchdog;
 pub mod testkit;
 
 pub use backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, LockKind,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, HolderWatch, Lease, LeaseKind, LockBackend, LockInfo, LockKind,
     ReleaseOutcome, TryAcquire,
 };
 pub use client::LockClient;

@@ -91,8 +91,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockError;
 use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
-    TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, HolderWatch, Lease, LockBackend, LockInfo, LockKind,
+    ReleaseOutcome, TryAcquire,
 };
 use lockkit_core::url::ConnectUrl;
 use tokio::time::Instant;
@@ -232,6 +232,7 @@ impl LockBackend for ZkBackend {
             .with_fair()
             .with_semaphores()
             .with_rw_locks()
+            .with_pushed_changes()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -286,5 +287,9 @@ impl LockBackend for ZkBackend {
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         self.inner.force_release(name).await
+    }
+
+    async fn watch_holder(&self, name: &str, within: Duration) -> Result<HolderWatch, LockError> {
+        self.inner.watch_holder(name, within).await
     }
 }

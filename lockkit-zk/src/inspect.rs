@@ -1,7 +1,9 @@
 //! Inspection and the operator's side: `inspect`, `list` and `force_release`.
 
 use lockkit_core::LockError;
-use lockkit_core::backend::LockInfo;
+use std::time::Duration;
+
+use lockkit_core::backend::{HolderWatch, LockInfo};
 
 use crate::backend::Inner;
 use crate::conn::SESSION_RESTARTS;
@@ -12,6 +14,37 @@ use crate::queue::sync;
 use zookeeper_client::Error as ZkError;
 
 impl Inner {
+    /// A watch on the holder of `name` (see `LockBackend::watch_holder`):
+    /// a children watch on its parent, which fires when a contender or a
+    /// share node comes or goes — a grant follows the node before it going,
+    /// an expiry is its session's nodes going — or, while the name has no
+    /// parent, a watch on the parent's creation.
+    pub(crate) async fn watch_holder(&self, name: &str, within: Duration) -> Result<HolderWatch, LockError> {
+        let parent = parent_path(name);
+        for _ in 0..SESSION_RESTARTS {
+            let session = self.sessions.get().await?;
+            let client = &session.client;
+            let armed = match client.list_and_watch_children(&parent).await {
+                Ok((_, watcher)) => Ok(watcher),
+                Err(ZkError::NoNode) => client.check_and_watch_stat(&parent).await.map(|(_, watcher)| watcher),
+                Err(e) => Err(e),
+            };
+            match armed {
+                Ok(watcher) => {
+                    return Ok(Box::pin(async move {
+                        tokio::select! {
+                            _ = watcher.changed() => {}
+                            _ = tokio::time::sleep(within) => {}
+                        }
+                    }));
+                }
+                Err(e) if is_session_end(&e) => session.end(&e),
+                Err(e) => return Err(zk("watch", Some(name), e)),
+            }
+        }
+        Err(session_kept_ending("watch", name))
+    }
+
     pub(crate) async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let parent = parent_path(name);
         for _ in 0..SESSION_RESTARTS {

@@ -19,8 +19,8 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
-    TryAcquire,
+    AcquireRequest, Capabilities, ExtendOutcome, Hold, HolderWatch, Lease, LockBackend, LockInfo, LockKind,
+    ReleaseOutcome, TryAcquire,
 };
 use crate::options::ttl_millis;
 use crate::{LockError, lease};
@@ -38,6 +38,9 @@ pub struct MemoryBackend {
 #[derive(Debug, Default)]
 struct Store {
     state: Mutex<State>,
+    /// Notified when a name's holder may have changed (a grant, a release,
+    /// a forced release): what [`LockBackend::watch_holder`] waits for.
+    changes: Arc<Notify>,
 }
 
 static STORES: LazyLock<Mutex<HashMap<String, Weak<Store>>>> = LazyLock::new(Default::default);
@@ -101,7 +104,10 @@ impl MemoryBackend {
                 token,
                 count,
                 expires_at,
-            } => TryAcquire::Acquired(Lease::ttl(token, count, now, expires_at.saturating_duration_since(now))),
+            } => {
+                self.store.changes.notify_waiters();
+                TryAcquire::Acquired(Lease::ttl(token, count, now, expires_at.saturating_duration_since(now)))
+            }
             Granted::Busy(until) => TryAcquire::Busy {
                 retry_in: until.map(|u| u.saturating_duration_since(now)),
             },
@@ -156,6 +162,7 @@ impl LockBackend for MemoryBackend {
             .with_fair()
             .with_semaphores()
             .with_rw_locks()
+            .with_pushed_changes()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
@@ -193,7 +200,11 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
-        Ok(match self.state().release(hold, attempt, Instant::now()) {
+        let released = self.state().release(hold, attempt, Instant::now());
+        if released == Some(0) {
+            self.store.changes.notify_waiters();
+        }
+        Ok(match released {
             Some(remaining) => ReleaseOutcome::Released { remaining },
             None => ReleaseOutcome::NotHeld,
         })
@@ -262,7 +273,23 @@ impl LockBackend for MemoryBackend {
         let info = state.live(&key, now).drain(..).next().map(|e| e.info(name, now));
         state.wake(&key);
         state.tidy(&key);
+        self.store.changes.notify_waiters();
         Ok(info)
+    }
+
+    async fn watch_holder(&self, name: &str, within: Duration) -> Result<HolderWatch, LockError> {
+        let mut changed = Box::pin(self.store.changes.clone().notified_owned());
+        changed.as_mut().enable();
+        // The holder's lease running out is a change too.
+        let holder = self.state().holders(name, LockKind::Mutex, Instant::now());
+        let left = holder.first().and_then(|h| h.remaining);
+        let until = left.map_or(within, |left| within.min(left + Duration::from_millis(1)));
+        Ok(Box::pin(async move {
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep(until) => {}
+            }
+        }))
     }
 }
 

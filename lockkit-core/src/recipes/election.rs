@@ -4,12 +4,18 @@ use std::time::{Duration, Instant};
 
 use futures_util::Stream;
 
+use crate::backend::HolderWatch;
 use crate::held::LostReason;
 use crate::name::validate_name;
 use crate::{LockClient, LockError, LockGuard, LockInfo, LockOptions, LostSignal};
 
-/// How often [`Election::observe`] looks at the leader by default.
+/// How often [`Election::observe`] looks at the leader by default, where
+/// the backend cannot push changes.
 pub const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Where the backend pushes changes, [`Election::observe`] looks at the
+/// leader anyway every this many observe intervals (every 10 s by default).
+pub const PUSHED_RECHECK: u32 = 50;
 
 /// A leader as others see it: its owner id and its epoch (the fencing token
 /// of its leadership, which grows with every new leadership).
@@ -122,33 +128,69 @@ impl Election {
 
     /// The leader as it changes: the current one first, then each new one
     /// (or `None` while nobody leads) as it is seen. A task of the client's
-    /// runtime looks every observe interval (see
-    /// [`with_observe_interval`](Self::with_observe_interval)) whether the
-    /// stream is read or not, and stops when the stream is dropped; the
-    /// changes wait for the reader. A leadership shorter than the interval
-    /// may go unseen; the ones seen come in the order of their epochs. An
-    /// error is yielded and the looking goes on.
+    /// runtime watches whether the stream is read or not, and stops when
+    /// the stream is dropped; the changes wait for the reader.
+    ///
+    /// Where the backend's server tells of changes
+    /// ([`Capabilities::pushes_changes`](crate::Capabilities::pushes_changes):
+    /// ZooKeeper's watches, the memory backend) a change is seen as it
+    /// happens, and the leader is looked at anyway every
+    /// [`PUSHED_RECHECK`] observe intervals. Elsewhere it is looked at every
+    /// observe interval (see
+    /// [`with_observe_interval`](Self::with_observe_interval)), and when
+    /// the leader's lease runs out. A leadership shorter than that may go
+    /// unseen (so may one that a push and the look after it both missed);
+    /// the ones seen come in the order of their epochs. An error is
+    /// yielded and the watching goes on.
     pub async fn observe(&self) -> impl Stream<Item = Result<Option<Leader>, LockError>> + Send + 'static {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let first = self.leader().await;
-        let mut last = first.as_ref().ok().cloned();
-        let _ = tx.send(first);
         let election = self.clone();
+        let backend = self.client.backend().clone();
+        let within = match backend.capabilities().pushes_changes {
+            true => self.interval.saturating_mul(PUSHED_RECHECK),
+            false => self.interval,
+        };
         tokio::spawn(async move {
+            let mut last: Option<Option<Leader>> = None;
+            // Watches that fire at once again and again (a connection
+            // going up and down) do not make it look more often than this.
+            let floor = election.interval.min(Duration::from_millis(10));
             loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(election.interval) => {}
-                    _ = tx.closed() => return,
-                }
-                let now = election.leader().await;
-                match &now {
-                    Ok(leader) if last.as_ref() == Some(leader) => continue,
-                    Ok(leader) => last = Some(leader.clone()),
-                    Err(_) => {}
-                }
-                if tx.send(now).is_err() {
+                let looked = tokio::time::Instant::now();
+                // Armed before the look: a change between the two is not
+                // missed.
+                let watch = backend.watch_holder(&election.name, within).await;
+                let now = election.client.inspect(&election.name).await;
+                // The leader's lease running out ends its leadership.
+                let expiry = now.as_ref().ok().and_then(|l| l.as_ref()).and_then(|l| l.remaining);
+                let now = now.map(|l| l.map(Leader::from));
+                let changed = match &now {
+                    Ok(leader) if last.as_ref() == Some(leader) => false,
+                    Ok(leader) => {
+                        last = Some(leader.clone());
+                        true
+                    }
+                    Err(_) => true,
+                };
+                if changed && tx.send(now).is_err() {
                     return;
                 }
+                let watch: HolderWatch = match watch {
+                    Ok(watch) => watch,
+                    Err(e) => {
+                        if tx.send(Err(e)).is_err() {
+                            return;
+                        }
+                        Box::pin(tokio::time::sleep(election.interval))
+                    }
+                };
+                let pause = expiry.map_or(within, |e| within.min(e + Duration::from_millis(1)));
+                tokio::select! {
+                    _ = watch => {}
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = tx.closed() => return,
+                }
+                tokio::time::sleep_until(looked + floor).await;
             }
         });
         futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })

@@ -9,6 +9,6 @@ mod election;
 mod job;
 mod multi;
 
-pub use election::{Election, Leader, Leadership};
+pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, Leader, Leadership, PUSHED_RECHECK};
 pub use job::{JobContext, JobLimits};
 pub use multi::MultiGuard;

@@ -55,6 +55,7 @@ pub const CASES: &[&str] = &[
     "rw_crash_release",
     "election_one_leader",
     "election_never_two_leaders",
+    "election_observe_sees_every_change",
     "multi_lock_all_or_nothing",
     "multi_lock_no_deadlock",
     "job_runs_once_and_at_least_holds",
@@ -74,7 +75,7 @@ macro_rules! conformance_tests {
             fifo_order releaser_does_not_overtake dead_waiter_skipped unfair_still_correct
             semaphore_permits semaphore_crash_release semaphore_order_and_bound
             rw_exclusion_and_tokens rw_writer_not_starved rw_reentry_and_downgrade rw_crash_release
-            election_one_leader election_never_two_leaders multi_lock_all_or_nothing multi_lock_no_deadlock
+            election_one_leader election_never_two_leaders election_observe_sees_every_change multi_lock_all_or_nothing multi_lock_no_deadlock
             job_runs_once_and_at_least_holds job_at_most_stops);
     };
     (@cases ($kit:expr) $($case:ident)*) => {

@@ -164,3 +164,111 @@ pub async fn election_never_two_leaders(kit: &Kit) {
         "epochs grow leadership after leadership: {epochs:?}"
     );
 }
+
+/// The next leader an observer reports, skipping `None`s (nobody leads
+/// between two leaderships); it must come within the kit's bound.
+async fn next_leader<S>(kit: &Kit, changes: &mut S, what: &str) -> Leader
+where
+    S: futures_util::Stream<Item = Result<Option<Leader>, crate::LockError>> + Unpin,
+{
+    loop {
+        let next = timeout(kit.bound, changes.next())
+            .await
+            .unwrap_or_else(|_| panic!("the observer did not see {what} within {:?}", kit.bound))
+            .expect("a stream");
+        if let Some(leader) = next.unwrap_or_else(|e| panic!("observe: {}", error_chain(&e))) {
+            return leader;
+        }
+    }
+}
+
+/// An observer sees every leadership that lasts until it is seen, in
+/// epoch order, each once: leaders that resign, a hand-off to a waiting
+/// candidate, and (TTL leases) a leader whose lease ran out. Where the
+/// backend pushes changes ([`crate::Capabilities::pushes_changes`]) the
+/// observer's own interval is an hour: what it sees, it was told.
+pub async fn election_observe_sees_every_change(kit: &Kit) {
+    let clients = join_all((0..3).map(|_| kit.client())).await;
+    let name = kit.name("election_observe");
+    let pushed = clients[0].backend().capabilities().pushes_changes;
+    let interval = match pushed {
+        true => Duration::from_secs(3600),
+        false => crate::recipes::DEFAULT_OBSERVE_INTERVAL,
+    };
+    let observer = clients[0]
+        .election(&name)
+        .expect("election")
+        .with_observe_interval(interval);
+    let mut changes = Box::pin(observer.observe().await);
+    let first = timeout(kit.bound, changes.next()).await.expect("the first look");
+    assert_eq!(first.expect("a stream").expect("leader"), None, "nobody leads yet");
+    let mut seen = Vec::new();
+
+    // Leaders one after another, each resigning once it was seen.
+    for round in 0..4 {
+        let client = &clients[round % 3];
+        let leadership = campaign(&election(kit, client, &name)).await;
+        let leader = next_leader(kit, &mut changes, &format!("leader {round}")).await;
+        assert_eq!(
+            leader,
+            Leader {
+                owner: client.owner().to_owned(),
+                epoch: leadership.epoch()
+            },
+            "round {round}: the observer saw {seen:?} before"
+        );
+        seen.push(leader);
+        leadership.resign().await.expect("resign");
+    }
+
+    // A hand-off: the next candidate waits while one leads.
+    let leading = campaign(&election(kit, &clients[1], &name)).await;
+    let leader = next_leader(kit, &mut changes, "the leader before a hand-off").await;
+    assert_eq!(leader.epoch, leading.epoch());
+    seen.push(leader);
+    let waiting = {
+        let e = election(kit, &clients[2], &name);
+        tokio::spawn(async move { campaign(&e).await })
+    };
+    while clients[1].backend().waiting(&name).await.unwrap_or(1) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    leading.resign().await.expect("resign");
+    let next = timeout(kit.bound, waiting).await.expect("the hand-off").expect("task");
+    let leader = next_leader(kit, &mut changes, "the leader after a hand-off").await;
+    assert_eq!(
+        leader,
+        Leader {
+            owner: clients[2].owner().to_owned(),
+            epoch: next.epoch()
+        }
+    );
+    seen.push(leader);
+    next.resign().await.expect("resign");
+    assert!(
+        seen.windows(2).all(|w| w[0].epoch < w[1].epoch),
+        "epochs grow in what the observer saw: {seen:?}"
+    );
+
+    if !ttl_leases(&clients[0]) {
+        return;
+    }
+    // A leader whose lease runs out (it stopped renewing): the observer
+    // sees nobody lead, without anybody releasing.
+    let lapsing = clients[1]
+        .election(&name)
+        .expect("election")
+        .with_options(kit.short(&clients[1]))
+        .campaign()
+        .await
+        .expect("campaign");
+    let leader = next_leader(kit, &mut changes, "the leader whose lease runs out").await;
+    assert_eq!(leader.epoch, lapsing.epoch());
+    let next = timeout(kit.bound, changes.next())
+        .await
+        .expect("the observer sees the lease run out")
+        .expect("a stream")
+        .expect("leader");
+    assert_eq!(next, None, "nobody leads once the lease ran out");
+    drop(lapsing);
+}

@@ -28,7 +28,7 @@ use crate::backend::{LeaseKind, LockKind};
 use crate::{LockClient, LockError, LockGuard};
 
 pub use admin::admin;
-pub use election::{election_never_two_leaders, election_one_leader};
+pub use election::{election_never_two_leaders, election_observe_sees_every_change, election_one_leader};
 pub use exclusion::{mutual_exclusion, stress, try_lock_never_waits};
 pub use fairness::{dead_waiter_skipped, fifo_order, releaser_does_not_overtake, unfair_still_correct};
 pub use fencing::fencing_monotonic;

@@ -225,6 +225,8 @@ mod kinds;
 mod layout;
 mod release;
 mod retry;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub mod session;
 mod sql;
 mod sweeper;
 mod wait;
@@ -236,9 +238,11 @@ use lockkit_core::backend::LockBackend;
 use lockkit_core::url::{BackendSchemes, ConnectUrl};
 
 pub use backend::SqlBackend;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub use session::SessionBackend;
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_LEASE, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
-    DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, SqlConfig, validate_table,
+    DEFAULT_PING_INTERVAL, DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, Mode, SqlConfig, validate_table,
 };
 
 /// SQLite's schemes (see [`connect`]).
@@ -270,5 +274,9 @@ pub const POSTGRES_SCHEMES: BackendSchemes = BackendSchemes {
 pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
     let config = SqlConfig::from_url(url)?;
     url.finish()?;
+    #[cfg(any(feature = "mysql", feature = "postgres"))]
+    if config.mode == Mode::Session {
+        return Ok(Arc::new(SessionBackend::connect(config).await?));
+    }
     Ok(Arc::new(SqlBackend::connect(config).await?))
 }

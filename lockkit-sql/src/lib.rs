@@ -238,12 +238,12 @@ use lockkit_core::backend::LockBackend;
 use lockkit_core::url::{BackendSchemes, ConnectUrl};
 
 pub use backend::SqlBackend;
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, DEFAULT_QUEUE_LEASE, DEFAULT_SWEEP_BATCH,
+    DEFAULT_SWEEP_INTERVAL, DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, Mode, SqlConfig, validate_table,
+};
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 pub use session::SessionBackend;
-pub use config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_LEASE, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
-    DEFAULT_PING_INTERVAL, DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, Mode, SqlConfig, validate_table,
-};
 
 /// SQLite's schemes (see [`connect`]).
 #[cfg(feature = "sqlite")]

@@ -19,5 +19,6 @@ mod processes;
 mod race;
 mod restart;
 mod schema;
+mod session;
 mod sqlite_kit;
 mod waiting;

@@ -10,9 +10,9 @@ use lockkit_core::backend::{AcquireRequest, Lease, LockBackend, TryAcquire};
 use lockkit_core::detach_acquisition;
 use tokio_util::sync::CancellationToken;
 
+use super::carrier::{Session, Spare};
 use super::conn::{LONGEST_WAIT, Waited};
 use super::key::Key;
-use super::session::{Session, Spare};
 use super::{Inner, SessionBackend};
 use crate::error::backend_error;
 
@@ -105,9 +105,16 @@ impl Inner {
     /// neither keeps the waiter in line nor grants it the lock later. A
     /// grant that arrives as the caller leaves is dropped with its
     /// connection, which frees it at once.
-    async fn wait_on_spare(self: Arc<Self>, req: &AcquireRequest<'_>, left: Duration) -> Result<Option<Lease>, LockError> {
+    async fn wait_on_spare(
+        self: Arc<Self>,
+        req: &AcquireRequest<'_>,
+        left: Duration,
+    ) -> Result<Option<Lease>, LockError> {
         let name = req.name;
-        let Spare { mut conn, id } = self.take_spare().await.map_err(|e| backend_error(self.kind, "acquire", Some(name), e))?;
+        let Spare { mut conn, id } = self
+            .take_spare()
+            .await
+            .map_err(|e| backend_error(self.kind, "acquire", Some(name), e))?;
         let cancel = CancellationToken::new();
         let key = Key::of(self.config.dialect, name);
         let task = tokio::spawn({

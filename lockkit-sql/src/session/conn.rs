@@ -118,7 +118,12 @@ impl Conn {
     }
 
     /// Waits server-side for the lock, at most `wait`.
-    pub(crate) async fn wait_lock(&mut self, sql: &SessionSql, key: &Key, wait: Duration) -> Result<Waited, sqlx::Error> {
+    pub(crate) async fn wait_lock(
+        &mut self,
+        sql: &SessionSql,
+        key: &Key,
+        wait: Duration,
+    ) -> Result<Waited, sqlx::Error> {
         let wait = wait.min(LONGEST_WAIT);
         match self {
             #[cfg(feature = "mysql")]
@@ -129,7 +134,9 @@ impl Conn {
                     Some(1) => Ok(Waited::Granted(token(tok))),
                     Some(_) => Ok(Waited::TimedOut),
                     // NULL: the wait was ended (KILL QUERY) or failed.
-                    None => Err(sqlx::Error::Protocol("GET_LOCK returned NULL (the wait was killed)".into())),
+                    None => Err(sqlx::Error::Protocol(
+                        "GET_LOCK returned NULL (the wait was killed)".into(),
+                    )),
                 }
             }
             #[cfg(feature = "postgres")]
@@ -227,13 +234,11 @@ impl Conn {
             #[cfg(feature = "mysql")]
             Conn::Mysql(_) => self.execute(&format!("KILL {id}")).await,
             #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => {
-                sqlx::query("SELECT pg_terminate_backend($1)")
-                    .bind(i32::try_from(id).unwrap_or(0))
-                    .execute(&mut *c)
-                    .await
-                    .map(|_| ())
-            }
+            Conn::Postgres(c) => sqlx::query("SELECT pg_terminate_backend($1)")
+                .bind(i32::try_from(id).unwrap_or(0))
+                .execute(&mut *c)
+                .await
+                .map(|_| ()),
         }
     }
 

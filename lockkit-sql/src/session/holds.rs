@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use lockkit_core::backend::{Lease, LockInfo, TryAcquire};
 
 use super::Inner;
-use super::session::Session;
+use super::carrier::Session;
 
 /// One held name.
 #[derive(Debug)]

@@ -16,6 +16,8 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::config::Dialect;
+
 /// The `GET_LOCK` name of a lock name (56 characters).
 pub(crate) fn mysql_key(name: &str) -> String {
     let digest = Sha256::digest(name.as_bytes());
@@ -33,6 +35,18 @@ pub(crate) fn postgres_key(name: &str) -> i64 {
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(bytes)
+}
+
+/// The server lock that the lock name `name` maps to in session mode, for
+/// operators and tests: on MySQL/MariaDB the `GET_LOCK` name (look with
+/// `SELECT IS_USED_LOCK('…')`, which gives the holding connection's id), on
+/// Postgres the advisory-lock key in decimal (`pg_locks` shows it as
+/// `classid` = its high 32 bits, `objid` = its low 32 bits, `objsubid` = 1).
+pub fn server_key(dialect: Dialect, name: &str) -> String {
+    match dialect {
+        Dialect::Postgres => postgres_key(name).to_string(),
+        _ => mysql_key(name),
+    }
 }
 
 /// A name's key in either form, as a statement argument takes it.
@@ -60,6 +74,9 @@ mod tests {
         assert_ne!(postgres_key("A"), postgres_key("a"));
         assert_eq!(mysql_key("order:42"), mysql_key("order:42"), "stable");
         // Stable across processes and versions: a fixed value.
-        assert_eq!(postgres_key(""), i64::from_be_bytes([0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14]));
+        assert_eq!(
+            postgres_key(""),
+            i64::from_be_bytes([0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14])
+        );
     }
 }

@@ -97,13 +97,15 @@
 //! connections, which needs no privilege on either server.
 
 mod acquire;
+mod carrier;
 mod conn;
 mod holds;
 mod key;
 mod pinger;
 mod release;
-mod session;
 mod sql;
+
+pub use key::server_key;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -119,10 +121,10 @@ use lockkit_core::backend::{
 use lockkit_core::name::check_attempt_id;
 use tokio_util::sync::CancellationToken;
 
+use self::carrier::{Session, Spare};
 use self::conn::Conn;
 use self::holds::Entry;
 use self::key::Key;
-use self::session::{Session, Spare};
 use self::sql::SessionSql;
 use crate::config::{Dialect, SqlConfig};
 use crate::error::{Class, backend_error, classify};
@@ -191,7 +193,10 @@ impl SessionBackend {
             e => backend_error(kind, "connect", None, e),
         })?;
         prepare_sequence(&mut conn, &sql, &config).await?;
-        let id = conn.id(&sql).await.map_err(|e| backend_error(kind, "connect", None, e))?;
+        let id = conn
+            .id(&sql)
+            .await
+            .map_err(|e| backend_error(kind, "connect", None, e))?;
         let inner = Arc::new(Inner {
             kind,
             sql,
@@ -226,11 +231,11 @@ impl SessionBackend {
 /// a missing sequence, missing rights or a server without sequences is a
 /// configuration error that says what to do.
 async fn prepare_sequence(conn: &mut Conn, sql: &SessionSql, config: &SqlConfig) -> Result<(), LockError> {
-    if config.create_table {
-        if let Err(e) = conn.execute(&sql.create_seq).await {
-            // A user without CREATE may still use an existing sequence.
-            tracing::debug!(sequence = %sql.seq, error = %e, "creating the token sequence failed; checking it");
-        }
+    // A user without CREATE may still use an existing sequence.
+    if config.create_table
+        && let Err(e) = conn.execute(&sql.create_seq).await
+    {
+        tracing::debug!(sequence = %sql.seq, error = %e, "creating the token sequence failed; checking it");
     }
     match conn.next_token(sql).await {
         Ok(_) => Ok(()),

@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::Inner;
-use super::session::Session;
+use super::carrier::Session;
 
 /// Starts the task; it ends when the backend is dropped.
 pub(crate) fn spawn(inner: &Arc<Inner>) {

@@ -9,8 +9,8 @@ use lockkit_core::LockError;
 use lockkit_core::backend::{Hold, ReleaseOutcome};
 use lockkit_core::detach;
 
+use super::carrier::{Session, Spare};
 use super::key::Key;
-use super::session::{Session, Spare};
 use super::{Inner, SessionBackend};
 use crate::error::backend_error;
 
@@ -31,8 +31,12 @@ impl SessionBackend {
         let (hold, attempt) = (hold.clone(), attempt.to_owned());
         // Detached: once the share is taken, the server lock is released
         // even if the caller stops waiting.
-        detach(self.inner.kind, async move { inner.release_on(&session, &hold, &attempt).await }, |_| async {})
-            .await?
+        detach(
+            self.inner.kind,
+            async move { inner.release_on(&session, &hold, &attempt).await },
+            |_| async {},
+        )
+        .await?
     }
 }
 
@@ -75,7 +79,12 @@ impl Inner {
     /// Releases the server lock of `hold` on `session`, under the
     /// connection's lock (looking at the table again under it: a re-entry
     /// may have come in between).
-    async fn release_on(&self, session: &Arc<Session>, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
+    async fn release_on(
+        &self,
+        session: &Arc<Session>,
+        hold: &Hold,
+        attempt: &str,
+    ) -> Result<ReleaseOutcome, LockError> {
         let mut guard = session.conn.lock().await;
         if let Step::Done(outcome) = self.take_share(hold, attempt, Some(session)) {
             return Ok(outcome);

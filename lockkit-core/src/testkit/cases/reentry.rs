@@ -43,7 +43,13 @@ pub async fn reentrancy(kit: &Kit) {
     let other_owner = kit.long(&b).owner("somebody-else");
     assert!(b.try_lock_with(&name, &other_owner).await.expect("try_lock").is_none());
     let count = if shared { 3 } else { 2 };
-    assert_holder(&b, &name, Some((a.owner().to_owned(), count, g1.fencing_token())), |h| h).await;
+    assert_holder(
+        &b,
+        &name,
+        Some((a.owner().to_owned(), count, g1.fencing_token())),
+        |h| h,
+    )
+    .await;
     let g1_token = g1.fencing_token();
     if let Some(g3) = g3 {
         assert_eq!(must_unlock(g3).await, 2);

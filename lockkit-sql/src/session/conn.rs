@@ -187,6 +187,7 @@ impl Conn {
     }
 
     /// How many connections wait for the key (Postgres only).
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) async fn waiting(&mut self, sql: &SessionSql, key: &Key) -> Result<Option<usize>, sqlx::Error> {
         let Some(text) = &sql.waiting else {
             return Ok(None);

@@ -99,4 +99,8 @@ impl LockBackend for Counting {
         self.count(1);
         self.inner.force_release(name).await
     }
+    async fn watch_holder(&self, name: &str, within: Duration) -> Result<lockkit::backend::HolderWatch, LockError> {
+        self.count(1);
+        self.inner.watch_holder(name, within).await
+    }
 }

@@ -1,9 +1,13 @@
 //! SQL floor: one `INSERT` of a row shaped like the lock table's and one
 //! `DELETE` of it, on the lock table itself, through sqlx like the backend.
+//! For `mode=session` URLs the session locks' floor instead: MariaDB
+//! `SELECT GET_LOCK(key, 0)` + `SELECT RELEASE_LOCK(key)`, Postgres
+//! `SELECT pg_try_advisory_lock(key)` + `SELECT pg_advisory_unlock(key)`, on
+//! one connection, with the key the session mode uses for the name.
 
 use async_trait::async_trait;
 use lockkit::url::ConnectUrl;
-use lockkit_sql::{Dialect, SqlBackend, SqlConfig};
+use lockkit_sql::{Dialect, Mode, SqlBackend, SqlConfig};
 
 use super::Floor;
 use crate::workloads::BenchError;
@@ -27,6 +31,8 @@ pub struct SqlFloor {
     pool: Pool,
     insert: String,
     delete: String,
+    /// `mode=session`: the session locks' floor on this database.
+    session: Option<Dialect>,
 }
 
 /// The dialect's insert and delete on `table`.
@@ -56,7 +62,10 @@ impl SqlFloor {
         let mut config = SqlConfig::from_url(url)?;
         config.sweep_interval = None;
         let (dialect, database, table) = (config.dialect, config.database.clone(), config.table.clone());
-        drop(SqlBackend::connect(config).await?);
+        let session = (config.mode == Mode::Session).then_some(dialect);
+        if session.is_none() {
+            drop(SqlBackend::connect(config).await?);
+        }
         let pool = match dialect {
             #[cfg(feature = "mysql")]
             Dialect::Mysql => Pool::Mysql(
@@ -88,7 +97,12 @@ impl SqlFloor {
             other => return Err(format!("built without the {} feature", other.kind()).into()),
         };
         let (insert, delete) = statements(dialect, &table);
-        Ok(SqlFloor { pool, insert, delete })
+        Ok(SqlFloor {
+            pool,
+            insert,
+            delete,
+            session,
+        })
     }
 }
 
@@ -116,6 +130,9 @@ macro_rules! with_pool {
 #[async_trait]
 impl Floor for SqlFloor {
     async fn cycle(&self, name: &str) -> Result<(), BenchError> {
+        if let Some(dialect) = self.session {
+            return self.session_cycle(dialect, name).await;
+        }
         let name = name.as_bytes();
         with_pool!(self, pool => {
             sqlx::query(safe(self.insert.clone())).bind(name).bind(OWNER).bind(TTL_US).execute(pool).await?;
@@ -129,5 +146,44 @@ impl Floor for SqlFloor {
             sqlx::query("SELECT 1").execute(pool).await?;
         });
         Ok(())
+    }
+}
+
+impl SqlFloor {
+    /// One session-lock cycle: try the lock (it is free), release it.
+    async fn session_cycle(&self, dialect: Dialect, name: &str) -> Result<(), BenchError> {
+        #[cfg(any(feature = "mysql", feature = "postgres"))]
+        let key = lockkit_sql::session::server_key(dialect, name);
+        let got = match &self.pool {
+            #[cfg(feature = "mysql")]
+            Pool::Mysql(pool) => {
+                let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+                    .bind(&key)
+                    .fetch_one(pool)
+                    .await?;
+                sqlx::query("SELECT RELEASE_LOCK(?)").bind(&key).execute(pool).await?;
+                got == Some(1)
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                let key: i64 = key.parse()?;
+                let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+                    .bind(key)
+                    .fetch_one(pool)
+                    .await?;
+                sqlx::query("SELECT pg_advisory_unlock($1)")
+                    .bind(key)
+                    .execute(pool)
+                    .await?;
+                got
+            }
+            #[allow(unreachable_patterns)]
+            _ => return Err(format!("no session locks on {}", dialect.kind()).into()),
+        };
+        if got {
+            Ok(())
+        } else {
+            Err(format!("floor: the session lock of {name:?} was busy").into())
+        }
     }
 }

@@ -34,6 +34,14 @@
 //! (`CREATE TABLE IF NOT EXISTS`, name set by `?table=`, default
 //! `lockkit_locks`) or checked if it exists; see [`SqlBackend::migrate`].
 //!
+//! # Session-lock mode
+//!
+//! `?mode=session` (MySQL/MariaDB, Postgres) keeps holds as server session
+//! locks — `GET_LOCK`, advisory locks — on the backend's connections
+//! instead of table rows: no write per acquisition, the lease is the
+//! connection. See `SessionBackend` and the `session` module for how,
+//! and for what it gives up against the table.
+//!
 //! # Semaphores and read-write locks
 //!
 //! [`LockKind::Permit`](lockkit_core::LockKind) and the read and write holds

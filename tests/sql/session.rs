@@ -211,6 +211,35 @@ async fn killed_connection_loses_its_holds() {
     }
 }
 
+/// A connection that dies while it carries no holds (a server restart, an
+/// idle timeout, a `KILL`) costs nothing: the next `try_lock` goes to a new
+/// connection instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connection_killed_is_replaced() {
+    for (dialect, url) in servers() {
+        let a = session_client(&url, "").await;
+        let name = unique("session_idle_killed");
+        let g = a.lock(&name).await.expect("lock");
+        let mut admin = Admin::open(dialect, &url).await;
+        let id = admin.holder_of(&name).await.expect("the server shows the hold");
+        let token = g.fencing_token();
+        g.unlock().await.expect("unlock");
+        admin.kill(id).await;
+        let g = a
+            .try_lock(&name)
+            .await
+            .unwrap_or_else(|e| panic!("{dialect:?}: try_lock after the idle connection was killed: {e}"))
+            .expect("free");
+        assert!(g.fencing_token() > token);
+        assert_ne!(
+            admin.holder_of(&name).await,
+            Some(id),
+            "{dialect:?}: a new connection holds"
+        );
+        g.unlock().await.expect("unlock");
+    }
+}
+
 /// A `lock` dropped while it waits server-side leaves neither a wait nor a
 /// lock behind: after the holder releases, the name is free, not granted
 /// to a forgotten waiter. Runs as the least-privilege user with only the

@@ -14,7 +14,7 @@ use super::carrier::{Session, Spare};
 use super::conn::{LONGEST_WAIT, Waited};
 use super::key::Key;
 use super::{Inner, SessionBackend};
-use crate::error::backend_error;
+use crate::error::{Class, backend_error, classify};
 
 impl SessionBackend {
     /// One attempt that never waits: answered here (re-entry, another
@@ -47,6 +47,9 @@ impl SessionBackend {
         wait: Option<Duration>,
     ) -> Result<Option<Lease>, LockError> {
         let deadline = wait.map(|w| Instant::now() + w);
+        // A spare connection that died while idle fails its wait: it is
+        // dropped, and the wait goes once more on another one.
+        let mut failed_waits = 0;
         loop {
             if let TryAcquire::Acquired(lease) = self.attempt(req).await? {
                 return Ok(Some(lease));
@@ -58,8 +61,11 @@ impl SessionBackend {
             if left.is_zero() {
                 return Ok(None);
             }
-            if let Some(lease) = self.inner.clone().wait_on_spare(req, left).await? {
-                return Ok(Some(lease));
+            match self.inner.clone().wait_on_spare(req, left).await {
+                Ok(Some(lease)) => return Ok(Some(lease)),
+                Ok(None) => {}
+                Err(e) if e.is_retryable() && failed_waits == 0 => failed_waits += 1,
+                Err(e) => return Err(e),
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
@@ -79,21 +85,40 @@ impl Inner {
         owner: &str,
         attempt: &str,
     ) -> Result<TryAcquire, LockError> {
-        let session = self.primary().await?;
+        // A primary connection that died while idle (a server restart, an
+        // idle timeout) fails the first statement: it is dropped (with any
+        // grant the statement may have made) and the try goes once more
+        // on a new one.
+        match self.try_primary_once(name, owner, attempt).await {
+            Err((_, true)) => self.try_primary_once(name, owner, attempt).await.map_err(|(e, _)| e),
+            other => other.map_err(|(e, _)| e),
+        }
+    }
+
+    /// One try on the primary connection; on failure, whether the
+    /// connection was dropped (so a second try goes to a new one).
+    async fn try_primary_once(
+        self: &Arc<Self>,
+        name: &str,
+        owner: &str,
+        attempt: &str,
+    ) -> Result<TryAcquire, (LockError, bool)> {
+        let session = self.primary().await.map_err(|e| (e, false))?;
         let mut guard = session.conn.lock().await;
         if let Some(local) = self.local_try(name, owner, attempt) {
             return Ok(local);
         }
         let Some(conn) = guard.as_mut() else {
-            return Err(self.lost_error("acquire", name, &session));
+            return Err((self.lost_error("acquire", name, &session), true));
         };
         let key = Key::of(self.config.dialect, name);
         match conn.try_lock(&self.sql, &key).await {
             Ok(Some(token)) => Ok(TryAcquire::Acquired(self.record(name, owner, attempt, token, &session))),
             Ok(None) => Ok(TryAcquire::Busy { retry_in: None }),
             Err(e) => {
+                let dropped = classify(&e) != Class::Permanent;
                 self.statement_failed(&session, &mut guard, &e);
-                Err(backend_error(self.kind, "acquire", Some(name), e))
+                Err((backend_error(self.kind, "acquire", Some(name), e), dropped))
             }
         }
     }

@@ -124,6 +124,7 @@ impl LockBackend for FileLockBackend {
         // Not fair (no queue, `waiting` stays unsupported); tokens live in a
         // file, so they keep growing when every process restarts.
         Capabilities::ttl_leases()
+            .with_shared_holds()
             .with_batch_extend()
             .with_durable_tokens()
             .with_admin()

@@ -277,6 +277,16 @@ pub struct Capabilities {
     /// an expiry): [`LockBackend::watch_holder`] resolves then, not after
     /// its fallback interval, and leader election's `observe` is pushed.
     pub pushes_changes: bool,
+    /// A hold's owner, count and token live on the server (contract point
+    /// 2): every client sees them ([`LockBackend::inspect`] from another
+    /// client names the owner), and a client configured with the same owner
+    /// id shares the hold. Backends whose holds live on a connection of the
+    /// holding client (the SQL backend's session mode) do not declare it:
+    /// their `inspect` of another client's hold says only that the name is
+    /// held (owner `""`, count 0, token 0), and re-entry is by owner within
+    /// one client. The conformance kit checks the shared hold wherever it
+    /// is declared, and otherwise only who holds and who does not.
+    pub shared_holds: bool,
 }
 
 impl Capabilities {
@@ -319,7 +329,15 @@ impl Capabilities {
             semaphores: false,
             rw_locks: false,
             pushes_changes: false,
+            shared_holds: false,
         }
+    }
+
+    /// The same, declaring holds kept on the server for every client to
+    /// see and share (see [`shared_holds`](Self::shared_holds)).
+    pub const fn with_shared_holds(mut self) -> Self {
+        self.shared_holds = true;
+        self
     }
 
     /// The same, declaring semaphores (see [`semaphores`](Self::semaphores)).

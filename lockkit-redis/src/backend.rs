@@ -121,7 +121,7 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let caps = Capabilities::ttl_leases().with_batch_extend();
+        let caps = Capabilities::ttl_leases().with_batch_extend().with_shared_holds();
         let caps = if self.inner.durable_tokens {
             caps.with_durable_tokens()
         } else {

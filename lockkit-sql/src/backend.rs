@@ -76,7 +76,7 @@ impl LockBackend for SqlBackend {
     fn capabilities(&self) -> Capabilities {
         let durable = !(self.inner.config.dialect == Dialect::Sqlite && self.inner.config.database == ":memory:");
         // One statement per part; the watchdog sends parts concurrently over the pool.
-        let caps = Capabilities::ttl_leases().with_batch_extend();
+        let caps = Capabilities::ttl_leases().with_batch_extend().with_shared_holds();
         let caps = if durable { caps.with_durable_tokens() } else { caps };
         caps.with_extend_batch_max(EXTEND_CHUNK)
             .with_admin()

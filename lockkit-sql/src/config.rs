@@ -32,6 +32,25 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// third of it while the waiter waits): a waiter that dies leaves the line
 /// within this long.
 pub const DEFAULT_QUEUE_LEASE: Duration = Duration::from_secs(5);
+/// Default pause between two pings of each connection that carries
+/// session-mode holds (`mode=session`): a connection lost or killed is
+/// noticed within about this long, and its holds' lost signals fire.
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How a SQL backend keeps its holds (`?mode=`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mode {
+    /// The lock table (`mode=table`, the default): holds are rows with a
+    /// ttl, kept across connections and visible to every client.
+    #[default]
+    Table,
+    /// Session locks (`mode=session`; MariaDB `GET_LOCK`, Postgres advisory
+    /// locks): a hold lives on a server connection and ends with it. See
+    /// [`SessionBackend`](crate::SessionBackend). Not on SQLite.
+    Session,
+}
+
 /// The longest table name accepted: room for the `_tokens` / `_token_seq`
 /// / `_waiters` companions within every dialect's identifier limit.
 pub const MAX_TABLE_LEN: usize = 48;
@@ -52,6 +71,8 @@ pub const MAX_TABLE_LEN: usize = 48;
 /// | `create_table` | `true` | create missing tables; `false` only checks them |
 /// | `memo` | none | text stored with every hold this client takes (who/why) |
 /// | `queue_lease` | `5s` | lease of a waiter's place in line (`fair`, the default); a dead waiter leaves the line within it |
+/// | `mode` | `table` | `table`: the lock table; `session`: session locks on server connections ([`Mode`]; MySQL/MariaDB, Postgres) |
+/// | `ping_interval` | `1s` | `mode=session`: pause between pings of each connection that carries holds |
 ///
 /// `Debug` hides the password of the database URL.
 #[derive(Clone)]
@@ -85,6 +106,11 @@ pub struct SqlConfig {
     /// without leaving (its process killed) holds its place at most this
     /// long, then the waiters behind it are served.
     pub queue_lease: Duration,
+    /// Where holds live: the lock table or server sessions.
+    pub mode: Mode,
+    /// `mode=session`: the pause between two pings of each connection that
+    /// carries holds (a lost connection is noticed within about this long).
+    pub ping_interval: Duration,
 }
 
 impl fmt::Debug for SqlConfig {
@@ -101,6 +127,8 @@ impl fmt::Debug for SqlConfig {
             .field("create_table", &self.create_table)
             .field("memo", &self.memo)
             .field("queue_lease", &self.queue_lease)
+            .field("mode", &self.mode)
+            .field("ping_interval", &self.ping_interval)
             .finish()
     }
 }
@@ -127,6 +155,8 @@ impl SqlConfig {
             create_table: true,
             memo: None,
             queue_lease: DEFAULT_QUEUE_LEASE,
+            mode: Mode::Table,
+            ping_interval: DEFAULT_PING_INTERVAL,
         }
     }
 
@@ -202,6 +232,33 @@ impl SqlConfig {
                 ));
             }
             config.queue_lease = lease;
+        }
+        if let Some(mode) = url.take("mode") {
+            config.mode = match (mode.as_str(), dialect) {
+                ("table", _) => Mode::Table,
+                ("session", Dialect::Sqlite) => {
+                    return Err(LockError::config(
+                        "query parameter mode",
+                        "SQLite has no session locks: mode=session needs mysql://, mariadb:// or postgres://",
+                    ));
+                }
+                ("session", _) => Mode::Session,
+                (other, _) => {
+                    return Err(LockError::config(
+                        "query parameter mode",
+                        format!("{other:?} is not a mode: use table (the default) or session"),
+                    ));
+                }
+            };
+        }
+        if let Some(ping) = url.take_duration("ping_interval")? {
+            if ping < Duration::from_millis(10) || ping > Duration::from_secs(300) {
+                return Err(LockError::config(
+                    "query parameter ping_interval",
+                    "must be between 10ms and 300s",
+                ));
+            }
+            config.ping_interval = ping;
         }
         Ok(config)
     }
@@ -363,6 +420,22 @@ mod tests {
         assert_eq!(
             part(config("mysql://h/db?queue_lease=10ms").unwrap_err()),
             "query parameter queue_lease"
+        );
+    }
+
+    #[test]
+    fn session_mode() {
+        assert_eq!(config("mysql://h/db").unwrap().mode, Mode::Table);
+        let c = config("mariadb://h/db?mode=session&ping_interval=250ms").unwrap();
+        assert_eq!((c.mode, c.ping_interval), (Mode::Session, Duration::from_millis(250)));
+        assert_eq!(config("postgres://h/db?mode=session").unwrap().mode, Mode::Session);
+        assert_eq!(config("postgres://h/db?mode=table").unwrap().mode, Mode::Table);
+        for bad in ["sqlite::memory:?mode=session", "mysql://h/db?mode=sessions"] {
+            assert_eq!(part(config(bad).unwrap_err()), "query parameter mode", "{bad}");
+        }
+        assert_eq!(
+            part(config("mysql://h/db?mode=session&ping_interval=1ms").unwrap_err()),
+            "query parameter ping_interval"
         );
     }
 

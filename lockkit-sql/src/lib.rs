@@ -34,6 +34,14 @@
 //! (`CREATE TABLE IF NOT EXISTS`, name set by `?table=`, default
 //! `lockkit_locks`) or checked if it exists; see [`SqlBackend::migrate`].
 //!
+//! # Session-lock mode
+//!
+//! `?mode=session` (MySQL/MariaDB, Postgres) keeps holds as server session
+//! locks — `GET_LOCK`, advisory locks — on the backend's connections
+//! instead of table rows: no write per acquisition, the lease is the
+//! connection. See `SessionBackend` and the `session` module for how,
+//! and for what it gives up against the table.
+//!
 //! # Semaphores and read-write locks
 //!
 //! [`LockKind::Permit`](lockkit_core::LockKind) and the read and write holds
@@ -225,6 +233,8 @@ mod kinds;
 mod layout;
 mod release;
 mod retry;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub mod session;
 mod sql;
 mod sweeper;
 mod wait;
@@ -237,9 +247,11 @@ use lockkit_core::url::{BackendSchemes, ConnectUrl};
 
 pub use backend::SqlBackend;
 pub use config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_QUEUE_LEASE, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
-    DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, SqlConfig, validate_table,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, DEFAULT_QUEUE_LEASE, DEFAULT_SWEEP_BATCH,
+    DEFAULT_SWEEP_INTERVAL, DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, Mode, SqlConfig, validate_table,
 };
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub use session::SessionBackend;
 
 /// SQLite's schemes (see [`connect`]).
 #[cfg(feature = "sqlite")]
@@ -270,5 +282,9 @@ pub const POSTGRES_SCHEMES: BackendSchemes = BackendSchemes {
 pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
     let config = SqlConfig::from_url(url)?;
     url.finish()?;
+    #[cfg(any(feature = "mysql", feature = "postgres"))]
+    if config.mode == Mode::Session {
+        return Ok(Arc::new(SessionBackend::connect(config).await?));
+    }
     Ok(Arc::new(SqlBackend::connect(config).await?))
 }

@@ -226,6 +226,7 @@ impl LockBackend for ZkBackend {
         // Zxids keep growing across restarts and leader changes. The queue
         // of sequential nodes is FIFO whatever the request's `fair` says.
         Capabilities::session_leases()
+            .with_shared_holds()
             .with_durable_tokens()
             .with_admin()
             .with_idempotent_attempts()

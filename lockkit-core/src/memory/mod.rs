@@ -156,6 +156,7 @@ impl LockBackend for MemoryBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::ttl_leases()
+            .with_shared_holds()
             .with_batch_extend()
             .with_admin()
             .with_idempotent_attempts()

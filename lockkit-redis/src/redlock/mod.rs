@@ -200,6 +200,7 @@ impl LockBackend for RedlockBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::ttl_leases()
+            .with_shared_holds()
             .with_batch_extend()
             .with_admin()
             .with_idempotent_attempts()

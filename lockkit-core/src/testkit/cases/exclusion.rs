@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use tokio::time::timeout;
 
-use super::{holder, is_busy, must_lock, must_unlock};
+use super::{assert_holder, holder, is_busy, must_lock, must_unlock};
 use crate::LockError;
 use crate::testkit::history::{Grant, check_history};
 use crate::testkit::kit::{Kit, error_chain};
@@ -30,10 +30,7 @@ pub async fn mutual_exclusion(kit: &Kit) {
         matches!(err, LockError::WaitTimeout { .. }),
         "expected WaitTimeout, got {err:?}"
     );
-    assert_eq!(
-        holder(&b, &name).await,
-        Some((a.owner().to_owned(), 1, ga.fencing_token()))
-    );
+    assert_holder(&b, &name, Some((a.owner().to_owned(), 1, ga.fencing_token())), |h| h).await;
     assert_eq!(must_unlock(ga).await, 0);
     assert_eq!(
         holder(&b, &name).await,

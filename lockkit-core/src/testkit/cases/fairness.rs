@@ -16,7 +16,7 @@ use tokio::time::timeout;
 
 use crate::backend::LockKind;
 
-use super::{holder, must_lock, must_unlock, spawn_lock};
+use super::{assert_holder, holder, must_lock, must_unlock, spawn_lock};
 use crate::testkit::kit::{Kit, error_chain};
 use crate::{LockClient, LockGuard};
 
@@ -140,11 +140,8 @@ pub async fn releaser_does_not_overtake(kit: &Kit) {
     order.push("waiter");
     // The releaser queues behind the waiter while the waiter holds.
     until_waiting(kit, &b, &name, 1).await;
-    assert_eq!(
-        holder(&b, &name).await.map(|h| h.0),
-        Some(b.owner().to_owned()),
-        "the waiter holds while the releaser waits"
-    );
+    // The waiter holds while the releaser waits.
+    assert_holder(&b, &name, Some(b.owner().to_owned()), |h| h.0).await;
     must_unlock(gb).await;
     let ga = timeout(kit.bound, again)
         .await
@@ -196,7 +193,7 @@ pub async fn dead_waiter_skipped(kit: &Kit) {
         .expect("the waiter behind a dead one must be served within the bound")
         .expect("waiter task panicked")
         .unwrap_or_else(|e| panic!("waiter: {}", error_chain(&e)));
-    assert_eq!(holder(&a, &name).await.map(|h| h.0), Some(c.owner().to_owned()));
+    assert_holder(&a, &name, Some(c.owner().to_owned()), |h| h.0).await;
     must_unlock(gc).await;
     until_waiting(kit, &a, &name, 0).await;
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use tokio::time::timeout;
 
-use super::{holder, is_busy, must_lock, must_unlock, ttl_leases};
+use super::{assert_holder, is_busy, must_lock, must_unlock, ttl_leases};
 use crate::testkit::kit::{Kit, error_chain};
 
 /// Contract point 7: The watchdog keeps a lease alive for many ttls; an explicit extend
@@ -29,7 +29,7 @@ pub async fn extend_and_auto_extend(kit: &Kit) {
     for (guard, what) in [(&auto, "auto-extended"), (&manual, "explicitly extended")] {
         assert!(!guard.is_lost(), "the {what} lock must not be lost");
         assert!(is_busy(&b, guard.name()).await, "the {what} lock must still be held");
-        assert_eq!(holder(&b, guard.name()).await.map(|h| h.0), Some(a.owner().to_owned()));
+        assert_holder(&b, guard.name(), Some(a.owner().to_owned()), |h| h.0).await;
     }
     assert_eq!(must_unlock(auto).await, 0);
     assert_eq!(must_unlock(manual).await, 0);

@@ -76,6 +76,33 @@ pub(super) async fn holder(client: &LockClient, name: &str) -> Option<(String, u
         .map(|i| (i.owner, i.hold_count, i.token))
 }
 
+/// Asserts who `client` sees holding `name` (`project` picks what to
+/// compare from owner, count and token). Where the backend does not
+/// declare [`shared_holds`](crate::Capabilities::shared_holds), a hold by
+/// another client shows without its owner, count and token (owner `""`):
+/// then only that the name is held is compared.
+pub(super) async fn assert_holder<T: PartialEq + std::fmt::Debug>(
+    client: &LockClient,
+    name: &str,
+    expected: Option<T>,
+    project: impl FnOnce((String, u32, u64)) -> T,
+) {
+    let info = client
+        .inspect(name)
+        .await
+        .unwrap_or_else(|e| panic!("inspect {name:?}: {}", error_chain(&e)));
+    match info {
+        Some(i) if i.owner.is_empty() && !client.capabilities().shared_holds => {
+            assert!(expected.is_some(), "{name:?} is held, but {expected:?} was expected");
+        }
+        other => assert_eq!(
+            other.map(|i| project((i.owner, i.hold_count, i.token))),
+            expected,
+            "the holder of {name:?}"
+        ),
+    }
+}
+
 pub(super) async fn must_lock(client: &LockClient, name: &str, opts: &crate::LockOptions) -> LockGuard {
     client
         .lock_with(name, opts)

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::timeout;
 
-use super::{holder, must_lock, must_unlock, ttl_leases};
+use super::{assert_holder, holder, must_lock, must_unlock, ttl_leases};
 use crate::LockError;
 use crate::testkit::kit::{Kit, error_chain};
 
@@ -44,7 +44,7 @@ pub async fn multi_lock_all_or_nothing(kit: &Kit) {
     assert_eq!(taken, refs, "taken once each, in byte order");
     for n in &names {
         let token = set.token(n).expect("a member's token");
-        assert_eq!(holder(&a, n).await, Some((b.owner().to_owned(), 1, token)));
+        assert_holder(&a, n, Some((b.owner().to_owned(), 1, token)), |h| h).await;
     }
     set.unlock().await.expect("unlock all");
     for n in &names {

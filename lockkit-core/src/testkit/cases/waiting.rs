@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::time::timeout;
 
-use super::{holder, must_lock, must_unlock, spawn_lock};
+use super::{assert_holder, holder, must_lock, must_unlock, spawn_lock};
 use crate::testkit::kit::{Kit, error_chain};
 use crate::{LockError, LockGuard};
 
@@ -28,7 +28,7 @@ pub async fn bounded_wait(kit: &Kit) {
     );
     assert!(started.elapsed() >= wait, "gave up before the wait bound");
     assert!(err.is_retryable());
-    assert_eq!(holder(&b, &name).await.map(|h| h.0), Some(a.owner().to_owned()));
+    assert_holder(&b, &name, Some(a.owner().to_owned()), |h| h.0).await;
 
     let waiter = spawn_lock(&b, &name, kit.long(&b));
     tokio::task::yield_now().await;
@@ -72,10 +72,7 @@ pub async fn cancellation_safety(kit: &Kit) {
         _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         r = b.lock_with(&name, &opts) => panic!("a lock of a held name must still be waiting, got {r:?}"),
     }
-    assert_eq!(
-        holder(&c, &name).await.map(|h| (h.0, h.1)),
-        Some((a.owner().to_owned(), 1))
-    );
+    assert_holder(&c, &name, Some((a.owner().to_owned(), 1)), |h| (h.0, h.1)).await;
     let waiter = spawn_lock(&c, &name, kit.long(&c));
     tokio::task::yield_now().await;
     must_unlock(ga).await;

@@ -1,0 +1,13 @@
+//! The conformance kit against MySQL/MariaDB in session mode (`?mode=session`
+//! appended to `LOCKKIT_MYSQL_URL`): holds are server session locks.
+
+#![cfg(feature = "mysql")]
+
+use lockkit_core::testkit::Kit;
+
+lockkit_core::conformance_tests!(
+    Kit::from_env("LOCKKIT_MYSQL_URL", |url| async move {
+        lockkit::connect(&crate::common::with_params(&url, "mode=session")).await
+    })
+    .map(|k| k.with_stress(8, 100))
+);

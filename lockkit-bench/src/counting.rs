@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit::backend::{AcquireRequest, ExtendOutcome, Hold, Lease, LockKind, ReleaseOutcome, TryAcquire};
+use lockkit::backend::{AcquireRequest, ExtendOutcome, Hold, HolderWatch, Lease, LockKind, ReleaseOutcome, TryAcquire};
 use lockkit::{Capabilities, LockBackend, LockError, LockInfo};
 
 /// Counts calls into the wrapped backend. A batched `extend_many` counts as
@@ -94,6 +94,10 @@ impl LockBackend for Counting {
     async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
         self.count(1);
         self.inner.waiting_for(name, kind).await
+    }
+    async fn watch_holder(&self, name: &str, within: Duration) -> Result<HolderWatch, LockError> {
+        self.count(1);
+        self.inner.watch_holder(name, within).await
     }
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         self.count(1);

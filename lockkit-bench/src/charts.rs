@@ -17,6 +17,9 @@ use plotters::prelude::*;
 use crate::report::Row;
 use crate::workloads::BenchError;
 
+/// Room on the right of a bar chart for its legend, in backend groups.
+const LEGEND_ROOM: f64 = 1.3;
+
 /// The suffix of a backend label whose URL turned the fair queue off.
 const UNFAIR: &str = " fair=false";
 
@@ -176,17 +179,18 @@ fn throughput(rows: &[Row], path: &Path) -> Result<(), BenchError> {
 fn bar_panel(panel: &Panel<'_>, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), BenchError> {
     let groups = distinct(panel.bars.iter().map(|b| b.0));
     let order = series_order(panel.bars.iter().map(|b| b.1.as_str()));
-    let max = panel.bars.iter().map(|b| b.2).fold(10.0, f64::max) * 4.0;
+    let max = panel.bars.iter().map(|b| b.2).fold(10.0, f64::max) * 8.0;
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, ("sans-serif", 17))
         .margin(8)
         .x_label_area_size(22)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..groups.len().max(1) as f64, (1.0..max).log_scale())?;
+        .build_cartesian_2d(0.0..groups.len() as f64 + LEGEND_ROOM, (1.0..max).log_scale())?;
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(0)
+        .y_label_formatter(&|v| short(*v))
         .y_desc(panel.y_desc)
         .draw()?;
     let width = 0.8 / order.len().max(1) as f64;
@@ -217,7 +221,7 @@ fn bar_panel(panel: &Panel<'_>, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Re
     chart.draw_series(groups.iter().enumerate().map(|(i, g)| {
         Text::new(
             g.to_string(),
-            (i as f64 + 0.4, 1.4),
+            (i as f64 + 0.35, max / 1.8),
             ("sans-serif", 13).into_font().color(&BLACK),
         )
     }))?;
@@ -283,7 +287,7 @@ fn ratios(rows: &[Row], path: &Path) -> Result<(), BenchError> {
         .margin(10)
         .x_label_area_size(22)
         .y_label_area_size(50)
-        .build_cartesian_2d(0.0..groups.len().max(1) as f64, 0.0..top)?;
+        .build_cartesian_2d(0.0..groups.len() as f64 + LEGEND_ROOM, 0.0..top)?;
     chart
         .configure_mesh()
         .disable_x_mesh()

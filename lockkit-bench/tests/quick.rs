@@ -87,6 +87,7 @@ fn check(url: &str, has_floor: bool) -> Vec<Value> {
 /// Checks the quick run on the server of `var`; with the `peers` feature,
 /// also that each of `peers` (crate names) has a w1 row and an excluding
 /// w2 row beside lockkit's.
+#[cfg(any(feature = "redis", feature = "mysql", feature = "postgres", feature = "zookeeper"))]
 fn on_server(var: &str, peers: &[&str]) {
     let Some(url) = lockkit::testkit::server_url(var) else {
         return;

@@ -131,6 +131,7 @@ fn built(peer: Peer) -> bool {
 /// `redis://[user:password@]host:port[/db]` for every host of a `redis://`
 /// or `redlock://` URL (the database only for a single host), without
 /// lockkit's query parameters.
+#[cfg_attr(not(all(feature = "peers", feature = "redis")), allow(dead_code))]
 pub fn redis_node_urls(url: &lockkit::url::ConnectUrl) -> Vec<String> {
     let user = url.url.username();
     let auth = match (user, url.url.password()) {
@@ -153,6 +154,7 @@ pub fn redis_node_urls(url: &lockkit::url::ConnectUrl) -> Vec<String> {
 /// Retries `attempt` until it returns a hold, pausing `first` after the first
 /// miss and doubling the pause up to `most`: the loop a library whose
 /// acquire returns at once when busy runs in its own waiting kinds.
+#[cfg_attr(not(all(feature = "peers", feature = "redis")), allow(dead_code))]
 pub async fn retry_with_backoff<F, Fut>(
     first: Duration,
     most: Duration,

@@ -107,8 +107,13 @@ fn on_server(var: &str, peers: &[&str]) {
                 .iter()
                 .find(|r| r["impl"] == *peer && r["workload"] == w)
                 .unwrap_or_else(|| panic!("{url}: no {peer} row for {w}"));
-            assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{url}: {peer} did nothing: {r}");
-            if w == "w2" {
+            // Uncontended, every peer must work. Contended, a peer may do
+            // nothing: distributed-lock-redis on Redlock leaves the nodes of a
+            // failed attempt taken, and its contenders split the nodes until
+            // the keys expire (the README's peers run).
+            if w == "w1" {
+                assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{url}: {peer} did nothing: {r}");
+            } else {
                 assert_eq!(r["counter_exact"], true, "{url}: {peer} did not exclude: {r}");
                 assert!(r["switches_per_s"].is_f64() && r["fairness_min"].is_u64(), "{r}");
             }

@@ -9,6 +9,7 @@ mod charts;
 mod counting;
 mod floor;
 mod kinds;
+mod peers;
 mod report;
 mod workloads;
 
@@ -56,6 +57,10 @@ struct Args {
     /// A short smoke run: 1 s measurements, small w3/w4.
     #[arg(long)]
     quick: bool,
+    /// w2 also with each backend's fair queue off (`fair=false`), for the
+    /// wait chart's fair and unfair lines.
+    #[arg(long)]
+    w2_unfair: bool,
 }
 
 struct Plan {
@@ -77,12 +82,19 @@ async fn bench_backend(
     let mut failed = Vec::new();
     let shown = lockkit::url::redact(url);
     let floor = floor::floor_for(url).await?;
+    let peers = peers::peers_for(url);
     for w in &args.workload {
         bar.set_message(format!("{shown} {w}"));
         let outcome: Result<(), BenchError> = async {
             match w.as_str() {
-                "w1" => rows.extend(workloads::w1(url, floor.as_deref(), plan.seconds).await?),
-                "w2" => rows.push(workloads::w2(url, args.clients, plan.seconds).await?),
+                "w1" => rows.extend(workloads::w1(url, floor.as_deref(), &peers, plan.seconds).await?),
+                "w2" => {
+                    rows.extend(workloads::w2(url, args.clients, &peers, plan.seconds).await?);
+                    if args.w2_unfair {
+                        let unfair = unfair_url(url);
+                        rows.extend(workloads::w2(&unfair, args.clients, &[], plan.seconds).await?);
+                    }
+                }
                 "w3" => {
                     for &c in &plan.w3_clients {
                         rows.extend(workloads::w3(url, c, plan.seconds).await?);
@@ -102,6 +114,12 @@ async fn bench_backend(
         bar.inc(1);
     }
     Ok((rows, failed))
+}
+
+/// `url` with lockkit's fair queue turned off.
+fn unfair_url(url: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}fair=false")
 }
 
 async fn run(args: Args) -> Result<(), BenchError> {

@@ -8,9 +8,13 @@ use serde::Serialize;
 /// One measured row.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
-    /// `lockkit` or `floor`.
+    /// `lockkit`, `floor` or a peer library's crate name.
     #[serde(rename = "impl")]
     pub imp: &'static str,
+    /// How the implementation waits, where it does not wait for a release
+    /// (a peer that polls, or cannot wait and is retried).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<&'static str>,
     /// The backend kind (`redis`, `mysql`, …).
     pub backend: String,
     /// The backend URL, password hidden (pairs a lockkit row with its floor).
@@ -84,7 +88,7 @@ pub struct Row {
 /// What a row measured: which implementation, backend and workload.
 #[derive(Debug, Clone, Copy)]
 pub struct Series<'a> {
-    /// `lockkit` or `floor`.
+    /// `lockkit`, `floor` or a peer library's crate name.
     pub imp: &'static str,
     /// The backend kind.
     pub backend: &'a str,
@@ -109,6 +113,7 @@ impl Row {
         } = series;
         Row {
             imp,
+            note: None,
             backend: backend.to_owned(),
             url: lockkit::url::redact(url),
             workload,
@@ -150,7 +155,7 @@ pub fn histogram() -> Histogram<u64> {
 pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:<8} {:<9} {:<3} {:>4} {:>11} {:>9} {:>9} {:>10}  extra",
+        "{:<22} {:<9} {:<3} {:>4} {:>11} {:>9} {:>9} {:>10}  extra",
         "impl", "backend", "wl", "C", "ops/s", "p50 µs", "p99 µs", "max µs"
     )?;
     for r in rows {
@@ -181,6 +186,9 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
                 "COUNTER WRONG".into()
             });
         }
+        if let Some(note) = r.note {
+            extra.push(note.into());
+        }
         if let Some(rt) = r.round_trips_per_period {
             extra.push(format!("{rt:.1} round trips/period"));
         }
@@ -195,7 +203,7 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
         }
         writeln!(
             out,
-            "{:<8} {:<9} {:<3} {:>4} {:>11.0} {:>9.0} {:>9.0} {:>10.0}  {}",
+            "{:<22} {:<9} {:<3} {:>4} {:>11.0} {:>9.0} {:>9.0} {:>10.0}  {}",
             r.imp,
             r.backend,
             r.workload,

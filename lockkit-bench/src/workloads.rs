@@ -10,6 +10,7 @@ use lockkit::{LockClient, LockOptions};
 
 use crate::counting::Counting;
 use crate::floor::{self, Floor};
+use crate::peers::{Held, Locker, Peer};
 use crate::report::{Row, Series, histogram};
 
 /// Errors of a benchmark run.
@@ -35,8 +36,14 @@ pub(crate) fn run_id() -> String {
 const SLICES: u32 = 20;
 
 /// w1: one client acquires and releases one name in a loop; beside it, in
-/// alternating slices, the floor's raw cycle (and its one-round-trip ping).
-pub async fn w1(url: &str, floor: Option<&dyn Floor>, seconds: Duration) -> Result<Vec<Row>, BenchError> {
+/// alternating slices, the floor's raw cycle (and its one-round-trip ping)
+/// and each peer library's acquire + release on a name of its own.
+pub async fn w1(
+    url: &str,
+    floor: Option<&dyn Floor>,
+    peers: &[Peer],
+    seconds: Duration,
+) -> Result<Vec<Row>, BenchError> {
     let client = lockkit::connect(url).await?;
     let name = format!("bench/w1/{}", run_id());
     let floor_name = format!("bench/floor/{}", run_id());
@@ -45,11 +52,25 @@ pub async fn w1(url: &str, floor: Option<&dyn Floor>, seconds: Duration) -> Resu
     let (mut hist, mut floor_hist, mut ping_hist) = (histogram(), histogram(), histogram());
     let (mut cycles, mut floor_cycles) = (0u64, 0u64);
     let (mut spent, mut floor_spent) = (Duration::ZERO, Duration::ZERO);
-    // Warm up both (connections, script loads, prepared statements).
+    let mut others = Vec::with_capacity(peers.len());
+    for &peer in peers {
+        others.push(PeerRun {
+            peer,
+            locker: peer.connect(url).await?,
+            name: format!("bench/w1p/{}", run_id()),
+            hist: histogram(),
+            cycles: 0,
+            spent: Duration::ZERO,
+        });
+    }
+    // Warm up all (connections, script loads, prepared statements).
     for _ in 0..20 {
         client.lock_with(&name, &opts).await?.unlock().await?;
         if let Some(f) = floor {
             f.cycle(&floor_name).await?;
+        }
+        for p in &others {
+            p.locker.lock(&p.name).await?.release().await?;
         }
     }
     for _ in 0..SLICES {
@@ -62,6 +83,16 @@ pub async fn w1(url: &str, floor: Option<&dyn Floor>, seconds: Duration) -> Resu
             cycles += 1;
         }
         spent += started.elapsed();
+        for p in &mut others {
+            let started = Instant::now();
+            while started.elapsed() < slice {
+                let t0 = Instant::now();
+                p.locker.lock(&p.name).await?.release().await?;
+                p.hist.record(us(t0.elapsed()))?;
+                p.cycles += 1;
+            }
+            p.spent += started.elapsed();
+        }
         let Some(f) = floor else { continue };
         let started = Instant::now();
         while started.elapsed() < slice {
@@ -78,41 +109,38 @@ pub async fn w1(url: &str, floor: Option<&dyn Floor>, seconds: Duration) -> Resu
         }
     }
     let kind = &label(&client);
+    let series = |imp| Series {
+        imp,
+        backend: kind,
+        url,
+        workload: "w1",
+        clients: 1,
+    };
     let mut rows = Vec::new();
     if floor.is_some() {
-        let mut row = Row::new(
-            Series {
-                imp: "floor",
-                backend: kind,
-                url,
-                workload: "w1",
-                clients: 1,
-            },
-            floor_spent.as_secs_f64(),
-            floor_cycles,
-            &floor_hist,
-        );
+        let mut row = Row::new(series("floor"), floor_spent.as_secs_f64(), floor_cycles, &floor_hist);
         row.round_trip_us = Some(ping_hist.value_at_quantile(0.5) as f64);
         rows.push(row);
     }
-    rows.push(Row::new(
-        Series {
-            imp: "lockkit",
-            backend: kind,
-            url,
-            workload: "w1",
-            clients: 1,
-        },
-        spent.as_secs_f64(),
-        cycles,
-        &hist,
-    ));
+    rows.push(Row::new(series("lockkit"), spent.as_secs_f64(), cycles, &hist));
+    for p in &others {
+        let mut row = Row::new(series(p.peer.name()), p.spent.as_secs_f64(), p.cycles, &p.hist);
+        row.note = p.peer.note();
+        rows.push(row);
+    }
     Ok(rows)
 }
 
-/// w2: `c` clients, each with its own connections, contend for one name:
-/// acquire → increment a shared counter (read, yield, write) → release.
-/// Besides the acquire wait it measures the hand-off: from a holder's
+/// One peer's client and tallies in w1.
+struct PeerRun {
+    peer: Peer,
+    locker: Box<dyn Locker>,
+    name: String,
+    hist: Histogram<u64>,
+    cycles: u64,
+    spent: Duration,
+}
+
 /// The backend's name in the result rows, marked when its URL turned the
 /// fair queue off.
 pub(crate) fn label(client: &LockClient) -> String {
@@ -124,13 +152,64 @@ pub(crate) fn label(client: &LockClient) -> String {
     }
 }
 
-/// `unlock` call to the next holder's `lock` returning.
-pub async fn w2(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchError> {
-    let mut clients = Vec::with_capacity(c);
-    for _ in 0..c {
-        clients.push(lockkit::connect(url).await?);
+/// A lockkit client as a [`Locker`], with the bench's options.
+struct Lockkit {
+    client: LockClient,
+    opts: LockOptions,
+}
+
+#[async_trait::async_trait]
+impl Locker for Lockkit {
+    async fn lock(&self, name: &str) -> Result<Box<dyn Held>, BenchError> {
+        Ok(Box::new(self.client.lock_with(name, &self.opts).await?))
     }
-    let kind = &label(&clients[0]);
+}
+
+#[async_trait::async_trait]
+impl Held for lockkit::LockGuard {
+    async fn release(self: Box<Self>) -> Result<(), BenchError> {
+        self.unlock().await?;
+        Ok(())
+    }
+}
+
+/// w2: `c` clients, each with its own connections, contend for one name:
+/// acquire → increment a shared counter (read, yield, write) → release.
+/// Besides the acquire wait it measures the hand-off: from a holder's
+/// `unlock` call to the next holder's `lock` returning. Lockkit's row,
+/// then one row per peer library (each measured alone, the same way).
+pub async fn w2(url: &str, c: usize, peers: &[Peer], seconds: Duration) -> Result<Vec<Row>, BenchError> {
+    let mut clients: Vec<Box<dyn Locker>> = Vec::with_capacity(c);
+    let mut kind = String::new();
+    for _ in 0..c {
+        let client = lockkit::connect(url).await?;
+        kind = label(&client);
+        let opts = opts(&client);
+        clients.push(Box::new(Lockkit { client, opts }));
+    }
+    let series = |imp| Series {
+        imp,
+        backend: &kind,
+        url,
+        workload: "w2",
+        clients: c,
+    };
+    let mut rows = vec![contend(series("lockkit"), clients, seconds).await?];
+    for &peer in peers {
+        let mut clients = Vec::with_capacity(c);
+        for _ in 0..c {
+            clients.push(peer.connect(url).await?);
+        }
+        let mut row = contend(series(peer.name()), clients, seconds).await?;
+        row.note = peer.note();
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// The measurement of w2 with `clients`, one task each.
+async fn contend(series: Series<'_>, clients: Vec<Box<dyn Locker>>, seconds: Duration) -> Result<Row, BenchError> {
+    let c = clients.len();
     let name = Arc::new(format!("bench/w2/{}", run_id()));
     let stop = Arc::new(AtomicBool::new(false));
     let counter = Arc::new(AtomicU64::new(0));
@@ -157,13 +236,12 @@ pub async fn w2(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchErro
                 released_at.clone(),
             );
             tokio::spawn(async move {
-                let opts = opts(&client);
                 let (mut hist, mut handoffs) = (histogram(), histogram());
                 let (mut n, mut all) = (0u64, 0u64);
                 while !stop.load(Ordering::Relaxed) {
                     let t0 = Instant::now();
                     let measured = t0.duration_since(started) >= warm;
-                    let g = client.lock_with(&name, &opts).await?;
+                    let g = client.lock(&name).await?;
                     let now = started.elapsed().as_nanos() as u64;
                     let released = released_at.load(Ordering::SeqCst);
                     let switched = last.swap(i, Ordering::SeqCst) != i;
@@ -181,7 +259,7 @@ pub async fn w2(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchErro
                     tokio::task::yield_now().await;
                     counter.store(seen + 1, Ordering::SeqCst);
                     released_at.store(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
-                    g.unlock().await?;
+                    g.release().await?;
                     all += 1;
                 }
                 // The client lives until every task is done: dropping it
@@ -208,18 +286,7 @@ pub async fn w2(url: &str, c: usize, seconds: Duration) -> Result<Row, BenchErro
     drop(finished);
     let elapsed = (started.elapsed() - warm).as_secs_f64();
     let total: u64 = per_client.iter().sum();
-    let mut row = Row::new(
-        Series {
-            imp: "lockkit",
-            backend: kind,
-            url,
-            workload: "w2",
-            clients: c,
-        },
-        elapsed,
-        total,
-        &hist,
-    );
+    let mut row = Row::new(series, elapsed, total, &hist);
     row.handoff_p50_us = Some(handoffs.value_at_quantile(0.5) as f64);
     row.handoff_p99_us = Some(handoffs.value_at_quantile(0.99) as f64);
     row.switches_per_s = Some(switches.load(Ordering::Relaxed) as f64 / elapsed);

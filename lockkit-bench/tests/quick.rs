@@ -84,9 +84,40 @@ fn check(url: &str, has_floor: bool) -> Vec<Value> {
     rows
 }
 
-fn on_server(var: &str) {
-    if let Some(url) = lockkit::testkit::server_url(var) {
-        check(&url, true);
+/// Checks the quick run on the server of `var`; with the `peers` feature,
+/// also that each of `peers` (crate names) has a w1 row and an excluding
+/// w2 row beside lockkit's.
+#[cfg(any(feature = "redis", feature = "mysql", feature = "postgres", feature = "zookeeper"))]
+fn on_server(var: &str, peers: &[&str]) {
+    let Some(url) = lockkit::testkit::server_url(var) else {
+        return;
+    };
+    let rows = check(&url, true);
+    if !cfg!(feature = "peers") {
+        assert!(
+            rows.iter()
+                .all(|r| ["lockkit", "floor"].contains(&r["impl"].as_str().unwrap())),
+            "{url}: peer rows without the peers feature"
+        );
+        return;
+    }
+    for peer in peers {
+        for w in ["w1", "w2"] {
+            let r = rows
+                .iter()
+                .find(|r| r["impl"] == *peer && r["workload"] == w)
+                .unwrap_or_else(|| panic!("{url}: no {peer} row for {w}"));
+            // Uncontended, every peer must work. Contended, a peer may do
+            // nothing: distributed-lock-redis on Redlock leaves the nodes of a
+            // failed attempt taken, and its contenders split the nodes until
+            // the keys expire (the README's peers run).
+            if w == "w1" {
+                assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{url}: {peer} did nothing: {r}");
+            } else {
+                assert_eq!(r["counter_exact"], true, "{url}: {peer} did not exclude: {r}");
+                assert!(r["switches_per_s"].is_f64() && r["fairness_min"].is_u64(), "{r}");
+            }
+        }
     }
 }
 
@@ -111,29 +142,29 @@ fn sqlite() {
 #[cfg(feature = "redis")]
 #[test]
 fn redis() {
-    on_server("LOCKKIT_REDIS_URL");
+    on_server("LOCKKIT_REDIS_URL", &["rslock", "distributed-lock-redis"]);
 }
 
 #[cfg(feature = "redis")]
 #[test]
 fn redlock() {
-    on_server("LOCKKIT_REDLOCK_URL");
+    on_server("LOCKKIT_REDLOCK_URL", &["rslock", "distributed-lock-redis"]);
 }
 
 #[cfg(feature = "mysql")]
 #[test]
 fn mysql() {
-    on_server("LOCKKIT_MYSQL_URL");
+    on_server("LOCKKIT_MYSQL_URL", &[]);
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres() {
-    on_server("LOCKKIT_POSTGRES_URL");
+    on_server("LOCKKIT_POSTGRES_URL", &[]);
 }
 
 #[cfg(feature = "zookeeper")]
 #[test]
 fn zookeeper() {
-    on_server("LOCKKIT_ZK_URL");
+    on_server("LOCKKIT_ZK_URL", &["zookeeper-client"]);
 }

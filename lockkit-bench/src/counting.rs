@@ -95,10 +95,7 @@ impl LockBackend for Counting {
         self.count(1);
         self.inner.waiting_for(name, kind).await
     }
-    async fn watch_holder(&self, name: &str, within: Duration) -> Result<HolderWatch, LockError> {
-        self.count(1);
-        self.inner.watch_holder(name, within).await
-    }
+
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         self.count(1);
         self.inner.force_release(name).await

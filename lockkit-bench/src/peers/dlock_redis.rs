@@ -1,6 +1,7 @@
 //! `distributed-lock-redis`: Redlock on one or N Redis servers through
 //! `fred`, as its README shows (`RedisLockProvider::builder().url(…)`,
-//! `create_lock(name)`, `handle.release()`).
+//! `create_lock(name)`, `handle.release()`), with the lease every peer
+//! gets ([`super::TTL`]) as its expiry.
 //!
 //! Its `acquire(timeout)` tries once and fails when the name is busy, so
 //! this peer calls `try_acquire` in the loop the crate's own semaphore and
@@ -12,7 +13,7 @@ use async_trait::async_trait;
 use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
 use distributed_lock_redis::{RedisLockHandle, RedisLockProvider};
 
-use super::{Held, Locker, retry_with_backoff};
+use super::{Held, Locker, TTL, retry_with_backoff};
 use crate::workloads::BenchError;
 
 /// A provider on every node of the URL, with its own connections.
@@ -23,7 +24,7 @@ pub struct DlockRedisPeer {
 impl DlockRedisPeer {
     /// Connects to every node (`redis://host:port` each).
     pub async fn connect(nodes: &[String]) -> Result<Self, BenchError> {
-        let provider = RedisLockProvider::builder().urls(nodes).build().await?;
+        let provider = RedisLockProvider::builder().urls(nodes).expiry(TTL).build().await?;
         Ok(DlockRedisPeer { provider })
     }
 }

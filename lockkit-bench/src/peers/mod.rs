@@ -32,6 +32,11 @@ use async_trait::async_trait;
 
 use crate::workloads::BenchError;
 
+/// The lease every peer is given: the ttl lockkit runs with in the
+/// workloads (a peer's default, e.g. distributed-lock-redis's 30 s, would
+/// make a stall longer, not a cycle cheaper).
+pub(crate) const TTL: Duration = Duration::from_secs(10);
+
 /// A lock held through a [`Locker`]; `release` gives it back.
 #[async_trait]
 pub trait Held: Send {

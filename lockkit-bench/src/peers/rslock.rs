@@ -1,15 +1,11 @@
 //! `rslock`: Redlock on one or N Redis masters, as its README shows
 //! (`LockManager::new(uris)`, `acquire(name, ttl)`, `guard.release()`).
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use rslock::{LockGuard, LockManager};
 
-use super::{Held, Locker};
+use super::{Held, Locker, TTL};
 use crate::workloads::BenchError;
-
-const TTL: Duration = Duration::from_secs(10);
 
 /// A lock manager over every node of the URL, with its own connections.
 pub struct RslockPeer {

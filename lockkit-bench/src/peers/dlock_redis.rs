@@ -1,7 +1,8 @@
 //! `distributed-lock-redis`: Redlock on one or N Redis servers through
 //! `fred`, as its README shows (`RedisLockProvider::builder().url(…)`,
 //! `create_lock(name)`, `handle.release()`), with the lease every peer
-//! gets ([`super::TTL`]) as its expiry.
+//! gets ([`super::TTL`]) as its expiry (its cadence and minimum validity
+//! scaled with it, in the proportions of its defaults).
 //!
 //! Its `acquire(timeout)` tries once and fails when the name is busy, so
 //! this peer calls `try_acquire` in the loop the crate's own semaphore and
@@ -24,7 +25,15 @@ pub struct DlockRedisPeer {
 impl DlockRedisPeer {
     /// Connects to every node (`redis://host:port` each).
     pub async fn connect(nodes: &[String]) -> Result<Self, BenchError> {
-        let provider = RedisLockProvider::builder().urls(nodes).expiry(TTL).build().await?;
+        let provider = RedisLockProvider::builder()
+            .urls(nodes)
+            .expiry(TTL)
+            // Its defaults' proportions (30 s, 10 s, 27 s): a minimum
+            // validity above the expiry would refuse every acquisition.
+            .extension_cadence(TTL / 3)
+            .min_validity(TTL * 9 / 10)
+            .build()
+            .await?;
         Ok(DlockRedisPeer { provider })
     }
 }

@@ -51,7 +51,7 @@ use crate::conn::sent;
 use crate::conn::{Arg, Col, count, from_us, us};
 use crate::sql::ClaimShape;
 #[cfg(feature = "mysql")]
-use crate::sql::MysqlClaim;
+use crate::sql::{MysqlClaim, MysqlTokens};
 
 /// What a claim found.
 pub(crate) enum Claim {
@@ -306,7 +306,10 @@ impl Inner {
             us(req.ttl),
             self.config.memo.as_deref(),
             req.attempt,
-            bucket(req.name, sql.buckets),
+            match self.tokens.get() {
+                Some(MysqlTokens::Sequence) => None,
+                _ => Some(bucket(req.name, sql.buckets)),
+            },
         );
         let claim = &claim;
         let run = |line: bool| {

@@ -47,6 +47,9 @@ pub(crate) struct Inner {
     /// The places this backend's fair waiters hold in line (renewed by the
     /// task in `wait/queue.rs`).
     pub(crate) places: Arc<Places>,
+    /// MySQL/MariaDB: where the claims draw tokens (set by `migrate`).
+    #[cfg(feature = "mysql")]
+    pub(crate) tokens: std::sync::OnceLock<crate::sql::MysqlTokens>,
     /// Postgres: this backend's places on the wait lists of names.
     #[cfg(feature = "postgres")]
     pub(crate) wait_list: std::sync::OnceLock<crate::wait::waitlist::WaitList>,

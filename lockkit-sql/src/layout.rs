@@ -1,5 +1,6 @@
 //! The storage layout at connect: creating the lock table and its
-//! companions (`<table>_tokens`, `<table>_waiters`; the DDL is in `sql/`),
+//! companions (`<table>_waiters`, the token source: `<table>_tokens` or, on
+//! MariaDB, `<table>_token_seq` — see `token_source.rs`; the DDL is in `sql/`),
 //! adding the columns an older lockkit's table lacks, and checking the
 //! schema and the user's rights.
 
@@ -58,14 +59,7 @@ impl SqlBackend {
                                  they fail until a user with CREATE rights connects once");
                             break;
                         }
-                        Err(e) if is_permission_denied(&e) => {
-                            let source = MissingObject {
-                                object: object.clone(),
-                                cause: e,
-                            };
-                            return Err(LockError::backend(inner.kind, "create table", None, false, source));
-                        }
-                        Err(e) => return Err(backend_error(inner.kind, "create table", None, e)),
+                        Err(e) => return Err(create_failed(inner.kind, object, e)),
                     }
                 }
             }
@@ -132,6 +126,11 @@ impl SqlBackend {
                     inner.sql.name_types.join(" or ")
                 ),
             ));
+        }
+        #[cfg(feature = "mysql")]
+        if inner.config.dialect == crate::config::Dialect::Mysql {
+            let source = self.pick_token_source().await?;
+            let _ = inner.tokens.set(source);
         }
         for stmt in &inner.sql.prepare {
             inner.retry("create table", None, || inner.db.exec(stmt, &[])).await?;
@@ -203,6 +202,19 @@ impl SqlBackend {
             format!("has no waiter table {waiters:?} (fair queues need it): it {why}; create it with: {create}"),
         ))
     }
+}
+
+/// The error of a `CREATE` of `object` that failed: a typed "missing, and
+/// this user may not create it" when the database refused it for rights.
+pub(crate) fn create_failed(kind: &'static str, object: &str, e: sqlx::Error) -> LockError {
+    if is_permission_denied(&e) {
+        let source = MissingObject {
+            object: object.to_owned(),
+            cause: e,
+        };
+        return LockError::backend(kind, "create table", None, false, source);
+    }
+    backend_error(kind, "create table", None, e)
 }
 
 /// A table (or sequence) lockkit needs is missing and this database user may

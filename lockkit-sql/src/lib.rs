@@ -237,6 +237,8 @@ mod retry;
 pub mod session;
 mod sql;
 mod sweeper;
+#[cfg(feature = "mysql")]
+mod token_source;
 mod wait;
 
 use std::sync::Arc;

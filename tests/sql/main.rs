@@ -21,4 +21,5 @@ mod restart;
 mod schema;
 mod session;
 mod sqlite_kit;
+mod tokens;
 mod waiting;

@@ -2,9 +2,10 @@
 //! `lockkit_app` (made by `scripts/services`) has no rights of its own; the
 //! table owner creates the lock table (by connecting once) and grants the
 //! app user only SELECT, INSERT, UPDATE, DELETE on it, its waiter table
-//! (`<table>_waiters`, the fair line) and its token counter (MariaDB: the
-//! `<table>_tokens` table; Postgres: USAGE on the `<table>_token_seq`
-//! sequence), and the tables of semaphores and read-write locks
+//! (`<table>_waiters`, the fair line) and its token counter (MariaDB:
+//! SELECT and INSERT on the `<table>_token_seq` sequence, `NEXTVAL` being an
+//! insert — MySQL: the `<table>_tokens` table; Postgres: USAGE on the
+//! `<table>_token_seq` sequence), and the tables of semaphores and read-write locks
 //! (`<table>_kinds`, `<table>_holds`). With that, the app user locks, extends,
 //! unlocks, gets growing fencing tokens and runs the sweeper, but cannot
 //! create, alter or drop tables; before the table exists it gets a typed
@@ -53,9 +54,12 @@ impl Raw for Mysql {
         n
     }
     fn grants(t: &str) -> Vec<String> {
-        [t.to_owned(), format!("{t}_tokens"), format!("{t}_waiters")]
+        let seq =
+            format!("GRANT SELECT, INSERT ON `{t}_token_seq` TO 'lockkit_app'@'127.0.0.1', 'lockkit_app'@'localhost'");
+        [t.to_owned(), format!("{t}_waiters")]
             .iter()
             .map(|obj| Self::dml(obj))
+            .chain([seq])
             .collect()
     }
     fn kind_grants(t: &str) -> Vec<String> {
@@ -65,9 +69,10 @@ impl Raw for Mysql {
             .collect()
     }
     fn cleanup(t: &str) -> Vec<String> {
-        vec![format!(
-            "DROP TABLE IF EXISTS `{t}`, `{t}_tokens`, `{t}_waiters`, `{t}_kinds`, `{t}_holds`"
-        )]
+        vec![
+            format!("DROP TABLE IF EXISTS `{t}`, `{t}_tokens`, `{t}_waiters`, `{t}_kinds`, `{t}_holds`"),
+            format!("DROP SEQUENCE IF EXISTS `{t}_token_seq`"),
+        ]
     }
     fn quote(t: &str) -> String {
         format!("`{t}`")

@@ -78,7 +78,10 @@ async fn postgres_races() {
 /// heavy transaction locks every token counter row, the acquisition claims
 /// its name and waits for its counter, then the heavy transaction asks for
 /// the name. InnoDB breaks the cycle by rolling back the lighter side — the
-/// acquisition — which must try again and succeed.
+/// acquisition — which must try again and succeed. The table is of the kind
+/// that draws from counter rows (MySQL, or made by an older lockkit: its
+/// `<table>_tokens` is there before the first connect); on MariaDB a new
+/// table draws from a sequence, which no transaction can hold.
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_deadlock_is_retried() {
@@ -86,8 +89,17 @@ async fn mysql_deadlock_is_retried() {
     let Some(url) = server_url("LOCKKIT_MYSQL_URL") else {
         return;
     };
-    let client = lockkit::connect(&url).await.expect("connect");
     let mut setup = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    let table = format!("lockkit_deadlock_{}", &crate::common::tag()[..8]);
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE `{table}_tokens` (bucket INT NOT NULL PRIMARY KEY, last_token BIGINT NOT NULL) ENGINE=InnoDB"
+    )))
+    .execute(&mut setup)
+    .await
+    .unwrap();
+    let client = lockkit::connect(&format!("{url}?table={table}"))
+        .await
+        .expect("connect");
     let deadlocks = async |c: &mut sqlx::MySqlConnection| -> i64 {
         let (_, n): (String, String) = sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'")
             .fetch_one(c)
@@ -99,7 +111,7 @@ async fn mysql_deadlock_is_retried() {
     // Every counter row exists, and a ballast table makes the other side heavy.
     let buckets: Vec<String> = (0..64).map(|b| format!("({b}, 0)")).collect();
     sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT IGNORE INTO lockkit_locks_tokens (bucket, last_token) VALUES {}",
+        "INSERT IGNORE INTO `{table}_tokens` (bucket, last_token) VALUES {}",
         buckets.join(", ")
     )))
     .execute(&mut setup)
@@ -125,20 +137,24 @@ async fn mysql_deadlock_is_retried() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    sqlx::query("SELECT last_token FROM lockkit_locks_tokens FOR UPDATE")
-        .fetch_all(&mut *tx)
-        .await
-        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT last_token FROM `{table}_tokens` FOR UPDATE"
+    )))
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
     let (c, n) = (client.clone(), name.clone());
     let acquisition = tokio::spawn(async move { c.try_lock(&n).await });
     // Wait until the acquisition holds its (uncommitted) row: NOWAIT fails.
     let mut probe = sqlx::MySqlConnection::connect(&url).await.unwrap();
     let started = std::time::Instant::now();
     loop {
-        let r = sqlx::query("SELECT name FROM lockkit_locks WHERE name = ? FOR UPDATE NOWAIT")
-            .bind(name.as_bytes())
-            .fetch_all(&mut probe)
-            .await;
+        let r = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT name FROM `{table}` WHERE name = ? FOR UPDATE NOWAIT"
+        )))
+        .bind(name.as_bytes())
+        .fetch_all(&mut probe)
+        .await;
         if r.is_err() {
             break;
         }
@@ -149,11 +165,13 @@ async fn mysql_deadlock_is_retried() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     // Close the cycle; InnoDB rolls back the acquisition's transaction.
-    sqlx::query("SELECT name FROM lockkit_locks WHERE name = ? FOR UPDATE")
-        .bind(name.as_bytes())
-        .fetch_all(&mut *tx)
-        .await
-        .expect("the heavy transaction survives the deadlock");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT name FROM `{table}` WHERE name = ? FOR UPDATE"
+    )))
+    .bind(name.as_bytes())
+    .fetch_all(&mut *tx)
+    .await
+    .expect("the heavy transaction survives the deadlock");
     tx.commit().await.unwrap();
     let guard = acquisition
         .await
@@ -162,4 +180,19 @@ async fn mysql_deadlock_is_retried() {
         .expect("and the name is acquired");
     assert!(deadlocks(&mut setup).await > before, "a deadlock really happened");
     guard.unlock().await.unwrap();
+    let seq: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+    )
+    .bind(format!("{table}_token_seq"))
+    .fetch_one(&mut setup)
+    .await
+    .unwrap();
+    assert_eq!(seq, 0, "a table with counter rows keeps them: no sequence beside them");
+    drop(client);
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP TABLE `{table}`, `{table}_tokens`, `{table}_waiters`, `{table}_kinds`, `{table}_holds`"
+    )))
+    .execute(&mut setup)
+    .await
+    .unwrap();
 }

@@ -359,6 +359,7 @@ async fn mysql_old_table_gains_attempts() {
         "DROP TABLE `{table}`, `{table}_tokens`, `{table}_waiters`, `{table}_kinds`, `{table}_holds`"
     ))
     .await;
+    exec(format!("DROP SEQUENCE `{table}_token_seq`")).await;
     pool.close().await;
 }
 

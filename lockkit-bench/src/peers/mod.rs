@@ -35,6 +35,7 @@ use crate::workloads::BenchError;
 /// The lease every peer is given: the ttl lockkit runs with in the
 /// workloads (a peer's default, e.g. distributed-lock-redis's 30 s, would
 /// make a stall longer, not a cycle cheaper).
+#[cfg(feature = "peers")]
 pub(crate) const TTL: Duration = Duration::from_secs(10);
 
 /// A lock held through a [`Locker`]; `release` gives it back.

@@ -72,6 +72,8 @@ impl SqlBackend {
                 line_db,
                 waiters: Waiters::shared(shared_key),
                 places: Arc::default(),
+                #[cfg(feature = "mysql")]
+                tokens: std::sync::OnceLock::new(),
                 #[cfg(feature = "postgres")]
                 wait_list: std::sync::OnceLock::new(),
                 stop: CancellationToken::new(),

@@ -26,7 +26,7 @@ use crate::config::Dialect;
 pub(crate) use kinds::KindStatements;
 use mysql::MY_REMAINING;
 #[cfg(feature = "mysql")]
-pub(crate) use mysql::{MysqlClaim, mysql_inline};
+pub(crate) use mysql::{MysqlClaim, MysqlTokens, mysql_inline};
 use postgres::{PG_NO_FLUSH, pg_us};
 use sqlite::SQLITE_NOW;
 

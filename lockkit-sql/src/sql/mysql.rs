@@ -51,13 +51,21 @@ pub(crate) struct MysqlClaim {
     a: String,
     memo: String,
     ttl_us: i64,
-    /// The name's token counter bucket.
-    bucket: i64,
+    /// The name's token counter bucket; `None`: the table's token sequence
+    /// (see [`MysqlTokens`]).
+    bucket: Option<i64>,
 }
 
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 impl MysqlClaim {
-    pub(crate) fn new(name: &[u8], owner: &[u8], ttl_us: i64, memo: Option<&str>, attempt: &str, bucket: i64) -> Self {
+    pub(crate) fn new(
+        name: &[u8],
+        owner: &[u8],
+        ttl_us: i64,
+        memo: Option<&str>,
+        attempt: &str,
+        bucket: Option<i64>,
+    ) -> Self {
         MysqlClaim {
             n: hex(name),
             o: hex(owner),
@@ -65,6 +73,65 @@ impl MysqlClaim {
             memo: memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes())),
             ttl_us,
             bucket,
+        }
+    }
+}
+
+/// Where a MySQL/MariaDB lock table's fencing tokens come from, and the
+/// DDL of each source (`migrate` picks one per table: see
+/// `token_source.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) enum MysqlTokens {
+    /// MariaDB: the sequence `<table>_token_seq`, drawn by the stamp's
+    /// `NEXTVAL` once the claim holds the name's row.
+    Sequence,
+    /// MySQL (no sequences), and tables made by a lockkit before the
+    /// sequence: 64 counter rows in `<table>_tokens`, names hashed over them.
+    Buckets,
+}
+
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+impl MysqlTokens {
+    /// The name of `table`'s token sequence.
+    pub(crate) fn sequence(table: &str) -> String {
+        format!("{table}_token_seq")
+    }
+
+    /// The name of `table`'s bucket table.
+    pub(crate) fn buckets(table: &str) -> String {
+        format!("{table}_tokens")
+    }
+
+    /// Creates the sequence, starting at `start`. `CACHE 1000`: a MariaDB sequence's cache is
+    /// shared by every connection, so values still grow in the order they
+    /// are drawn, and the sequence's row is written once per 1000 tokens;
+    /// after a crash it resumes past the values it had reserved.
+    pub(crate) fn create_sequence(table: &str, start: i64) -> String {
+        let seq = Self::sequence(table);
+        format!(
+            "CREATE SEQUENCE IF NOT EXISTS `{seq}` START WITH {start} CACHE 1000 COMMENT 'lockkit: fencing tokens of {table}'"
+        )
+    }
+
+    /// Creates the bucket table: plain (`usable`) where the buckets are the
+    /// source; beside a sequence, with a check no row passes, so that an
+    /// older lockkit, which would draw tokens of its own there, fails
+    /// instead of handing out tokens below the sequence's.
+    pub(crate) fn create_buckets(table: &str, usable: bool) -> String {
+        let tokens = Self::buckets(table);
+        if usable {
+            format!(
+                "CREATE TABLE IF NOT EXISTS `{tokens}` (bucket INT NOT NULL PRIMARY KEY, last_token BIGINT NOT NULL) \
+                 ENGINE=InnoDB COMMENT='lockkit: fencing token counters, one per bucket of names'"
+            )
+        } else {
+            let seq = Self::sequence(table);
+            format!(
+                "CREATE TABLE IF NOT EXISTS `{tokens}` (bucket INT NOT NULL PRIMARY KEY, last_token BIGINT NOT NULL, \
+                 CONSTRAINT `{tokens}_moved` CHECK (bucket < 0)) ENGINE=InnoDB \
+                 COMMENT='lockkit: unused, the tokens come from {seq}; stops an older lockkit drawing its own here'"
+            )
         }
     }
 }
@@ -112,11 +179,17 @@ impl Statements {
     }
 
     /// The statements of a claim batch that stamp a new hold (the row is
-    /// ours with token 0): draw from the name's counter bucket, then write
-    /// the token.
+    /// ours with token 0): draw from the table's sequence, or from the
+    /// name's counter bucket and then write the token.
     fn mysql_stamp(&self, c: &MysqlClaim) -> String {
         let t = &self.table;
         let MysqlClaim { n, o, bucket, .. } = c;
+        let Some(bucket) = bucket else {
+            let seq = MysqlTokens::sequence(t);
+            return format!(
+                "UPDATE `{t}` SET token = NEXTVAL(`{seq}`) WHERE name = {n} AND owner = {o} AND token = 0;"
+            );
+        };
         format!(
             "INSERT INTO `{t}_tokens` (bucket, last_token) \
                SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
@@ -263,14 +336,6 @@ pub(super) fn mysql(t: &str) -> Statements {
                 )),
             ),
             (
-                format!("{t}_tokens"),
-                s(format!(
-                    "CREATE TABLE IF NOT EXISTS `{t}_tokens` (\
-                 bucket INT NOT NULL PRIMARY KEY, last_token BIGINT NOT NULL) ENGINE=InnoDB \
-                 COMMENT='lockkit: fencing token counters, one per bucket of names'"
-                )),
-            ),
-            (
                 format!("{t}_waiters"),
                 s(format!(
                     "CREATE TABLE IF NOT EXISTS `{t}_waiters` (\
@@ -413,7 +478,7 @@ mod tests {
             1500,
             Some("m"),
             "0123456789abcdef",
-            7,
+            Some(7),
         );
         for batch in [
             sql.mysql_claim_batch(&claim),
@@ -426,5 +491,20 @@ mod tests {
             assert!(batch.contains("INTERVAL 1500 MICROSECOND") && batch.contains("SELECT 7,"));
         }
         assert_eq!(hex(b""), "X''");
+    }
+
+    #[test]
+    fn mysql_batch_draws_from_the_source_it_is_given() {
+        let sql = Statements::new(Dialect::Mysql, "locks");
+        let from = |bucket| MysqlClaim::new(b"n", b"o", 1500, None, "0123456789abcdef", bucket);
+        for (claim, seq) in [(from(None), true), (from(Some(7)), false)] {
+            for batch in [
+                sql.mysql_claim_batch(&claim),
+                sql.mysql_claim_batch_fair(&claim, false, false),
+            ] {
+                assert_eq!(batch.contains("NEXTVAL(`locks_token_seq`)"), seq, "{batch}");
+                assert_eq!(batch.contains("`locks_tokens`"), !seq, "{batch}");
+            }
+        }
     }
 }

@@ -9,16 +9,20 @@
 //! token and remaining lease — or the holder's remaining lease when busy.
 //!
 //! A new hold's fencing token comes from a durable counter (a Postgres
-//! sequence; `<table>_tokens` rows on MySQL and SQLite), and *when* it is
+//! sequence; a sequence on MariaDB; `<table>_tokens` rows on MySQL and
+//! SQLite), and *when* it is
 //! drawn is what makes tokens strictly grow per name: it must be drawn while
 //! the name is held against every other acquirer, through the commit. A value
 //! drawn before the row is reached could be overtaken by another client's
 //! whole acquire + release in between. So each dialect draws under a lock on
 //! the name that lasts to the commit:
 //!
-//! - **MySQL**: claim, draw (from one of 64 counter rows, by the name's
-//!   hash) and stamp run as one transaction, sent as one multi-statement
-//!   round trip; the claim's row lock on the name comes first.
+//! - **MySQL/MariaDB**: claim, draw and stamp run as one transaction, sent
+//!   as one multi-statement round trip; the claim's row lock on the name
+//!   comes first. MariaDB draws with `NEXTVAL` from the table's sequence
+//!   (one `UPDATE`), MySQL from one of 64 counter rows by the name's hash
+//!   (an `INSERT … ON DUPLICATE KEY UPDATE` on the counter, then the
+//!   `UPDATE`); see `token_source.rs`.
 //! - **Postgres**: one statement; it takes a transaction-scoped advisory lock
 //!   on the name before `nextval`.
 //! - **SQLite**: one statement; SQLite runs one writer at a time, and a

@@ -68,10 +68,17 @@
 //! Tokens come from a durable counter, drawn while the name is locked
 //! against other acquirers through the commit (see [`SqlBackend`] for why
 //! that matters): a sequence on Postgres (after a transaction advisory lock
-//! on the name), and on MySQL a companion table `<table>_tokens` with one
-//! counter row per bucket of names (64 buckets, so acquisitions of unrelated
-//! names rarely meet on one counter row, and a counter row is locked only for
-//! the short acquiring transaction, never across a network round trip).
+//! on the name); on MariaDB a sequence `<table>_token_seq` (`CACHE 1000`:
+//! its row is written once per 1000 tokens), drawn by the acquiring
+//! transaction once its claim holds the name's row; and on MySQL, which has
+//! no sequences, a companion table `<table>_tokens` with one counter row per
+//! bucket of names (64 buckets, so acquisitions of unrelated names rarely
+//! meet on one counter row, and a counter row is locked only for the short
+//! acquiring transaction, never across a network round trip). A MariaDB
+//! table made by a lockkit before the sequence keeps its counter rows (an
+//! older client may still draw from them), and a new table's
+//! `<table>_tokens` takes no rows, so an older lockkit fails there instead
+//! of drawing tokens of its own.
 //! SQLite runs one writer at a time, so its claim reads `<table>_tokens` in
 //! the same statement and a trigger moves the counter. Tokens strictly grow
 //! per name, also across restarts and deleted rows. SQLite files are opened
@@ -188,7 +195,8 @@
 //!
 //! - **MySQL/MariaDB**: `innodb_flush_log_at_trx_commit=1` (the default).
 //!   With `2` an operating-system crash, with `0` a server crash, can lose
-//!   the last second of commits — the counter row goes back, and a token
+//!   the last second of commits — the counter row (or the sequence's
+//!   reservation) goes back, and a token
 //!   already given to a holder (who may have written with it) is given
 //!   again. With a replica taking over, only a semi-synchronous (or
 //!   Galera) replica is sure to have the counter; an asynchronous one can

@@ -222,6 +222,26 @@ impl Inner {
                 }
             }
             ClaimShape::Rows => {
+                // A first try where this process sees nobody in line: a
+                // name without a row is taken by a plain insert.
+                if let Some(absent) = sql
+                    .claim_absent
+                    .as_ref()
+                    .filter(|_| !queued && !self.waiters.has_line(name.as_bytes()))
+                {
+                    let cols = [Col::Int, Col::Int, Col::Int, Col::Int];
+                    let row = self
+                        .retry_if(op, n, true, || self.db.fetch_one(absent, &args, &cols))
+                        .await?
+                        .0;
+                    if let Some([_, c, t, r]) = row.as_deref() {
+                        return Ok(Claim::Held {
+                            count: count(c.int()),
+                            token: t.int() as u64,
+                            remaining: from_us(r.int()),
+                        });
+                    }
+                }
                 // The fair claim adds a fifth column: whether the attempt
                 // heads the line.
                 let cols = [Col::Int, Col::Int, Col::Int, Col::Int, Col::Int];

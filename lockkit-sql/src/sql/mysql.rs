@@ -438,6 +438,7 @@ pub(super) fn mysql(t: &str) -> Statements {
         // (`mysql_claim_batch_fair`, `mysql_join_batch`).
         claim_fair: s(String::new()),
         claim_fair_contended: None,
+        claim_absent: None,
         holder_fair: s(String::new()),
         join: s(String::new()),
         leave: s(format!("DELETE FROM `{t}_waiters` WHERE attempt = ?")),

@@ -219,6 +219,15 @@ pub(super) fn postgres(t: &str) -> Statements {
             "WHERE NOT EXISTS (SELECT 1 FROM \"{t}\" WHERE name = $1 AND CASE WHEN expires_at > now() \
                THEN owner <> $2 ELSE queued AND NOT {head} END)"
         ))),
+        // The token is drawn under the name's advisory lock, as in `claim`.
+        claim_absent: Some(s(format!(
+            "WITH {guard} \
+             INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+             VALUES ($1, $2, 1, (SELECT nextval('\"{t}_token_seq\"') FROM guard), \
+               now() + $3::int8 * interval '1 microsecond', now(), $4::text, $5::text) \
+             ON CONFLICT (name) DO NOTHING \
+             RETURNING 1::int8, hold_count, token, {remaining}"
+        ))),
         holder_fair: s(String::new()),
         join: s(format!(
             "WITH free AS (INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, \

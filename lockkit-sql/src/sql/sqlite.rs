@@ -204,6 +204,7 @@ pub(super) fn sqlite(t: &str) -> Statements {
              RETURNING hold_count, token, expires_at - {now}"
         )),
         claim_fair_contended: None,
+        claim_absent: None,
         holder_fair: s(format!(
             "SELECT COALESCE((SELECT expires_at - {now} FROM \"{t}\" WHERE name = ?1), -1), {head2}"
         )),

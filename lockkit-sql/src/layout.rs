@@ -30,13 +30,7 @@ impl SqlBackend {
                 // Retried while busy: processes opening a new SQLite file at
                 // once can meet on its switch to WAL (SQLITE_BUSY at once,
                 // without waiting for the busy timeout).
-                let args = [Arg::Text(Some(object))];
-                let found = inner
-                    .retry("connect", None, || {
-                        inner.db.fetch(&inner.sql.exists, &args, &[Col::Int])
-                    })
-                    .await?;
-                if found.first().and_then(|r| r.first()).is_some_and(|v| v.int() > 0) {
+                if self.object_exists(object).await? {
                     continue;
                 }
                 // Concurrent CREATE ... IF NOT EXISTS can still collide on
@@ -174,6 +168,19 @@ impl SqlBackend {
         }
     }
 
+    /// Whether a table or sequence named `object` exists in the schema
+    /// (visible to this user).
+    pub(crate) async fn object_exists(&self, object: &str) -> Result<bool, LockError> {
+        let inner = &self.inner;
+        let args = [Arg::Text(Some(object))];
+        let found = inner
+            .retry("connect", None, || {
+                inner.db.fetch(&inner.sql.exists, &args, &[Col::Int])
+            })
+            .await?;
+        Ok(found.first().and_then(|r| r.first()).is_some_and(|v| v.int() > 0))
+    }
+
     /// Checks that the waiter table (`<table>_waiters`, the fair line) is
     /// there: `migrate` created it with the other tables unless
     /// `create_table=false`, or a user without CREATE rights connects to
@@ -182,13 +189,7 @@ impl SqlBackend {
     async fn check_waiters_table(&self) -> Result<(), LockError> {
         let inner = &self.inner;
         let waiters = inner.sql.waiters_table();
-        let args = [Arg::Text(Some(&waiters))];
-        let found = inner
-            .retry("connect", None, || {
-                inner.db.fetch(&inner.sql.exists, &args, &[Col::Int])
-            })
-            .await?;
-        if found.first().and_then(|r| r.first()).is_some_and(|v| v.int() > 0) {
+        if self.object_exists(&waiters).await? {
             return Ok(());
         }
         let why = if inner.config.create_table {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use lockkit_core::LockError;
 
 use crate::backend::SqlBackend;
-use crate::conn::{Arg, Col, text};
+use crate::conn::{Col, text};
 use crate::error::schema_error;
 use crate::layout::create_failed;
 use crate::sql::MysqlTokens;
@@ -85,17 +85,6 @@ impl SqlBackend {
             .map(text)
             .unwrap_or_default();
         Ok(sequences_in(&version))
-    }
-
-    async fn object_exists(&self, object: &str) -> Result<bool, LockError> {
-        let inner = &self.inner;
-        let args = [Arg::Text(Some(object))];
-        let found = inner
-            .retry("connect", None, || {
-                inner.db.fetch(&inner.sql.exists, &args, &[Col::Int])
-            })
-            .await?;
-        Ok(found.first().and_then(|r| r.first()).is_some_and(|v| v.int() > 0))
     }
 
     async fn create_object(&self, object: &str, ddl: &str) -> Result<(), LockError> {

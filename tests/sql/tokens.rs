@@ -15,6 +15,14 @@ fn table(case: &str) -> String {
     format!("lockkit_tok_{case}_{}", &crate::common::tag()[..8])
 }
 
+/// The server's URL, a pool on it and a new table name for `case`; `None`
+/// without the server.
+async fn setup(case: &str) -> Option<(String, MySqlPool, String)> {
+    let url = server_url("LOCKKIT_MYSQL_URL")?;
+    let pool = MySqlPool::connect(&url).await.unwrap();
+    Some((url, pool, table(case)))
+}
+
 async fn exec(pool: &MySqlPool, sql: String) {
     sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.unwrap();
 }
@@ -60,16 +68,14 @@ fn assert_growing(tokens: &[u64]) {
 
 #[tokio::test]
 async fn mariadb_new_table_draws_tokens_from_its_sequence() {
-    let Some(url) = server_url("LOCKKIT_MYSQL_URL") else {
+    let Some((url, pool, t)) = setup("seq").await else {
         return;
     };
-    let pool = MySqlPool::connect(&url).await.unwrap();
     let version: String = sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
         .fetch_one(&pool)
         .await
         .unwrap();
     assert!(version.contains("MariaDB"), "this suite's server is MariaDB: {version}");
-    let t = table("seq");
     let url_t = format!("{url}?table={t}");
     let (a, b) = (
         lockkit::connect(&url_t).await.unwrap(),
@@ -122,11 +128,9 @@ async fn mariadb_new_table_draws_tokens_from_its_sequence() {
 
 #[tokio::test]
 async fn a_table_with_counter_rows_keeps_them() {
-    let Some(url) = server_url("LOCKKIT_MYSQL_URL") else {
+    let Some((url, pool, t)) = setup("rows").await else {
         return;
     };
-    let pool = MySqlPool::connect(&url).await.unwrap();
-    let t = table("rows");
     // As an older lockkit left it: counter rows far along.
     exec(
         &pool,
@@ -166,11 +170,9 @@ async fn a_table_with_counter_rows_keeps_them() {
 
 #[tokio::test]
 async fn a_sequence_made_beside_holds_starts_above_their_tokens() {
-    let Some(url) = server_url("LOCKKIT_MYSQL_URL") else {
+    let Some((url, pool, t)) = setup("above").await else {
         return;
     };
-    let pool = MySqlPool::connect(&url).await.unwrap();
-    let t = table("above");
     let url_t = format!("{url}?table={t}");
     let first = lockkit::connect(&url_t).await.unwrap();
     let held = first.lock("held").await.unwrap();

@@ -190,8 +190,9 @@ impl Statements {
                 "UPDATE `{t}` SET token = NEXTVAL(`{seq}`) WHERE name = {n} AND owner = {o} AND token = 0;"
             );
         };
+        let tokens = MysqlTokens::buckets(t);
         format!(
-            "INSERT INTO `{t}_tokens` (bucket, last_token) \
+            "INSERT INTO `{tokens}` (bucket, last_token) \
                SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
                ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
              UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0;"

@@ -52,6 +52,20 @@ pub struct Kit {
     pub stress_tasks: usize,
     /// Acquisitions per task in the stress case (default 200).
     pub stress_iterations: usize,
+    /// Clients of the crowd cases, each with its own connections (default 8).
+    pub crowd_clients: usize,
+    /// Waiting owners per client in the crowd cases (default 25: 200
+    /// waiters on one name in all).
+    pub crowd_per_client: usize,
+    /// How long a waiter of a crowd may wait (default 120 s): far above a
+    /// healthy crowd's few seconds, so a case that fails shows waiters that
+    /// are not served at all.
+    pub crowd_wait: Duration,
+    /// How long after a release the waiter behind a dead one may wait for
+    /// the name (default 1.5 s). A dead waiter should cost at most 500 ms;
+    /// the bound leaves room for a loaded machine, and stays far below
+    /// place leases of seconds or a session timeout.
+    pub dead_waiter_bound: Duration,
 }
 
 impl std::fmt::Debug for Kit {
@@ -78,6 +92,10 @@ impl Kit {
             bound: Duration::from_secs(15),
             stress_tasks: 8,
             stress_iterations: 200,
+            crowd_clients: 8,
+            crowd_per_client: 25,
+            crowd_wait: Duration::from_secs(120),
+            dead_waiter_bound: Duration::from_millis(1500),
         }
     }
 
@@ -104,6 +122,14 @@ impl Kit {
     pub fn with_stress(mut self, tasks: usize, iterations: usize) -> Self {
         self.stress_tasks = tasks;
         self.stress_iterations = iterations;
+        self
+    }
+
+    /// Sets the crowd cases' size: `clients` clients (at least 1) with
+    /// `per_client` waiting owners each (at least 1).
+    pub fn with_crowd(mut self, clients: usize, per_client: usize) -> Self {
+        self.crowd_clients = clients.max(1);
+        self.crowd_per_client = per_client.max(1);
         self
     }
 

@@ -60,6 +60,9 @@ pub const CASES: &[&str] = &[
     "multi_lock_no_deadlock",
     "job_runs_once_and_at_least_holds",
     "job_at_most_stops",
+    "crowd_mutex",
+    "crowd_semaphore",
+    "crowd_rwlock",
 ];
 
 /// Expands to one `#[tokio::test]` per conformance case. The argument is an
@@ -76,7 +79,8 @@ macro_rules! conformance_tests {
             semaphore_permits semaphore_crash_release semaphore_order_and_bound
             rw_exclusion_and_tokens rw_writer_not_starved rw_reentry_and_downgrade rw_crash_release
             election_one_leader election_never_two_leaders election_observe_sees_every_change multi_lock_all_or_nothing multi_lock_no_deadlock
-            job_runs_once_and_at_least_holds job_at_most_stops);
+            job_runs_once_and_at_least_holds job_at_most_stops
+            crowd_mutex crowd_semaphore crowd_rwlock);
     };
     (@cases ($kit:expr) $($case:ident)*) => {
         $(

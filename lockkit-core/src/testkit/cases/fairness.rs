@@ -154,7 +154,8 @@ pub async fn releaser_does_not_overtake(kit: &Kit) {
 
 /// Contract point 12: a waiter that dies while queued (its process gone:
 /// no clean-up runs, its connections close) leaves the queue within a
-/// bound, and the waiter behind it is served.
+/// bound, and the waiter behind it is served within
+/// [`Kit::dead_waiter_bound`] of the release.
 pub async fn dead_waiter_skipped(kit: &Kit) {
     let name = kit.name("dead_waiter_skipped");
     let (a, c) = (kit.client().await, kit.client().await);
@@ -187,12 +188,23 @@ pub async fn dead_waiter_skipped(kit: &Kit) {
     tokio::task::spawn_blocking(move || doomed.shutdown_timeout(Duration::from_secs(5)))
         .await
         .expect("shutting the doomed runtime down");
+    let released = std::time::Instant::now();
     must_unlock(ga).await;
     let gc = timeout(kit.bound, waiter)
         .await
         .expect("the waiter behind a dead one must be served within the bound")
         .expect("waiter task panicked")
         .unwrap_or_else(|e| panic!("waiter: {}", error_chain(&e)));
+    let delay = released.elapsed();
+    eprintln!(
+        "{}: dead_waiter_skipped: served {delay:?} after the release",
+        kit.label()
+    );
+    assert!(
+        delay <= kit.dead_waiter_bound,
+        "the waiter behind a dead one was served {delay:?} after the release (bound {:?})",
+        kit.dead_waiter_bound
+    );
     assert_holder(&a, &name, Some(c.owner().to_owned()), |h| h.0).await;
     must_unlock(gc).await;
     until_waiting(kit, &a, &name, 0).await;

@@ -5,6 +5,7 @@
 //! the ones that let a lease run for a multiple of its ttl.
 
 mod admin;
+mod crowd;
 mod election;
 mod exclusion;
 mod fairness;
@@ -28,6 +29,7 @@ use crate::backend::{LeaseKind, LockKind};
 use crate::{LockClient, LockError, LockGuard};
 
 pub use admin::admin;
+pub use crowd::{crowd_mutex, crowd_rwlock, crowd_semaphore};
 pub use election::{election_never_two_leaders, election_observe_sees_every_change, election_one_leader};
 pub use exclusion::{mutual_exclusion, stress, try_lock_never_waits};
 pub use fairness::{dead_waiter_skipped, fifo_order, releaser_does_not_overtake, unfair_still_correct};

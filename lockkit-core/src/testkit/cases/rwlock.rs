@@ -21,7 +21,7 @@ use crate::{LockClient, LockError, LockGuard, LockOptions, RwLock};
 
 /// Whether the backend has read-write locks; where it does not, checks
 /// that it says so.
-async fn supported(kit: &Kit, client: &LockClient, case: &str) -> bool {
+pub(super) async fn supported(kit: &Kit, client: &LockClient, case: &str) -> bool {
     if client.capabilities().rw_locks {
         return true;
     }

@@ -22,7 +22,7 @@ use crate::{LockClient, LockError, LockGuard, LockOptions, Semaphore};
 
 /// Whether the backend has semaphores; where it does not, checks that it
 /// says so.
-async fn supported(kit: &Kit, client: &LockClient, case: &str) -> bool {
+pub(super) async fn supported(kit: &Kit, client: &LockClient, case: &str) -> bool {
     if client.capabilities().semaphores {
         return true;
     }

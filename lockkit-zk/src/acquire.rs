@@ -283,8 +283,7 @@ impl Inner {
                 }
                 Plan::Holder => {
                     cleanup.disarm();
-                    let count = q.node.data.count();
-                    let lease = self.lease(session, name, owner, &q.path, q.node.clone(), count, &q.epoch);
+                    let lease = self.lease_after_wait(session, name, owner, &q);
                     return Ok(Some(TryAcquire::Acquired(lease)));
                 }
                 Plan::Join => match step!(

@@ -13,10 +13,14 @@
 //! * joins the hold instead, if it is its own owner's (re-entry, see
 //!   below), and deletes its own child;
 //! * or, for `try_lock`, deletes its child and reports the name busy;
-//! * or watches its direct predecessor only (a get-data watch) and lists the
-//!   parent again when that one goes — it may have given up rather than
-//!   released, so the contender may have a new predecessor rather than the
-//!   lock. One release wakes one waiter, in queue order.
+//! * or watches its direct predecessor's going only (a children watch on
+//!   that node, which has no children: its data changing wakes nobody) and
+//!   lists the parent again when that one goes — it may have given up
+//!   rather than released, so the contender may have a new predecessor
+//!   rather than the lock. One release wakes one waiter, in queue order.
+//!   A contender that holds after it waited claims its node later (see
+//!   [`crate::claim`]); one that waits takes a dead waiter's node ahead of
+//!   it out of the line (see [`crate::dead`]).
 //!
 //! # Shares of a hold, and sessions
 //!
@@ -100,6 +104,7 @@ use tokio::time::Instant;
 use crate::cache::Held;
 use crate::config::ZkConfig;
 use crate::conn::{Counters, Sessions};
+use crate::dead::Liveness;
 use crate::error::{BACKEND, zk};
 use crate::layout::{parent_path, queue};
 use crate::queue::list;
@@ -134,6 +139,9 @@ pub struct ZkStats {
     pub listings: u64,
     /// Reads of contender nodes by acquisitions, besides their own.
     pub reads: u64,
+    /// Dead waiters' nodes this backend's waiters took out of a line (see
+    /// the crate docs).
+    pub dead_waiters: u64,
 }
 
 /// The backend's state, shared by its clones; its operations are in the
@@ -147,6 +155,9 @@ pub(crate) struct Inner {
     /// re-entry skip a read. A stale entry only costs a failed versioned
     /// write.
     pub(crate) held: Mutex<Held>,
+    /// The liveness records of other sessions, as this backend's waiters
+    /// saw them (see [`crate::dead`]).
+    pub(crate) liveness: Liveness,
 }
 
 impl fmt::Debug for ZkBackend {
@@ -170,6 +181,7 @@ impl ZkBackend {
             sessions: Arc::new(Sessions::new(config, counters.clone())),
             counters,
             held: Mutex::new(Held::default()),
+            liveness: Liveness::default(),
         });
         inner.sessions.get().await?;
         Ok(ZkBackend { inner })
@@ -203,6 +215,7 @@ impl ZkBackend {
             suspensions: c.suspensions.load(Ordering::Relaxed),
             listings: c.listings.load(Ordering::Relaxed),
             reads: c.reads.load(Ordering::Relaxed),
+            dead_waiters: c.dead_waiters.load(Ordering::Relaxed),
         }
     }
 

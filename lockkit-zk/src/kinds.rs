@@ -27,8 +27,9 @@ use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResu
 use crate::acquire::step;
 use crate::backend::Inner;
 use crate::change::{Change, Known, change};
-use crate::claim::claim;
+use crate::claim::{CLAIM_AFTER, PERMIT_CLAIM_AFTER, Unclaimed, claim, defer};
 use crate::conn::{Counters, Session};
+use crate::dead::Suspects;
 use crate::error::{BACKEND, is_connection_loss};
 use crate::layout::{Child, Mark, beside_name, kind_parent, node_name, parse_last_write, queue_of};
 use crate::leftover::{Leftover, take_back_earlier};
@@ -235,6 +236,9 @@ impl Inner {
         let tag = q.me.owner_tag;
         // A watch of the parent's children armed with the last listing.
         let mut watching = None;
+        let mut suspects = Suspects::new(session, &q.parent);
+        // While it waits, its session keeps its liveness record fresh.
+        let _live = session.live();
         loop {
             // Armed with the listing planned on now, if at all.
             let listed_with = watching.take();
@@ -272,10 +276,14 @@ impl Inner {
                     let Some(me) = &line.entries[i].node else {
                         continue;
                     };
-                    // A permit that came after a wait is claimed (see
-                    // `crate::claim`): that moves the next waiter up.
+                    // A hold that came after a wait is claimed (see
+                    // `crate::claim`): a writer's now, any other later.
                     let after_wait = !q.at_creation && me.known.version == 0;
-                    let node = match after_wait && matches!(mark, Mark::Permit(_)) {
+                    // (A permit's claim moves the next waiter up: without
+                    // a liveness record to rest on meanwhile, it is made
+                    // now as well.)
+                    let now = mark == Mark::Write || (matches!(mark, Mark::Permit(_)) && !session.has_liveness());
+                    let node = match after_wait && now {
                         true => bounded!(claim(client, &q.path, &me.known)),
                         false => Some(me.known.clone()),
                     };
@@ -289,7 +297,20 @@ impl Inner {
                         return Ok(Waited::Restart);
                     }
                     cleanup.disarm();
-                    let lease = self.kind_lease(session, (&q.path, &node), token, &q.epoch);
+                    let mut lease = self.kind_lease(session, (&q.path, &node), token, &q.epoch);
+                    let unclaimed = after_wait && !now;
+                    if let Some(unclaimed) = unclaimed.then(|| Unclaimed::new(session, q.created)).flatten() {
+                        lease.session_deadline = Some(unclaimed.cap.deadline.clone());
+                        let after = match mark {
+                            Mark::Permit(_) => PERMIT_CLAIM_AFTER,
+                            _ => CLAIM_AFTER,
+                        };
+                        let key = (q.parent.clone(), owner.to_owned(), token, mark == Mark::Read);
+                        let inner = self.clone();
+                        defer(session, &q.path, node, unclaimed, after, move |n| {
+                            inner.claimed_kind(&key, n)
+                        });
+                    }
                     return Ok(Waited::Acquired(lease));
                 }
                 Step::Join(i) => {
@@ -373,6 +394,21 @@ impl Inner {
                     return Ok(give_up(cleanup).await);
                 }
                 Step::Wait(watches) => {
+                    let first_waiting = (0..line.entries.len()).find(|&i| !line.granted(i));
+                    suspects.saw_waiting(first_waiting.map(|i| line.entries[i].child.seq));
+                    let ahead = watches.iter().flat_map(|w| match w {
+                        Watch::Gone(n) | Watch::Claim(n) => {
+                            line.entries.iter().filter(|e| e.child.name == *n).take(1).collect()
+                        }
+                        // The first waiter of a semaphore: any permit held.
+                        Watch::Children => (0..line.entries.len())
+                            .filter(|&i| line.granted(i))
+                            .map(|i| &line.entries[i])
+                            .collect::<Vec<_>>(),
+                    });
+                    suspects.waiting_for(
+                        ahead.map(|e| (e.child.name.clone(), e.child.seq, e.node.as_ref().map(|n| n.session))),
+                    );
                     let armed = listed_with.filter(|_| watches == [Watch::Children]);
                     if armed.is_none() && watches.contains(&Watch::Children) {
                         Counters::bump(&session.counters().listings);
@@ -383,7 +419,7 @@ impl Inner {
                             None => arm(client, &q.parent, &watches, &q.queue).await?.map(any_event),
                         })
                     };
-                    watch_step!(self, deadline, session, name, cleanup, armed);
+                    watch_step!(self, deadline, session, name, cleanup, &mut suspects, armed);
                     // Woken by its predecessor's claim, a semaphore's
                     // waiter is likely the first one now: it lists and
                     // arms its watch of the children in one request.

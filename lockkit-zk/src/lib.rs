@@ -55,7 +55,7 @@
 //! than a node before it gets `LockError::Conflict`); the first waiting
 //! permit watches the parent's children, every one behind it its
 //! predecessor's data, which that one's claim changes when it comes to
-//! hold. A writer holds when it is first in the
+//! hold (see below). A writer holds when it is first in the
 //! read-write lock's line and watches its predecessor; a reader holds when
 //! no writer comes before it and watches the last one that does, so a
 //! waiting writer keeps new readers out. A reader of the owner of the
@@ -71,6 +71,21 @@
 //! session*; another process with the same owner id is another contender
 //! for these kinds (unlike the mutex, whose holds it joins). Leases, cancel
 //! safety and the clean-up of failed attempts are the mutex's.
+//!
+//! **Dead waiters**: a waiter whose process died leaves its node in line
+//! until the server ends its session. While a session has waiters it
+//! rewrites its marker every 100 ms (its liveness record: one write per
+//! session, however many wait), and the waiter behind a node whose
+//! session's record has stood still for 300 ms deletes that node — if it
+//! never held: a contender that comes to hold after it waited *claims* its
+//! node (a versioned write, made once the hold has lasted 50 ms, at once
+//! for a permit) and until then its lease also ends 300 ms after its
+//! session's last refresh, before anyone could take its node. So a dead
+//! waiter costs the next one about 0.3–0.4 s; a live process that stops
+//! refreshing for 300 ms (stopped, starved) has its waiters queue again at
+//! the back — never granted out of turn, never twice. A dead *holder* frees
+//! its lock when its session ends, as before. The details, the bound and
+//! its costs: the `dead` and `claim` modules.
 //!
 //! **Slow links:** the client library pings after 3/20 of the session
 //! timeout without a request and drops a connection that answered nothing
@@ -136,6 +151,7 @@ mod change;
 mod claim;
 mod config;
 mod conn;
+mod dead;
 mod error;
 mod extend;
 mod hold;

@@ -34,9 +34,11 @@
 //! [`crate::kinds`]). Readers and writers watch for their nodes' going
 //! only (a children watch of the node, which has none), not for claims.
 //!
-//! **Claims**: a permit that comes to hold after it queued writes its node
-//! (version 0 to 1, see [`crate::claim`]) before it is handed out: the
-//! semaphore's waiter behind it wakes on that claim.
+//! **Claims**: a contender that comes to hold after it queued writes its
+//! node (version 0 to 1; a writer before it takes the hold, any other
+//! soon after, see [`crate::claim`]); only a node that held from its create
+//! on holds unwritten. A semaphore's waiter behind the first one wakes on
+//! that claim.
 
 use lockkit_core::LockInfo;
 use lockkit_core::backend::{Hold, LockKind};

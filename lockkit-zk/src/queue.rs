@@ -35,13 +35,15 @@ pub(crate) struct Queued {
     /// A reader's: the read-write lock's last write token, read right
     /// behind the last listing.
     pub(crate) last_write: Option<i64>,
+    /// When the node's create was first sent: it may stand from then on.
+    pub(crate) created: std::time::Instant,
     /// The connection epoch the listing was made in.
     pub(crate) epoch: CancellationToken,
     /// The listing is the one made right behind the node's create, and
     /// nothing changed among the parent's children in between (its `pzxid`
     /// is the node's creation zxid): the line as it was when the node was
-    /// created. A permit granted on it held from its create on and is taken
-    /// without a claim (see [`crate::claim`]).
+    /// created. A contender granted on it held from its create on and takes
+    /// its hold without a claim (see [`crate::claim`]).
     pub(crate) at_creation: bool,
 }
 
@@ -244,6 +246,7 @@ pub(crate) async fn enqueue(
     let encoded = data.encode();
     let client = &session.client;
     let mut lost = Reconnect::new(client);
+    let first_sent = std::time::Instant::now();
     loop {
         let epoch = session.epoch();
         // Sent now, answered in order: the listing includes our node. The
@@ -339,6 +342,7 @@ pub(crate) async fn enqueue(
             epoch,
             at_creation,
             last_write: None,
+            created: first_sent,
         };
         q.last_write_from(client, reading).await?;
         return Ok(q);
@@ -377,6 +381,7 @@ mod tests {
             shares: Vec::new(),
             beside: Vec::new(),
             last_write: None,
+            created: std::time::Instant::now(),
             epoch: CancellationToken::new(),
             at_creation: false,
         }

@@ -12,7 +12,9 @@ use zookeeper_client::{Error as ZkError, EventType, WatchedEvent};
 
 use crate::acquire::step;
 use crate::backend::Inner;
+use crate::claim::{CLAIM_AFTER, Unclaimed, defer};
 use crate::conn::{Counters, Session};
+use crate::dead::{CHECK_EVERY, Suspects};
 use crate::error::{BACKEND, is_session_end, zk};
 use crate::join::Joined;
 use crate::kinds::Want;
@@ -53,12 +55,12 @@ pub(crate) use bounded_step;
 /// (`Waited::Restart`), another error takes the clean-up's node back and
 /// is returned.
 macro_rules! watch_step {
-    ($inner:expr, $deadline:expr, $session:expr, $name:expr, $cleanup:ident, $armed:expr) => {
+    ($inner:expr, $deadline:expr, $session:expr, $name:expr, $cleanup:ident, $suspects:expr, $armed:expr) => {
         $crate::conn::Counters::bump(&$inner.counters.watches);
         match $crate::wait::until($deadline, $armed).await {
             None => return Ok($crate::wait::give_up($cleanup).await),
             Some(Ok(None)) => {}
-            Some(Ok(Some(event))) => match $inner.woken($session, $name, event, $deadline).await {
+            Some(Ok(Some(event))) => match $inner.woken($session, $name, event, $deadline, $suspects).await {
                 $crate::wait::Woken::Changed => {}
                 $crate::wait::Woken::TimedOut => return Ok($crate::wait::give_up($cleanup).await),
                 $crate::wait::Woken::Ended => {
@@ -95,25 +97,34 @@ pub(crate) enum Woken {
 impl Inner {
     /// Waits for `event` (a watch's), the deadline or the session's end,
     /// whichever comes first.
+    /// Every [`CHECK_EVERY`] meanwhile, `suspects` are looked at: a dead
+    /// waiter's node among them is taken out (its watch then fires).
     pub(crate) async fn woken(
         &self,
         session: &Session,
         name: &str,
         event: impl Future<Output = WatchedEvent>,
         deadline: Option<Instant>,
+        suspects: &mut Suspects,
     ) -> Woken {
-        tokio::select! {
-            event = event => {
-                Counters::bump(&self.counters.wakeups);
-                tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the node waited for");
-                if event.event_type == EventType::Session && event.session_state.is_terminated() {
-                    session.end(event.session_state);
-                    return Woken::Ended;
+        let mut event = std::pin::pin!(event);
+        let mut ticks = tokio::time::interval_at(Instant::now() + CHECK_EVERY, CHECK_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                event = &mut event => {
+                    Counters::bump(&self.counters.wakeups);
+                    tracing::trace!(backend = BACKEND, lock = %name, ?event, "woken by the node waited for");
+                    if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                        session.end(event.session_state);
+                        return Woken::Ended;
+                    }
+                    return Woken::Changed;
                 }
-                Woken::Changed
+                _ = ticks.tick() => suspects.check(&self.liveness, &self.counters).await,
+                _ = sleep_until(deadline) => return Woken::TimedOut,
+                _ = session.ended() => return Woken::Ended,
             }
-            _ = sleep_until(deadline) => Woken::TimedOut,
-            _ = session.ended() => Woken::Ended,
         }
     }
 
@@ -143,6 +154,9 @@ impl Inner {
         };
         let mut cleanup = Cleanup::new(session, &q, owner, attempt);
         let mut foreign = Vec::new();
+        let mut suspects = Suspects::new(session, &q.parent);
+        // While it waits, its session keeps its liveness record fresh.
+        let _live = session.live();
         // A network step, bounded by the deadline; a session that ended means
         // start over.
         macro_rules! bounded {
@@ -159,9 +173,7 @@ impl Inner {
                 Plan::Holder if q.epoch.is_cancelled() => bounded!(refresh(session, &mut q)),
                 Plan::Holder => {
                     cleanup.disarm();
-                    let count = q.node.data.count();
-                    let lease = self.lease(session, name, owner, &q.path, q.node.clone(), count, &q.epoch);
-                    return Ok(Waited::Acquired(lease));
+                    return Ok(Waited::Acquired(self.lease_after_wait(session, name, owner, &q)));
                 }
                 Plan::Join => {
                     let joined = self.join_detached(session, name, owner, attempt, &parent);
@@ -189,17 +201,48 @@ impl Inner {
                     return Ok(give_up(cleanup).await);
                 }
                 Plan::Wait(node) => {
+                    // Every contender but the first waits (the first may
+                    // hold through share nodes: not counted as waiting).
+                    suspects.saw_waiting(q.queue.get(1).map(|c| c.seq));
+                    let ahead = q.queue.iter().find(|c| c.name == node);
+                    suspects.waiting_for(ahead.map(|c| (c.name.clone(), c.seq, None)));
                     let path = format!("{}/{node}", q.parent);
-                    let watching = session.client.get_and_watch_data(&path);
+                    // Its going only: not its claim (see `crate::claim`).
+                    let watching = session.client.get_and_watch_children(&path);
                     let armed = async {
                         let (_, _, watcher) = watching.await?;
                         ZkResult::Ok(Some(watcher.changed()))
                     };
-                    watch_step!(self, deadline, session, name, cleanup, armed);
+                    watch_step!(self, deadline, session, name, cleanup, &mut suspects, armed);
                     bounded!(refresh(session, &mut q));
                 }
             }
         }
+    }
+
+    /// The lease on `q`'s node, which holds now: claimed later (see
+    /// [`crate::claim`]) if it came to hold after it was listed behind
+    /// others.
+    pub(crate) fn lease_after_wait(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        name: &str,
+        owner: &str,
+        q: &Queued,
+    ) -> Lease {
+        let count = q.node.data.count();
+        let mut lease = self.lease(session, name, owner, &q.path, q.node.clone(), count, &q.epoch);
+        let unclaimed = (!q.at_creation && q.node.version == 0)
+            .then(|| Unclaimed::new(session, q.created))
+            .flatten();
+        if let Some(unclaimed) = unclaimed {
+            lease.session_deadline = Some(unclaimed.cap.deadline.clone());
+            let (inner, n, p) = (self.clone(), name.to_owned(), q.path.clone());
+            defer(session, &q.path, q.node.clone(), unclaimed, CLAIM_AFTER, move |node| {
+                inner.claimed(&n, &p, node)
+            });
+        }
+        lease
     }
 
     /// Joins the hold (see [`Inner::join`]), run to its end even if the

@@ -35,3 +35,17 @@ pub fn test_name(module_path: &str, test: &str) -> String {
         None => test.to_owned(),
     }
 }
+
+/// A command that runs this test binary again for the one test `test` of
+/// the module whose `module_path!()` is `module_path` (a child process of
+/// a multi-process test), with its output not captured.
+pub fn this_test_again(module_path: &str, test: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    command.args([
+        &test_name(module_path, test),
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    command
+}

@@ -17,30 +17,52 @@ use std::sync::Weak;
 use std::time::Instant;
 
 use super::Session;
+use super::liveness::{LIVE_TAG, REFRESH_EVERY};
 use crate::error::is_session_end;
 
 /// Beats until the session ends or its backend is dropped. Holds no strong
-/// reference while it waits.
+/// reference while it waits. While the session needs its liveness record
+/// fresh (see [`super::liveness`]), each beat rewrites it instead, every
+/// [`REFRESH_EVERY`]: the write proves the session alive as well.
 pub(crate) async fn beat(session: Weak<Session>) {
     loop {
         let Some(s) = session.upgrade() else { return };
-        let (dead, every) = (s.dead_signal(), s.client.session_timeout() / 4);
+        let live = s.live_needed() && s.marker.is_some();
+        let every = match live {
+            true => REFRESH_EVERY,
+            false => s.client.session_timeout() / 4,
+        };
+        let (dead, wake) = (s.dead_signal(), s.live_wake.clone());
         drop(s);
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
+            // The first waiter came: refresh at once.
+            _ = wake.notified(), if !live => {}
             _ = dead.cancelled() => return,
         }
         let Some(s) = session.upgrade() else { return };
         let sent = Instant::now();
+        let refresh = s.marker.as_ref().filter(|_| s.live_needed());
         let answer = tokio::select! {
-            r = s.client.check_stat("/") => r,
+            r = async {
+                match refresh {
+                    Some(marker) => s.client.set_data(marker, LIVE_TAG, None).await.map(|_| true),
+                    None => s.client.check_stat("/").await.map(|_| false),
+                }
+            } => r,
             _ = dead.cancelled() => return,
         };
         match answer {
-            Ok(_) => s.proven(sent),
+            Ok(refreshed) => {
+                s.proven(sent);
+                if refreshed {
+                    s.refreshed(sent);
+                }
+            }
             Err(e) if is_session_end(&e) => return,
             // Suspended: the next beat tries again (the library reports the
-            // suspension itself).
+            // suspension itself). A marker gone (fenced by this backend's
+            // next session) needs no refresh.
             Err(_) => {}
         }
     }

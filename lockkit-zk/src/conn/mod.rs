@@ -36,6 +36,7 @@ use crate::layout::Mark;
 use crate::leftover::{Leftover, Orphan};
 
 pub(crate) mod heartbeat;
+pub(crate) mod liveness;
 pub(crate) mod reconnect;
 mod watch;
 
@@ -52,6 +53,8 @@ pub(crate) struct Counters {
     pub listings: AtomicU64,
     /// Reads of other contenders' nodes by acquisitions.
     pub reads: AtomicU64,
+    /// Dead waiters' nodes taken out of a line.
+    pub dead_waiters: AtomicU64,
 }
 
 impl Counters {
@@ -190,6 +193,15 @@ pub(crate) struct Session {
     arming: Mutex<VecDeque<Arming>>,
     arm_wake: Arc<Notify>,
     counters: Arc<Counters>,
+    /// What keeps the liveness record fresh now (see [`liveness`]).
+    live_needed: std::sync::atomic::AtomicUsize,
+    /// Wakes the heartbeat when the first of them comes.
+    live_wake: Arc<Notify>,
+    /// The send time of the last answered refresh of the liveness record.
+    last_refresh: Mutex<Option<std::time::Instant>>,
+    /// The liveness caps of holds not claimed yet, by id (see
+    /// [`Session::cap`]).
+    caps: Mutex<HashMap<u64, SessionDeadline>>,
 }
 
 impl fmt::Debug for Session {
@@ -259,7 +271,11 @@ impl Session {
         // The marker every contender create checks (see `SESSIONS`); its
         // parent first, in the same round trip.
         let parent = client.create(SESSIONS, &[], &CreateMode::Persistent.with_acls(acls(secured)));
-        let made = client.create(&marker, &[], &CreateMode::Ephemeral.with_acls(acls(secured)));
+        let made = client.create(
+            &marker,
+            liveness::LIVE_TAG,
+            &CreateMode::Ephemeral.with_acls(acls(secured)),
+        );
         let marked = match (parent.await, made.await) {
             (Ok(_) | Err(ZkError::NodeExists), Ok(_) | Err(ZkError::NodeExists)) => true,
             // A session whose credentials may not write under the chroot
@@ -284,6 +300,10 @@ impl Session {
             arming: Mutex::new(VecDeque::new()),
             arm_wake: Arc::new(Notify::new()),
             counters: counters.clone(),
+            live_needed: std::sync::atomic::AtomicUsize::new(0),
+            live_wake: Arc::new(Notify::new()),
+            last_refresh: Mutex::new(None),
+            caps: Mutex::new(HashMap::new()),
         });
         Counters::bump(&counters.sessions);
         tracing::debug!(

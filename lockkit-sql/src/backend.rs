@@ -40,6 +40,9 @@ pub(crate) struct Inner {
     pub(crate) db: Db,
     /// The fair line's statements (see [`Db::open_line`]).
     pub(crate) line_db: Db,
+    /// Lease extensions: `db`'s pool, with the connections its operations
+    /// leave free (see [`Db::renewals`]).
+    pub(crate) renew_db: Db,
     pub(crate) sql: Statements,
     /// Semaphores' and read-write locks' statements (see `kinds/`).
     pub(crate) ksql: KindStatements,

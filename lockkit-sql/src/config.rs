@@ -65,7 +65,7 @@ pub const MAX_TABLE_LEN: usize = 48;
 /// | `table` | `lockkit_locks` | lock table; letters, digits, `_`, at most 48 |
 /// | `sweep_interval` | `15s` | pause between sweeps of expired rows (`0s`: no sweeper) |
 /// | `sweep_batch` | `100` | rows deleted per sweep statement |
-/// | `max_connections` | `10` (SQLite `4`) | connection pool size |
+/// | `max_connections` | `10` (SQLite `4`) | connection pool size; lock operations use all but one (2 to 9) or two (10 or more), which are kept for lease renewals |
 /// | `connect_timeout` | `5s` | bound on getting a connection |
 /// | `max_backoff` | `250ms` (Postgres `1s`) | longest sleep of a waiter between two attempts |
 /// | `create_table` | `true` | create missing tables; `false` only checks them |
@@ -88,7 +88,8 @@ pub struct SqlConfig {
     pub sweep_interval: Option<Duration>,
     /// Rows one sweep statement deletes at most.
     pub sweep_batch: u64,
-    /// Connection pool size.
+    /// Connection pool size (a few are kept for lease renewals: see the
+    /// table above).
     pub max_connections: u32,
     /// Bound on getting a connection from the pool.
     pub connect_timeout: Duration,

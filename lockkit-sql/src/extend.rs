@@ -28,12 +28,14 @@ impl Inner {
         let called = Instant::now();
         let (remaining, sent) = sent::timed(async {
             Ok::<_, LockError>(if self.sql.updates_return_rows {
-                self.retry("extend", n, || self.db.fetch_one(&self.sql.extend, &args, &[Col::Int]))
-                    .await?
-                    .map(|r| from_us(r[0].int()))
+                self.retry("extend", n, || {
+                    self.renew_db.fetch_one(&self.sql.extend, &args, &[Col::Int])
+                })
+                .await?
+                .map(|r| from_us(r[0].int()))
             } else {
                 let done = self
-                    .retry("extend", n, || self.db.exec(&self.sql.extend, &args))
+                    .retry("extend", n, || self.renew_db.exec(&self.sql.extend, &args))
                     .await?;
                 (done.rows == 1).then(|| Duration::from_micros(done.last_id))
             })
@@ -75,17 +77,18 @@ impl Inner {
                     )
                 };
                 self.retry("extend", None, || {
-                    self.db.pg_fetch_lists(&update, us(ttl), lists(), &cols)
+                    self.renew_db.pg_fetch_lists(&update, us(ttl), lists(), &cols)
                 })
                 .await?
             }
             None => {
-                self.retry("extend", None, || self.db.fetch(&update, &args, &cols))
+                self.retry("extend", None, || self.renew_db.fetch(&update, &args, &cols))
                     .await?
             }
             Some(select) => {
-                self.retry("extend", None, || self.db.exec(&update, &args)).await?;
-                self.retry("extend", None, || self.db.fetch(select, &triples, &cols))
+                self.retry("extend", None, || self.renew_db.exec(&update, &args))
+                    .await?;
+                self.retry("extend", None, || self.renew_db.fetch(select, &triples, &cols))
                     .await?
             }
         };

@@ -17,6 +17,7 @@ mod postgres_session_kit;
 mod privileges;
 mod processes;
 mod race;
+mod renewals;
 mod restart;
 mod schema;
 mod session;

@@ -5,6 +5,7 @@
 
 #[macro_use]
 mod db;
+mod lane;
 pub(crate) mod sent;
 mod tx;
 
@@ -19,7 +20,7 @@ use crate::config::{Dialect, SqlConfig};
 use crate::error::backend_error;
 use crate::sql::{KindStatements, Statements};
 use crate::wait::listener::Waiters;
-pub(crate) use db::{Arg, Col, Db, Val};
+pub(crate) use db::{Arg, Col, Db, Pool, Val};
 pub(crate) use tx::Tx;
 
 /// A duration in whole microseconds, as statements take it.
@@ -68,6 +69,7 @@ impl SqlBackend {
                 kind,
                 sql: Statements::new(config.dialect, &config.table),
                 ksql: KindStatements::new(config.dialect, &config.table),
+                renew_db: db.renewals(),
                 db,
                 line_db,
                 waiters: Waiters::shared(shared_key),

@@ -77,10 +77,11 @@ impl Inner {
         let tuples: Vec<Arg<'_>> = holds.iter().flat_map(|h| hold_args(h)).collect();
         let mut args = vec![Arg::Int(us(ttl))];
         args.extend(tuples.iter().copied());
-        self.retry("extend", None, || self.db.exec(&update, &args)).await?;
+        self.retry("extend", None, || self.renew_db.exec(&update, &args))
+            .await?;
         let cols = [Col::Int, Col::Bytes, Col::Bytes, Col::Int, Col::Int, Col::Int];
         let found = self
-            .retry("extend", None, || self.db.fetch(&select, &tuples, &cols))
+            .retry("extend", None, || self.renew_db.fetch(&select, &tuples, &cols))
             .await?;
         Ok(holds
             .iter()

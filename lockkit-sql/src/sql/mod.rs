@@ -255,15 +255,24 @@ impl Statements {
         let t = &self.table;
         match self.dialect {
             Dialect::Mysql => {
-                let triples = vec!["(?, ?, ?)"; n].join(", ");
+                // One hold by equalities: MariaDB plans `(name, owner,
+                // token) IN ((?, ?, ?))` of a single triple as a scan of
+                // the whole primary key, and the update then waits for the
+                // lock of every row a claim has locked (two of them are a
+                // range over the key, probing only those rows).
+                let holds = if n == 1 {
+                    "name = ? AND owner = ? AND token = ?".to_owned()
+                } else {
+                    format!("(name, owner, token) IN ({})", vec!["(?, ?, ?)"; n].join(", "))
+                };
                 (
                     format!(
                         "UPDATE `{t}` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
-                         WHERE (name, owner, token) IN ({triples}) AND expires_at > UTC_TIMESTAMP(6)"
+                         WHERE {holds} AND expires_at > UTC_TIMESTAMP(6)"
                     ),
                     Some(format!(
                         "SELECT name, owner, token, {MY_REMAINING} FROM `{t}` \
-                         WHERE (name, owner, token) IN ({triples}) AND expires_at > UTC_TIMESTAMP(6)"
+                         WHERE {holds} AND expires_at > UTC_TIMESTAMP(6)"
                     )),
                 )
             }

@@ -116,13 +116,12 @@ impl Inner {
 }
 
 impl Inner {
-    /// [`extend_chunk`](Self::extend_chunk) for holds of any kind: the
-    /// mutexes' in one statement, semaphores' and read-write locks' (their
-    /// own table) in one more.
-    async fn extend_mixed_chunk(&self, ttl: Duration, holds: &[&Hold]) -> Result<Vec<Option<Duration>>, LockError> {
-        if holds.iter().all(|h| h.kind == LockKind::Mutex) {
-            return self.extend_chunk(ttl, holds).await;
-        }
+    /// Extends `holds` of any kind (one ttl): the mutexes' in one
+    /// statement, semaphores' and read-write locks' (their own table) in
+    /// one more. The new deadline of each hold still ours, each counted
+    /// from when its own part's statement went out: a part that waited
+    /// (for a connection, a row lock) moves only its own deadlines.
+    async fn extend_chunk_deadlines(&self, ttl: Duration, holds: &[&Hold]) -> Result<Vec<Option<Instant>>, LockError> {
         type Part<'a> = Vec<(usize, &'a Hold)>;
         let (kinds, mutexes): (Part<'_>, Part<'_>) = holds
             .iter()
@@ -135,13 +134,18 @@ impl Inner {
                 continue;
             }
             let some: Vec<&Hold> = part.iter().map(|(_, h)| *h).collect();
-            let remaining = if kinds {
-                self.kind_extend_chunk(ttl, &some).await?
-            } else {
-                self.extend_chunk(ttl, &some).await?
-            };
-            for ((i, _), r) in part.iter().zip(remaining) {
-                out[*i] = r;
+            let called = Instant::now();
+            let (remaining, sent) = sent::timed(async {
+                if kinds {
+                    self.kind_extend_chunk(ttl, &some).await
+                } else {
+                    self.extend_chunk(ttl, &some).await
+                }
+            })
+            .await;
+            let sent_at = sent.unwrap_or(called);
+            for ((i, _), r) in part.iter().zip(remaining?) {
+                out[*i] = r.map(|r| lease::valid_until(sent_at, r));
             }
         }
         Ok(out)
@@ -167,16 +171,11 @@ impl SqlBackend {
                 .collect();
             for chunk in group.chunks(EXTEND_CHUNK) {
                 let chunk_holds: Vec<&Hold> = chunk.iter().map(|&i| &holds[i].0).collect();
-                let called = Instant::now();
-                let (extended, sent) = sent::timed(inner.extend_mixed_chunk(ttl, &chunk_holds)).await;
-                let sent_at = sent.unwrap_or(called);
-                match extended {
-                    Ok(remaining) => {
-                        for (&i, r) in chunk.iter().zip(remaining) {
-                            out[i] = Some(Ok(match r {
-                                Some(r) => ExtendOutcome::Extended {
-                                    valid_until: Some(lease::valid_until(sent_at, r)),
-                                },
+                match inner.extend_chunk_deadlines(ttl, &chunk_holds).await {
+                    Ok(deadlines) => {
+                        for (&i, deadline) in chunk.iter().zip(deadlines) {
+                            out[i] = Some(Ok(match deadline {
+                                Some(d) => ExtendOutcome::Extended { valid_until: Some(d) },
                                 None => ExtendOutcome::NotHeld,
                             }));
                         }

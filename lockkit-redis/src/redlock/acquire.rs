@@ -274,16 +274,9 @@ impl Inner {
                     head: head.to_owned(),
                     behind,
                 });
-            // A split vote only while the name could be won: fewer than a
-            // quorum of nodes have it held by others. Held on a quorum, the
-            // attempt waits for a release like any other (a waiter that
-            // took a few nodes in passing must not spin against holds that
-            // stand).
-            let held_elsewhere = busy.iter().filter(|p| **p >= 0).count();
-            let winnable = held_elsewhere <= self.n() - self.quorum;
             return Outcome::Busy {
                 retry_in,
-                split: winnable && (!held.is_empty() || need == 0) && turn_of.is_none(),
+                split: (!held.is_empty() || need == 0) && turn_of.is_none(),
                 turn_of,
             };
         }

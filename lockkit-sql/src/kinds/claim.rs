@@ -184,8 +184,9 @@ impl Inner {
         let [fam, name] = name_args(req);
         let asked = permits_of(req.kind);
         let ttl = Arg::Int(us(req.ttl));
-        // `seq`: the new hold's, which names it in notifications (0: none).
-        let (held, seq, room) = match decide(req, state.permits, &state.holds, &state.line) {
+        // `seq`: the new hold's, which names it in notifications (0: none);
+        // `written`: the served place and the notification too (Postgres).
+        let (held, seq, room, written) = match decide(req, state.permits, &state.holds, &state.line) {
             Grant::Conflict(reason) => {
                 tx.rollback().await?;
                 return Ok(Some(Err(reason)));
@@ -216,7 +217,7 @@ impl Inner {
                     tx.exec(&k.set_name, &args).await?;
                 }
                 let held = (share_count(&attempts), row.token, row.remaining.max(req.ttl));
-                (held, 0, false)
+                (held, 0, false, false)
             }
             Grant::New { write, room } => {
                 let seq = state.last_token + 1;
@@ -226,24 +227,54 @@ impl Inner {
                     seq
                 };
                 let last_write = if write { seq } else { state.last_write };
+                // Room for another: the next in line looks at once
+                // (Postgres: every process's first waiter, by `NOTIFY`).
+                let room = room && state.line.others;
                 let row = NextRow {
                     token,
                     write,
                     lease: ttl,
                 };
-                insert_next(&mut tx, k, req, &state, seq, last_write, row).await?;
-                ((1, token, req.ttl), seq, room)
+                let written = match &k.grant {
+                    Some(grant) => {
+                        let asked = permits_of(req.kind);
+                        let permits = if asked != 0 { asked } else { state.permits };
+                        let args = [
+                            Arg::Int(permits),
+                            Arg::Int(seq),
+                            Arg::Int(last_write),
+                            fam,
+                            name,
+                            Arg::Int(seq),
+                            Arg::Bytes(req.owner.as_bytes()),
+                            Arg::Int(token),
+                            Arg::Int(i64::from(write)),
+                            Arg::Text(Some(req.attempt)),
+                            ttl,
+                            Arg::Int(i64::from(queued)),
+                            Arg::Int(i64::from(room)),
+                            Arg::Bytes(&key),
+                        ];
+                        tx.exec(grant, &args).await?;
+                        true
+                    }
+                    None => {
+                        insert_next(&mut tx, k, req, &state, seq, last_write, row).await?;
+                        false
+                    }
+                };
+                ((1, token, req.ttl), seq, room, written)
             }
         };
         // Served: the place in line goes in the same transaction.
-        if queued {
+        if queued && !written {
             tx.exec(&k.served, &[Arg::Text(Some(req.attempt))]).await?;
         }
-        // Room for another: the next in line looks at once (Postgres:
-        // every process's first waiter, through the table's channel).
-        let room = room && state.line.others;
         let (count, token, remaining) = held;
-        if room && let Some(notify) = &k.notify {
+        if room
+            && !written
+            && let Some(notify) = &k.notify
+        {
             let id = seq.to_string();
             let args = [Arg::Bytes(&key), Arg::Bytes(&key), Arg::Text(Some(&id))];
             tx.exec(notify, &args).await?;

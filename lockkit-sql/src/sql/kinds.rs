@@ -88,6 +88,12 @@ pub(crate) struct KindStatements {
     /// unless nobody is on the key's wait list (as a mutex's release does,
     /// see `wait/waitlist.rs`).
     pub notify: Option<Arc<str>>,
+    /// Postgres: a new hold's writes as one statement — `set_name`,
+    /// `insert`, `served` and `notify` (each round trip is one more the
+    /// name's row stays locked): `(permits, seq, last_write, family, name,
+    /// seq, owner, token, writer, attempt, ttl_us, queued, room, line key)`,
+    /// `queued` and `room` 0 or 1.
+    pub grant: Option<Arc<str>>,
     /// `(batch)`: deletes at most `batch` expired rows; counts rows.
     pub sweep: Arc<str>,
     dialect: Dialect,
@@ -381,6 +387,21 @@ impl KindStatements {
                     "SELECT CASE WHEN pg_try_advisory_xact_lock(hashtext('lockkit-wait:{table}'), \
                        hashtext(encode($1::bytea, 'hex'))) THEN 0::int8 \
                      ELSE (SELECT 1::int8 FROM pg_notify('lockkit_{table}', encode($2::bytea, 'hex') || ' ' || $3::text)) END"
+                ))
+            }),
+            grant: (dialect == Dialect::Postgres).then(|| {
+                p(format!(
+                    "WITH s AS (UPDATE {k} SET permits = $1, last_token = $2, last_write = $3 \
+                       WHERE family = $4 AND name = $5), \
+                     i AS (INSERT INTO {h} (family, name, seq, owner, token, writer, queued, attempts, expires_at) \
+                       VALUES ($4, $5, $6, $7, $8, $9, 0, $10, {})), \
+                     d AS (DELETE FROM {wt} WHERE attempt = $10 AND $12 = 1) \
+                     SELECT CASE WHEN $13 = 0 THEN 0::int8 \
+                       WHEN pg_try_advisory_xact_lock(hashtext('lockkit-wait:{table}'), \
+                         hashtext(encode($14::bytea, 'hex'))) THEN 0::int8 \
+                       ELSE (SELECT 1::int8 FROM pg_notify('lockkit_{table}', \
+                         encode($14::bytea, 'hex') || ' ' || $6::text)) END",
+                    plus(dialect, "$11")
                 ))
             }),
             sweep: p(sweep),

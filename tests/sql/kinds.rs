@@ -17,9 +17,10 @@ use lockkit_core::testkit::server_url;
 
 use crate::common::unique;
 
-/// Waits (bounded) until `name`'s line has `n` places.
-async fn until_waiting(client: &lockkit::LockClient, name: &str, kind: LockKind, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Waits (bounded) until `name`'s line has `n` places (also the other
+/// files' tests').
+pub(crate) async fn until_waiting(client: &lockkit::LockClient, name: &str, kind: LockKind, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let waiting = client.backend().waiting_for(name, kind).await.unwrap();
         if waiting == n {

@@ -25,10 +25,14 @@
 //!   of turn or twice.
 //!
 //! A connection that carries the key may drop (a restart, a network cut):
-//! until it holds the key again, this process's places look dead and are
+//! until it holds the key again, this backend's places look dead and are
 //! passed over, and places taken meanwhile carry no key (they live by their
 //! lease alone, `queue_lease`). Rows without a key — an older lockkit's —
-//! also live by their lease.
+//! also live by their lease. One gap: a process's waiters are woken in its
+//! own line's order, so while one backend's key lapses, a later waiter of
+//! another backend of the same process that the server now sees as the
+//! head waits until the key is back (MySQL: the carrier looks every
+//! second) or the renewal tick wakes the line, not at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

@@ -17,9 +17,10 @@ use lockkit_core::testkit::server_url;
 
 use crate::common::unique;
 
-/// Waits (bounded) until `name`'s line has `n` places.
-async fn until_waiting(client: &lockkit::LockClient, name: &str, kind: LockKind, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Waits (bounded) until `name`'s line has `n` places (also the other
+/// files' tests').
+pub(crate) async fn until_waiting(client: &lockkit::LockClient, name: &str, kind: LockKind, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let waiting = client.backend().waiting_for(name, kind).await.unwrap();
         if waiting == n {
@@ -52,14 +53,21 @@ async fn waiters_leave(url: String) {
     until_waiting(&a, &name, kind, 1).await;
     waiting.abort();
     until_waiting(&a, &name, kind, 0).await;
-    // Nobody waits: a fair try takes the released permit.
+    // Nobody waits: a fair try takes the released permit — at once, or,
+    // if the cancelled waiter's last attempt was still running and took it,
+    // once that orphan is given back in the background; well before a
+    // stale place's lease (5 s) would end.
     held.unlock().await.unwrap();
-    let taken = c.semaphore(&name, 1).unwrap().try_acquire().await.unwrap();
-    taken
-        .expect("no stale place holds the try back")
-        .unlock()
-        .await
-        .unwrap();
+    let sem_c = c.semaphore(&name, 1).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let taken = loop {
+        match sem_c.try_acquire().await.unwrap() {
+            Some(g) => break g,
+            None => assert!(Instant::now() < deadline, "a stale place holds the try back"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    taken.unlock().await.unwrap();
 
     // A writer that gave up no longer keeps new readers out.
     let rw = unique("kinds_leave_rw");
@@ -99,7 +107,8 @@ async fn permit_counts(url: String) {
         p.unlock().await.unwrap();
     }
 
-    // Unfair: a waiter takes the permit that comes free.
+    // Unfair: a waiter (which takes no place in line, as an unfair mutex's
+    // does not) takes the permit that comes free.
     let holder = a.semaphore(&name, 3).unwrap();
     let held: Vec<_> = futures_util::future::join_all((0..3).map(|_| holder.acquire()))
         .await
@@ -109,7 +118,17 @@ async fn permit_counts(url: String) {
     let unfair = b.options().fair(false).wait(Duration::from_secs(10));
     let sem_b = b.semaphore(&name, 3).unwrap();
     let waiter = tokio::spawn(async move { sem_b.acquire_with(&unfair).await });
-    until_waiting(&a, &name, LockKind::Permit { permits: 3 }, 1).await;
+    // Not an event to wait for: had it not begun waiting yet, it finds a
+    // free permit all the same.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        a.backend()
+            .waiting_for(&name, LockKind::Permit { permits: 3 })
+            .await
+            .unwrap(),
+        0,
+        "an unfair waiter takes no place in line"
+    );
     for h in held {
         h.unlock().await.unwrap();
     }

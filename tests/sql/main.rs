@@ -7,6 +7,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod children;
+mod crowd;
+mod dead_waiter;
 mod extend;
 mod fair;
 mod kinds;

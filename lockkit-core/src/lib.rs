@@ -50,6 +50,7 @@ mod guard;
 mod held;
 mod kinds;
 pub mod lease;
+mod line;
 pub mod memory;
 pub mod name;
 mod options;

@@ -174,9 +174,9 @@ impl fmt::Debug for SessionBackend {
 }
 
 impl SessionBackend {
-    /// Connects: opens the primary connection, creates the token sequence
-    /// if missing (and allowed by `create_table`) and draws a token to
-    /// check it, and starts the ping task. Fails with a configuration
+    /// Connects: opens the primary connection, draws a token to check the
+    /// sequence (creating it first if that fails and `create_table`
+    /// allows), and starts the ping task. Fails with a configuration
     /// error on SQLite, on MySQL without sequences, and when the sequence
     /// is missing or not usable by this user.
     pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
@@ -231,13 +231,21 @@ impl SessionBackend {
 /// a missing sequence, missing rights or a server without sequences is a
 /// configuration error that says what to do.
 async fn prepare_sequence(conn: &mut Conn, sql: &SessionSql, config: &SqlConfig) -> Result<(), LockError> {
-    // A user without CREATE may still use an existing sequence.
-    if config.create_table
-        && let Err(e) = conn.execute(&sql.create_seq).await
-    {
-        tracing::debug!(sequence = %sql.seq, error = %e, "creating the token sequence failed; checking it");
+    // The sequence is created only when drawing from it fails: on MariaDB
+    // `CREATE SEQUENCE IF NOT EXISTS` of an existing sequence waits for an
+    // exclusive metadata lock, which every wait in progress (its statement
+    // draws the token) holds off, and which, queued, holds off every token
+    // draw after it: a client connecting while another waits would stall
+    // every acquisition until that wait ended.
+    let mut drawn = conn.next_token(sql).await;
+    if config.create_table && matches!(&drawn, Err(e) if classify(e) == Class::Permanent) {
+        // A user without CREATE may still use an existing sequence.
+        if let Err(e) = conn.execute(&sql.create_seq).await {
+            tracing::debug!(sequence = %sql.seq, error = %e, "creating the token sequence failed; checking it");
+        }
+        drawn = conn.next_token(sql).await;
     }
-    match conn.next_token(sql).await {
+    match drawn {
         Ok(_) => Ok(()),
         Err(e) if classify(&e) == Class::Permanent => {
             let mariadb = if config.dialect == Dialect::Mysql {

@@ -35,3 +35,18 @@ pub fn test_name(module_path: &str, test: &str) -> String {
         None => test.to_owned(),
     }
 }
+
+/// This test binary run again for the one test `test` of the module whose
+/// `module_path!()` is `module_path` (its output shown, one thread): the
+/// child process of a test that needs several processes. The caller adds
+/// the environment that tells the child what to do, and spawns it.
+pub fn child_command(module_path: &str, test: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command.args([
+        &test_name(module_path, test),
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    command
+}

@@ -15,7 +15,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{unique, with_params};
@@ -86,13 +86,7 @@ async fn child_process() {
 }
 
 fn spawn_child(role: &str, url: &str, name: &str, dir: &Path, stdout: Stdio) -> Child {
-    Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            &crate::common::test_name(module_path!(), "child_process"),
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    crate::common::child_command(module_path!(), "child_process")
         .env(ROLE, role)
         .env(URL, url)
         .env(NAME, name)

@@ -16,6 +16,8 @@ use tokio::time::{Instant, timeout};
 
 use crate::common::{tag, unique, with_params};
 
+mod cancel;
+mod crowd;
 
 /// The generous bound for anything that should happen promptly.
 const BOUND: Duration = Duration::from_secs(15);
@@ -131,6 +133,35 @@ impl Admin {
         }
     }
 
+    /// The server ids of the connections waiting for `name` (MariaDB: the
+    /// connections waiting in a `GET_LOCK` statement that names the
+    /// sequence `seq`), in id order.
+    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
+    async fn wait_ids(&mut self, name: &str, seq: &str) -> Vec<i64> {
+        match self {
+            #[cfg(feature = "mysql")]
+            Admin::Mysql(c) => sqlx::query_scalar::<_, i64>(
+                "SELECT ID FROM information_schema.PROCESSLIST \
+                 WHERE STATE = 'User lock' AND INFO LIKE CONCAT('%', ?, '%') ORDER BY ID",
+            )
+            .bind(seq)
+            .fetch_all(&mut *c)
+            .await
+            .expect("processlist"),
+            #[cfg(feature = "postgres")]
+            Admin::Postgres(c) => {
+                sqlx::query_scalar::<_, i32>(sqlx::AssertSqlSafe(pg_locks("NOT granted", "pid") + " ORDER BY pid"))
+                    .bind(pg_key(name))
+                    .fetch_all(&mut *c)
+                    .await
+                    .expect("pg_locks")
+                    .into_iter()
+                    .map(i64::from)
+                    .collect()
+            }
+        }
+    }
+
     async fn exec(&mut self, text: &str) {
         let q = sqlx::raw_sql(sqlx::AssertSqlSafe(text.to_owned()));
         match self {
@@ -210,6 +241,11 @@ impl Scene {
     /// How many server-side waits there are for the name.
     async fn waits(&mut self) -> i64 {
         self.admin.seq_waits(&self.name, &self.seq).await
+    }
+
+    /// The server ids of the connections waiting for the name.
+    async fn wait_ids(&mut self) -> Vec<i64> {
+        self.admin.wait_ids(&self.name, &self.seq).await
     }
 
     /// Polls until the server counts `n` waits for the name, within

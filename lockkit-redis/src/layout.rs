@@ -21,7 +21,7 @@
 //! | `P{TAG}tF:N` | hash | the entries of the line told their turn whose client has not tried since: entry -> server time (ms) told |
 //!
 //! Their tokens come from the same counter as the mutex's. The line lets
-//! entries in by `lockkit_core::line::admitted` (a semaphore of N: the
+//! entries in by `lockkit_core::raw::admitted` (a semaphore of N: the
 //! first N − held; a read-write lock: the readers before the first waiting
 //! writer, or that writer alone once nobody holds). A change that lets
 //! entries in (a hold that goes, a grant that leaves permits or lets

@@ -41,7 +41,7 @@
 //!   per name and kind with their lease ends in a sorted set, in the same
 //!   slot, with the same counter, the same kind of line and the same
 //!   attempt ids (see `layout`); every change is again one script call.
-//!   The line lets in what `lockkit_core::line::admitted` says (a
+//!   The line lets in what `lockkit_core::raw::admitted` says (a
 //!   semaphore of N: the first N − held, not only the first; a read-write
 //!   lock: every reader before the first waiting writer, or that writer
 //!   alone), and a change tells only the clients it lets in, on their own

@@ -10,14 +10,14 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{ChildStdout, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockkit::{LockClient, LockGuard, LockKind, LockOptions};
 
-use crate::common::unique;
+use crate::common::{Reaper, spawn_child, unique};
 
 /// What a child does: `wait:KIND` (wait for the name until killed) or
 /// `crowd:KIND` (run [`PER_CHILD`] waiters that take the name once each).
@@ -210,37 +210,13 @@ async fn crowd_child(locks: &LockClient, name: &str, kind: Kind) {
     println!("DONE {}", lines.len());
 }
 
-/// Kills the child if the test fails before it does.
-pub struct Reaper(pub Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts this test binary again as a child with `role` on `name`; its
 /// `child_process` test is at `module_path` (the caller's
 /// `module_path!()`).
 pub fn spawn(module_path: &str, role: &str, url: &str, name: &str, dir: &Path, index: usize) -> Reaper {
-    let child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            &crate::common::test_name(module_path, "child_process"),
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE, role)
-        .env(URL, url)
-        .env(NAME, name)
-        .env(DIR, dir)
-        .env(INDEX, index.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn child");
-    Reaper(child)
+    let (dir, index) = (dir.to_string_lossy(), index.to_string());
+    let env = [(ROLE, role), (URL, url), (NAME, name), (DIR, &*dir), (INDEX, &*index)];
+    spawn_child(module_path, "child_process", &env, Stdio::piped())
 }
 
 /// Waits (in a thread) until the child prints `what`, and returns its line

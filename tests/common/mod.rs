@@ -38,3 +38,40 @@ pub fn test_name(module_path: &str, test: &str) -> String {
         None => test.to_owned(),
     }
 }
+
+/// This test binary run again for the one test `test` of the module whose
+/// `module_path!()` is `module_path` (its output shown, one thread): the
+/// child process of a test that needs several processes. The caller adds
+/// the environment that tells the child what to do, and spawns it (or
+/// lets [`spawn_child`] do both).
+pub fn child_command(module_path: &str, test: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command.args([
+        &test_name(module_path, test),
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    command
+}
+
+/// Starts [`child_command`] with `env` set and `stdout` as its standard
+/// output (its errors shown), killed again if the test ends first.
+pub fn spawn_child(module_path: &str, test: &str, env: &[(&str, &str)], stdout: std::process::Stdio) -> Reaper {
+    let mut command = child_command(module_path, test);
+    command.stdout(stdout).stderr(std::process::Stdio::inherit());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    Reaper(command.spawn().expect("spawn child"))
+}
+
+/// Kills the child if the test fails before it does.
+pub struct Reaper(pub std::process::Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -18,8 +18,8 @@ use lockkit::{LockClient, LockError, LockGuard, LockKind, LockOptions};
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::server_url;
 
-use crate::children::{self, Reaper};
 use crate::common::unique;
+use crate::common::{Reaper, spawn_child};
 
 const ROLE: &str = "LOCKKIT_SQL_CROWD_CHILD";
 const URL: &str = "LOCKKIT_SQL_CROWD_URL";
@@ -135,7 +135,7 @@ async fn run_crowd(url: &str, label: &str, crowd: &str, dir: &Path) {
             let out = dir.join(format!("{crowd}-{i}")).to_string_lossy().into_owned();
             let index = i.to_string();
             let env = [(ROLE, crowd), (URL, url), (NAME, &name), (OUT, &out), (INDEX, &index)];
-            children::spawn(module_path!(), "crowd_child", &env, Stdio::null())
+            spawn_child(module_path!(), "crowd_child", &env, Stdio::null())
         })
         .collect();
     // Every waiter stands in line before the gate opens.

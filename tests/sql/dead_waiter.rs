@@ -21,7 +21,7 @@ use lockkit::{LockClient, LockError, LockGuard, LockKind, LockOptions};
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::server_url;
 
-use crate::children;
+use crate::common::spawn_child;
 use crate::common::unique;
 use crate::kinds::until_waiting;
 
@@ -81,7 +81,7 @@ async fn killed_waiter(url: String, label: &str) {
         let long = a.options().ttl(Duration::from_secs(60));
         let held = request(&a, &name, kind, &long).await.unwrap();
         let env = [(ROLE, kind_name), (URL, url.as_str()), (NAME, name.as_str())];
-        let mut child = children::spawn(module_path!(), "dead_child", &env, Stdio::null());
+        let mut child = spawn_child(module_path!(), "dead_child", &env, Stdio::null());
         until_waiting(&a, &name, kind, 1).await;
         let waiter = {
             let (c, name) = (c.clone(), name.clone());
@@ -158,7 +158,7 @@ async fn sqlite_lapsed_waiter_keeps_its_place() {
     // hand lasts.
     let slow_url = crate::common::with_params(&url, "live_lease=60s");
     let env = [(ROLE, "slow"), (URL, slow_url.as_str()), (NAME, name.as_str())];
-    let mut slow = children::spawn(module_path!(), "dead_child", &env, Stdio::piped());
+    let mut slow = spawn_child(module_path!(), "dead_child", &env, Stdio::piped());
     let said = BufReader::new(slow.0.stdout.take().unwrap()).lines();
     until_waiting(&a, &name, LockKind::Mutex, 1).await;
     // Only the slow process has waited so far: the one row is its.

@@ -7,7 +7,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod children;
 mod crowd;
 mod dead_waiter;
 mod extend;

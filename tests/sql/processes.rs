@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::children::{self, Reaper};
+use crate::common::{Reaper, spawn_child};
 use crate::common::{unique, with_params};
 
 #[cfg(any(feature = "mysql", feature = "postgres"))]
@@ -86,10 +86,10 @@ async fn child_process() {
     }
 }
 
-fn spawn_child(role: &str, url: &str, name: &str, dir: &Path, stdout: Stdio) -> Reaper {
+fn spawn_role(role: &str, url: &str, name: &str, dir: &Path, stdout: Stdio) -> Reaper {
     let dir = dir.to_string_lossy();
     let env = [(ROLE, role), (URL, url), (NAME, name), (DIR, &*dir)];
-    children::spawn(module_path!(), "child_process", &env, stdout)
+    spawn_child(module_path!(), "child_process", &env, stdout)
 }
 
 /// Whether the lock table has a row for `name`, expired or not, by a plain
@@ -142,7 +142,7 @@ async fn crash(url: String) {
     let url = with_params(&url, &format!("sweep_interval={}ms", SWEEP.as_millis()));
     let name = unique("crash");
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_child("hold", &url, &name, dir.path(), Stdio::piped());
+    let mut child = spawn_role("hold", &url, &name, dir.path(), Stdio::piped());
     let stdout = child.0.stdout.take().unwrap();
     let held = tokio::task::spawn_blocking(move || {
         BufReader::new(stdout)
@@ -195,7 +195,7 @@ async fn processes(url: String) {
     std::fs::write(dir.path().join("counter"), "0\n").unwrap();
     std::fs::write(dir.path().join("tokens"), "").unwrap();
     let children: Vec<Reaper> = (0..PROCESSES)
-        .map(|_| spawn_child("stress", &url, &name, dir.path(), Stdio::null()))
+        .map(|_| spawn_role("stress", &url, &name, dir.path(), Stdio::null()))
         .collect();
     let waited = tokio::task::spawn_blocking(move || {
         children

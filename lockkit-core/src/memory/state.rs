@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::LockError;
+use crate::admission::{self, Held};
 use crate::backend::{AcquireRequest, Hold, LockInfo, LockKind};
-use crate::line::{self, Held};
 
 /// Where a name lives: each kind keeps its own names (read and write holds
 /// share one read-write lock).
@@ -99,7 +99,7 @@ pub(super) struct WaitSlot {
 }
 
 /// One waiter in line: its ticket, what it asks for, and its own wake-up
-/// (a change wakes only the waiters it admits: see [`crate::line`]).
+/// (a change wakes only the waiters it admits: see [`crate::admission`]).
 #[derive(Debug)]
 pub(super) struct Waiter {
     ticket: u64,
@@ -160,7 +160,7 @@ impl State {
 
     /// Whether the waiter `ticket` (`None`: a try, not in line) may be
     /// granted now, as far as the line goes: it is among the waiters the
-    /// line admits (see [`crate::line`]), or, a try, it takes nothing they
+    /// line admits (see [`crate::admission`]), or, a try, it takes nothing they
     /// are admitted to.
     fn my_turn(&self, key: &Key, ticket: Option<u64>, kind: LockKind) -> bool {
         let Some(slot) = self.waiters.get(key) else {
@@ -169,8 +169,8 @@ impl State {
         let held = self.held(key);
         let line = slot.queue.iter().map(|w| w.kind);
         match ticket.and_then(|t| slot.queue.iter().position(|w| w.ticket == t)) {
-            Some(at) => at < line::admitted(line, held),
-            None => line::admits_newcomer(line, kind, held),
+            Some(at) => at < admission::admitted(line, held),
+            None => admission::admits_newcomer(line, kind, held),
         }
     }
 
@@ -182,7 +182,7 @@ impl State {
         let Some(slot) = self.waiters.get_mut(key) else {
             return;
         };
-        let n = line::admitted(slot.queue.iter().map(|w| w.kind), held);
+        let n = admission::admitted(slot.queue.iter().map(|w| w.kind), held);
         for w in slot.queue.iter_mut().take(n).filter(|w| !w.told) {
             w.told = true;
             w.notify.notify_one();

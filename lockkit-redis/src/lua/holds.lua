@@ -115,7 +115,7 @@ local function drop(Q, T, m)
 end
 
 -- The entries at the front of line `Q` that the holds in `Z` let in now
--- (at most LINE_SCAN): `lockkit_core::line::admitted`, in Lua. `kind` `p`
+-- (at most LINE_SCAN): `lockkit_core::raw::admitted`, in Lua. `kind` `p`
 -- (a semaphore of `permits`: the first permits - held), else a read-write
 -- lock (nobody beside a writer, a writer first in line once nobody holds,
 -- else every reader before the first writer).

@@ -14,7 +14,7 @@ use crate::layout::Keys;
 /// Acquire a permit, a read or a write hold: the mutex's acquire script
 /// ([`ACQUIRE`](super::acquire::ACQUIRE)) for the other kinds, with the
 /// same arguments and replies, and the line's rule
-/// (`lockkit_core::line::admitted`): a waiting client takes a hold when
+/// (`lockkit_core::raw::admitted`): a waiting client takes a hold when
 /// it is among the clients the line admits (a semaphore of N: the first
 /// N − held; a read-write lock: the readers before the first waiting
 /// writer, or that writer alone once nobody holds), not only when it is

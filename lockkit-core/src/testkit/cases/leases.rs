@@ -8,6 +8,7 @@ use std::time::Instant;
 use tokio::time::timeout;
 
 use super::{assert_holder, is_busy, must_lock, must_unlock, ttl_leases};
+use crate::LockError;
 use crate::testkit::kit::{Kit, error_chain};
 
 /// Contract point 7: The watchdog keeps a lease alive for many ttls; an explicit extend
@@ -144,10 +145,15 @@ pub async fn lost_when_starved(kit: &Kit) {
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
     let b = kit.client().await;
-    let taken = timeout(kit.bound, b.lock_with(&name, &kit.long(&b))).await;
+    // The wait is the bound; the outer timeout only catches a wait that
+    // overruns it. Either ending means nobody acquired.
+    let taken = match timeout(kit.bound * 2, b.lock_with(&name, &kit.long(&b))).await {
+        Ok(Err(LockError::WaitTimeout { .. })) | Err(_) => None,
+        Ok(other) => Some(other),
+    };
     let acquired_at = Instant::now();
     match taken {
-        Ok(taken) => {
+        Some(taken) => {
             let gb = taken.unwrap_or_else(|e| panic!("lock: {}", error_chain(&e)));
             assert!(
                 guard.is_lost(),
@@ -168,7 +174,7 @@ pub async fn lost_when_starved(kit: &Kit) {
                 .expect("the holder's lost signal fires once it runs again");
             must_unlock(gb).await;
         }
-        Err(_) => {
+        None => {
             stop.store(true, Ordering::Release);
             assert!(
                 !ttl_leases(&b),

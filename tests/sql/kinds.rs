@@ -182,6 +182,42 @@ async fn shared_readers_and_a_writer(url: String) {
     assert!(rw.writer().await.unwrap().is_none());
 }
 
+/// A crowd of one owner's tasks re-enter and give back one read hold and
+/// one mutex hold as fast as they can: every release goes through however
+/// often the count of shares crosses between one and more under it, and
+/// nothing is left held.
+async fn shares_turn_over(url: String) {
+    const TASKS: usize = 6;
+    const ROUNDS: usize = 150;
+    let client = lockkit::connect(&url).await.unwrap();
+    let name = unique("kinds_shares_turn_over");
+    let tasks = (0..TASKS).map(|i| {
+        let (client, name) = (client.clone(), name.clone());
+        tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                if i % 2 == 0 {
+                    let g = client.rw_lock(&name).unwrap().read().await.unwrap();
+                    tokio::task::yield_now().await;
+                    g.unlock().await.unwrap();
+                } else {
+                    let g = client.lock(&format!("{name}/mutex")).await.unwrap();
+                    tokio::task::yield_now().await;
+                    g.unlock().await.unwrap();
+                }
+            }
+        })
+    });
+    for t in futures_util::future::join_all(tasks).await {
+        t.unwrap();
+    }
+    let rw = client.rw_lock(&name).unwrap();
+    assert!(rw.readers().await.unwrap().is_empty(), "every read share came back");
+    let other = lockkit::connect(&url).await.unwrap();
+    let g = other.try_lock(&format!("{name}/mutex")).await.unwrap();
+    assert!(g.is_some(), "every mutex share came back");
+    g.unwrap().unlock().await.unwrap();
+}
+
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_kinds() {
@@ -189,7 +225,8 @@ async fn sqlite_kinds() {
     let url = format!("sqlite://{}/locks.db", dir.path().display());
     waiters_leave(url.clone()).await;
     permit_counts(url.clone()).await;
-    shared_readers_and_a_writer(url).await;
+    shared_readers_and_a_writer(url.clone()).await;
+    shares_turn_over(url).await;
 }
 
 #[cfg(feature = "mysql")]
@@ -198,7 +235,8 @@ async fn mysql_kinds() {
     if let Some(url) = server_url("LOCKKIT_MYSQL_URL") {
         waiters_leave(url.clone()).await;
         permit_counts(url.clone()).await;
-        shared_readers_and_a_writer(url).await;
+        shared_readers_and_a_writer(url.clone()).await;
+        shares_turn_over(url).await;
     }
 }
 
@@ -208,6 +246,7 @@ async fn postgres_kinds() {
     if let Some(url) = server_url("LOCKKIT_POSTGRES_URL") {
         waiters_leave(url.clone()).await;
         permit_counts(url.clone()).await;
-        shared_readers_and_a_writer(url).await;
+        shared_readers_and_a_writer(url.clone()).await;
+        shares_turn_over(url).await;
     }
 }

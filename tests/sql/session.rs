@@ -406,6 +406,19 @@ async fn dropped_wait_leaves_nothing_behind() {
         // The owner creates the sequence; the app user gets only its rights.
         drop(session_client(&url, &params).await);
         let mut admin = Admin::open(dialect, &url).await;
+        if dialect == Dialect::Mysql {
+            // MariaDB lets a user into a database only with a right in it:
+            // one on a table of no interest, so that what fails below is
+            // the sequence, whichever tests ran before on this server.
+            admin
+                .exec(&format!("CREATE TABLE IF NOT EXISTS `{table}_probe` (id INT)"))
+                .await;
+            admin
+                .exec(&format!(
+                    "GRANT SELECT ON `{table}_probe` TO 'lockkit_app'@'127.0.0.1', 'lockkit_app'@'localhost'"
+                ))
+                .await;
+        }
         let e = lockkit::connect(&with_params(&app_url, &format!("mode=session{params}")))
             .await
             .expect_err("no rights on the sequence yet");
@@ -454,7 +467,10 @@ async fn dropped_wait_leaves_nothing_behind() {
         next.unlock().await.expect("unlock");
         drop((holder, waiter));
         match dialect {
-            Dialect::Mysql => admin.exec(&format!("DROP SEQUENCE `{table}_session_seq`")).await,
+            Dialect::Mysql => {
+                admin.exec(&format!("DROP SEQUENCE `{table}_session_seq`")).await;
+                admin.exec(&format!("DROP TABLE `{table}_probe`")).await
+            }
             _ => admin.exec(&format!("DROP SEQUENCE \"{table}_session_seq\"")).await,
         }
     }

@@ -129,6 +129,11 @@ pub struct ZkStats {
     pub wakeups: u64,
     /// Times the connection was suspended (every lease then held was lost).
     pub suspensions: u64,
+    /// Listings of a line's children (`getChildren`) by acquisitions: one
+    /// per queueing and one per wake-up of a waiter.
+    pub listings: u64,
+    /// Reads of contender nodes by acquisitions, besides their own.
+    pub reads: u64,
 }
 
 /// The backend's state, shared by its clones; its operations are in the
@@ -196,6 +201,8 @@ impl ZkBackend {
             watches: c.watches.load(Ordering::Relaxed),
             wakeups: c.wakeups.load(Ordering::Relaxed),
             suspensions: c.suspensions.load(Ordering::Relaxed),
+            listings: c.listings.load(Ordering::Relaxed),
+            reads: c.reads.load(Ordering::Relaxed),
         }
     }
 

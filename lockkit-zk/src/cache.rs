@@ -17,7 +17,16 @@ pub(crate) struct Held {
     /// sessions are dropped when a new one records its first hold.
     pub(crate) session: i64,
     pub(crate) nodes: HashMap<String, HeldNode>,
+    /// This backend's node of each semaphore permit and read-write hold it
+    /// has, by parent, owner and token (an owner's holds of one name in
+    /// one session differ by token), so a release is one versioned write.
+    pub(crate) kinds: HashMap<KindKey, HeldNode>,
 }
+
+/// A semaphore's or read-write lock's hold in [`Held::kinds`]: the parent
+/// path, the owner, the token, and whether it is a read hold (an owner's
+/// read hold beside its write hold has that hold's token).
+pub(crate) type KindKey = (String, String, i64, bool);
 
 #[derive(Debug, Clone)]
 pub(crate) struct HeldNode {
@@ -40,6 +49,19 @@ impl Inner {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The record, to add a node of `session` to: the nodes of an ended
+    /// session went with it, so they are dropped when the live one records
+    /// its first.
+    fn held_in(&self, session: i64) -> MutexGuard<'_, Held> {
+        let mut held = self.held();
+        if held.session != session && self.sessions.peek().is_some_and(|s| s.id == session) {
+            held.nodes.retain(|_, h| h.session == session);
+            held.kinds.retain(|_, h| h.session == session);
+            held.session = session;
+        }
+        held
+    }
+
     /// Records this session's node of a hold after our write (`known`
     /// `None`: deleted).
     pub(crate) fn remember(
@@ -51,12 +73,7 @@ impl Inner {
         session: i64,
         alone: bool,
     ) {
-        let mut held = self.held();
-        if held.session != session && self.sessions.peek().is_some_and(|s| s.id == session) {
-            // The nodes of an ended session went with it.
-            held.nodes.retain(|_, h| h.session == session);
-            held.session = session;
-        }
+        let mut held = self.held_in(session);
         match known {
             Some(known) => {
                 held.nodes.insert(
@@ -89,6 +106,30 @@ impl Inner {
         if held.nodes.get(name).is_some_and(|h| h.path == path) {
             held.nodes.remove(name);
         }
+    }
+
+    /// Records this session's node at `path` (as `known`) of the permit or
+    /// read-write hold `key`.
+    pub(crate) fn remember_kind(&self, key: KindKey, path: &str, known: &Known, session: i64) {
+        let node = HeldNode {
+            path: path.to_owned(),
+            owner: key.1.clone(),
+            token: key.2,
+            known: known.clone(),
+            session,
+            alone: true,
+        };
+        self.held_in(session).kinds.insert(key, node);
+    }
+
+    /// This session's node of the permit or read-write hold `key`, if
+    /// recorded.
+    pub(crate) fn cached_kind(&self, session: &Session, key: &KindKey) -> Option<HeldNode> {
+        self.held().kinds.get(key).filter(|h| h.session == session.id).cloned()
+    }
+
+    pub(crate) fn forget_kind(&self, key: &KindKey) {
+        self.held().kinds.remove(key);
     }
 
     /// This session's node of `hold` as last written, if any.

@@ -13,9 +13,19 @@ use crate::backend::Inner;
 use crate::change::{Change, change};
 use crate::conn::{SESSION_RESTARTS, Session};
 use crate::error::{is_session_end, session_kept_ending, zk};
-use crate::layout::kind_parent;
-use crate::line::{line_of, line_synced};
+use crate::layout::{beside_name, kind_parent, node_name, owner_tag};
+use crate::line::{Scope, line_of, line_synced};
 use crate::queue::ZkResult;
+
+/// Deletes the beside marker of the released reader `reader` under
+/// `parent`, once: left behind (the answer lost) it is only ignored — a
+/// marker counts while its reader's node stands — until its session ends.
+async fn drop_marker(client: &zookeeper_client::Client, parent: &str, reader: &str) {
+    let marker = format!("{parent}/{}", beside_name(reader));
+    if let Err(error) = client.delete(&marker, None).await {
+        tracing::debug!(backend = crate::error::BACKEND, %marker, %error, "beside marker left to its session");
+    }
+}
 
 /// The work of one operation in one session.
 type Work<'a, T> = Pin<Box<dyn Future<Output = ZkResult<T>> + Send + 'a>>;
@@ -45,21 +55,53 @@ impl Inner {
     /// changes nothing and reports the shares left.
     pub(crate) async fn release_kind(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let parent = kind_parent(&hold.name, hold.kind);
+        let tag = owner_tag(&hold.owner);
+        let key = (
+            parent.clone(),
+            hold.owner.clone(),
+            hold.token as i64,
+            hold.kind == LockKind::Read,
+        );
         self.in_sessions("release", &hold.name, |session| {
-            let parent = &parent;
+            let (parent, key) = (&parent, &key);
             Box::pin(async move {
+                // This session's node as recorded: one versioned write.
+                if let Some(h) = self.cached_kind(&session, key) {
+                    let remove = Change::Remove(attempt);
+                    let known = Some(h.known.clone());
+                    let (changed, _) = change(&session.client, &h.path, &hold.owner, None, known, remove, None).await?;
+                    if let Some(c) = changed {
+                        match c.known() {
+                            Some(known) => self.remember_kind(key.clone(), &h.path, &known, session.id),
+                            None => {
+                                self.forget_kind(key);
+                                session.released(&h.path);
+                                if h.known.data.token.is_some() && hold.kind == LockKind::Read {
+                                    drop_marker(&session.client, parent, node_name(&h.path)).await;
+                                }
+                            }
+                        }
+                        return Ok(ReleaseOutcome::Released { remaining: c.count() });
+                    }
+                    self.forget_kind(key);
+                }
                 loop {
-                    let line = line_of(&session.client, parent, hold.kind).await?;
+                    let line = line_of(&session.client, parent, hold.kind, Scope::Owner(tag)).await?;
                     let Some(i) = line.find(hold, session.id) else {
                         return Ok(ReleaseOutcome::NotHeld);
                     };
                     let e = &line.entries[i];
-                    let (known, remove) = (Some(e.known.clone()), Change::Remove(attempt));
+                    let Some(node) = &e.node else { continue };
+                    let (known, remove) = (Some(node.known.clone()), Change::Remove(attempt));
                     let (changed, _) = change(&session.client, &e.path, &hold.owner, None, known, remove, None).await?;
                     // `None`: gone meanwhile, look again.
                     if let Some(c) = changed {
                         if c.node.is_none() {
+                            self.forget_kind(key);
                             session.released(&e.path);
+                            if e.beside {
+                                drop_marker(&session.client, parent, &e.child.name).await;
+                            }
                         }
                         return Ok(ReleaseOutcome::Released { remaining: c.count() });
                     }
@@ -72,10 +114,11 @@ impl Inner {
     /// Whether `hold` still stands: its node does (and so its session).
     pub(crate) async fn extend_kind(&self, hold: &Hold) -> Result<ExtendOutcome, LockError> {
         let parent = kind_parent(&hold.name, hold.kind);
+        let tag = owner_tag(&hold.owner);
         self.in_sessions("extend", &hold.name, |session| {
             let parent = &parent;
             Box::pin(async move {
-                let line = line_of(&session.client, parent, hold.kind).await?;
+                let line = line_of(&session.client, parent, hold.kind, Scope::Owner(tag)).await?;
                 Ok(match line.find(hold, session.id) {
                     Some(_) => ExtendOutcome::Extended { valid_until: None },
                     None => ExtendOutcome::NotHeld,
@@ -90,7 +133,11 @@ impl Inner {
         let parent = kind_parent(name, kind);
         self.in_sessions("holders", name, |session| {
             let parent = &parent;
-            Box::pin(async move { Ok(line_synced(&session.client, parent, kind).await?.holders(name, kind)) })
+            Box::pin(async move {
+                Ok(line_synced(&session.client, parent, kind, Scope::All)
+                    .await?
+                    .holders(name, kind))
+            })
         })
         .await
     }
@@ -100,7 +147,11 @@ impl Inner {
         let parent = kind_parent(name, kind);
         self.in_sessions("waiting", name, |session| {
             let parent = &parent;
-            Box::pin(async move { Ok(line_synced(&session.client, parent, kind).await?.waiting()) })
+            Box::pin(async move {
+                Ok(line_synced(&session.client, parent, kind, Scope::Grants)
+                    .await?
+                    .waiting())
+            })
         })
         .await
     }

@@ -15,6 +15,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use lockkit_core::LockError;
@@ -26,12 +27,13 @@ use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResu
 use crate::acquire::step;
 use crate::backend::Inner;
 use crate::change::{Change, Known, change};
-use crate::conn::Session;
+use crate::claim::claim;
+use crate::conn::{Counters, Session};
 use crate::error::{BACKEND, is_connection_loss};
-use crate::layout::{Child, Mark, kind_parent, queue_of};
+use crate::layout::{Child, Mark, beside_name, kind_parent, node_name, parse_last_write, queue_of};
 use crate::leftover::{Leftover, take_back_earlier};
-use crate::line::{Entry, Step, parse_last_write, plan, read_line};
-use crate::queue::{ZkResult, get, refresh, sync};
+use crate::line::{Entry, Listed, Node, Scope, Step, Watch, plan, read_line};
+use crate::queue::{ZkResult, get, refresh, refresh_watching, sync};
 use crate::wait::{Waited, bounded_step, enqueue_bounded, give_up, until, watch_step};
 
 /// One acquisition of a semaphore's permit or a read-write lock's hold.
@@ -41,17 +43,6 @@ pub(crate) struct Want<'a> {
     pub(crate) owner: &'a str,
     pub(crate) attempt: &'a str,
     pub(crate) kind: LockKind,
-}
-
-/// A lease on the node at `path` (as `node`) with `token`.
-fn lease(session: &Arc<Session>, path: &str, node: &Known, token: i64, epoch: &CancellationToken) -> Lease {
-    Lease {
-        token: token as u64,
-        hold_count: node.data.count(),
-        valid_until: None,
-        lost: Some(session.lease_token(path, node.czxid, epoch)),
-        session_deadline: Some(session.deadline.clone()),
-    }
 }
 
 /// Sets the data of `path` (under `version`) only while the node `check`
@@ -93,26 +84,84 @@ async fn record_write(client: &Client, parent: &str, node: &str, token: i64) -> 
     }
 }
 
-/// Arms the watches of the nodes `nodes` under `parent`, or (none) of the
-/// parent's children unless they changed since `seen` was listed: `None`
-/// then, look again (a children watch armed after the change would not
-/// fire for it). A node gone already: `NoNode`.
-async fn arm(client: &Client, parent: &str, nodes: &[String], seen: &[Child]) -> ZkResult<Option<Vec<OneshotWatcher>>> {
-    if nodes.is_empty() {
-        let (children, watcher) = client.list_and_watch_children(parent).await?;
-        let now = seen.first().map(|me| queue_of(&children, me.mark)).unwrap_or_default();
-        let same = now.len() == seen.len() && now.iter().zip(seen).all(|(a, b)| a.name == b.name);
-        return Ok(same.then(|| vec![watcher]));
-    }
-    let arming: Vec<_> = nodes
+/// An arming of one watch: its watcher, or `None` when what it waits
+/// for has happened already (look again).
+type Arming<'a> = Pin<Box<dyn Future<Output = ZkResult<Option<OneshotWatcher>>> + Send + 'a>>;
+
+/// Arms `watches` of nodes under `parent`, pipelined: `None` when one of
+/// them has happened already (a node claimed, the parent's children changed
+/// since `seen` was listed: a children watch armed after the change would
+/// not fire for it), look again. A node gone already: `NoNode`.
+async fn arm(
+    client: &Client,
+    parent: &str,
+    watches: &[Watch],
+    seen: &[Child],
+) -> ZkResult<Option<Vec<OneshotWatcher>>> {
+    let arming: Vec<Arming<'_>> = watches
         .iter()
-        .map(|n| client.get_and_watch_data(&format!("{parent}/{n}")))
+        .map(|w| -> Arming<'_> {
+            match w {
+                Watch::Gone(n) => {
+                    let armed = client.get_and_watch_children(&format!("{parent}/{n}"));
+                    Box::pin(async move { Ok(Some(armed.await?.2)) })
+                }
+                Watch::Claim(n) => {
+                    let armed = client.get_and_watch_data(&format!("{parent}/{n}"));
+                    Box::pin(async move {
+                        let (_, stat, watcher) = armed.await?;
+                        Ok((stat.version == 0).then_some(watcher))
+                    })
+                }
+                Watch::Children => {
+                    let armed = client.list_and_watch_children(parent);
+                    Box::pin(async move {
+                        let (children, watcher) = armed.await?;
+                        let now = seen.first().map(|me| queue_of(&children, me.mark)).unwrap_or_default();
+                        let same = now.len() == seen.len() && now.iter().zip(seen).all(|(a, b)| a.name == b.name);
+                        Ok(same.then_some(watcher))
+                    })
+                }
+            }
+        })
         .collect();
-    let mut watchers = Vec::with_capacity(nodes.len());
+    let mut watchers = Vec::with_capacity(watches.len());
+    let mut happened = false;
     for armed in arming {
-        watchers.push(armed.await?.2);
+        match armed.await? {
+            Some(w) => watchers.push(w),
+            None => happened = true,
+        }
     }
-    Ok(Some(watchers))
+    Ok((!happened).then_some(watchers))
+}
+
+/// Goes beside the owner's write hold at `writer`: the write token in the
+/// reader's node at `path` (under `version`) and its beside marker, in
+/// one `multi` that checks the writer's node stands. `None`: it is gone,
+/// or the reader's node changed.
+async fn go_beside(session: &Session, writer: &str, path: &str, data: &[u8], version: i32) -> ZkResult<Option<i32>> {
+    let marker = format!("{}/{}", parent_of(path), beside_name(node_name(path)));
+    let mut multi = session.client.new_multi_writer();
+    multi.add_check_version(writer, -1)?;
+    multi.add_set_data(path, data, Some(version))?;
+    multi.add_create(&marker, &[], &session.share_options())?;
+    match multi.commit().await {
+        Ok(results) => match results.get(1) {
+            Some(MultiWriteResult::SetData { stat }) if !stat.is_invalid() => Ok(Some(stat.version)),
+            _ => Ok(Some(version + 1)),
+        },
+        Err(MultiWriteError::OperationFailed {
+            source: ZkError::NoNode | ZkError::BadVersion | ZkError::NodeExists,
+            ..
+        }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The parent of a node's path.
+fn parent_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(parent, _)| parent)
 }
 
 /// The first event of any of `watchers`.
@@ -131,6 +180,27 @@ async fn any_event(watchers: Vec<OneshotWatcher>) -> WatchedEvent {
 }
 
 impl Inner {
+    /// A lease on the node at `path` (as `node`) with `token`, recorded
+    /// for its release.
+    fn kind_lease(
+        &self,
+        session: &Arc<Session>,
+        (path, node): (&str, &Known),
+        token: i64,
+        epoch: &CancellationToken,
+    ) -> Lease {
+        let reader = Child::parse(node_name(path)).is_some_and(|c| c.mark == Mark::Read);
+        let key = (parent_of(path).to_owned(), node.data.owner.clone(), token, reader);
+        self.remember_kind(key, path, node, session.id);
+        Lease {
+            token: token as u64,
+            hold_count: node.data.count(),
+            valid_until: None,
+            lost: Some(session.lease_token(path, node.czxid, epoch)),
+            session_deadline: Some(session.deadline.clone()),
+        }
+    }
+
     /// Queues `want` in `session` and takes the steps of its line until it
     /// holds, up to `deadline`; with `try_only`, a contender that would
     /// wait leaves at once ([`Waited::TimedOut`]: busy).
@@ -162,8 +232,25 @@ impl Inner {
         if bounded!(take_back_earlier(session, &q, owner, attempt)) {
             bounded!(refresh(session, &mut q));
         }
+        let tag = q.me.owner_tag;
+        // A watch of the parent's children armed with the last listing.
+        let mut watching = None;
         loop {
-            let line = bounded!(read_line(client, &q.parent, &q.queue, mark));
+            // Armed with the listing planned on now, if at all.
+            let listed_with = watching.take();
+            let own = Node {
+                known: q.node.clone(),
+                session: session.id,
+            };
+            let listed = Listed {
+                queue: &q.queue,
+                beside: &q.beside,
+                mark,
+                own: Some((&q.me, &own)),
+                last_write: q.last_write,
+            };
+            let line = bounded!(read_line(client, &q.parent, listed, Scope::Owner(tag)));
+            session.counters().reads.fetch_add(line.reads as u64, Ordering::Relaxed);
             match plan(&line, &q.me, owner, session.id, attempt) {
                 Step::Gone => {
                     cleanup.disarm();
@@ -182,23 +269,41 @@ impl Inner {
                     bounded!(refresh(session, &mut q));
                 }
                 Step::Holder(i) => {
-                    let token = line.token(i);
+                    let Some(me) = &line.entries[i].node else {
+                        continue;
+                    };
+                    // A permit that came after a wait is claimed (see
+                    // `crate::claim`): that moves the next waiter up.
+                    let after_wait = !q.at_creation && me.known.version == 0;
+                    let node = match after_wait && matches!(mark, Mark::Permit(_)) {
+                        true => bounded!(claim(client, &q.path, &me.known)),
+                        false => Some(me.known.clone()),
+                    };
+                    let (Some(node), Some(token)) = (node, line.token(i)) else {
+                        // Deleted as a dead waiter's: queue again.
+                        cleanup.disarm();
+                        return Ok(Waited::Restart);
+                    };
                     if mark == Mark::Write && !bounded!(record_write(client, &q.parent, &q.path, token)) {
                         cleanup.disarm();
                         return Ok(Waited::Restart);
                     }
                     cleanup.disarm();
-                    let lease = lease(session, &q.path, &line.entries[i].known, token, &q.epoch);
+                    let lease = self.kind_lease(session, (&q.path, &node), token, &q.epoch);
                     return Ok(Waited::Acquired(lease));
                 }
                 Step::Join(i) => {
-                    let Entry { path, known, .. } = &line.entries[i];
+                    let Entry { path, node, .. } = &line.entries[i];
+                    let (Some(node), Some(token)) = (node, line.token(i)) else {
+                        bounded!(refresh(session, &mut q));
+                        continue;
+                    };
                     let add = change(
                         client,
                         path,
                         owner,
                         None,
-                        Some(known.clone()),
+                        Some(node.known.clone()),
                         Change::Add(attempt),
                         None,
                     );
@@ -212,8 +317,12 @@ impl Inner {
                             // line a moment longer).
                             cleanup.disarm();
                             Leftover::node_only(session, &q, owner, attempt).spawn();
-                            let lease = lease(session, path, &node, line.token(i), &q.epoch);
-                            return Ok(Waited::Acquired(lease));
+                            return Ok(Waited::Acquired(self.kind_lease(
+                                session,
+                                (path, &node),
+                                token,
+                                &q.epoch,
+                            )));
                         }
                         // Gone meanwhile: look again.
                         None => bounded!(refresh(session, &mut q)),
@@ -221,14 +330,21 @@ impl Inner {
                 }
                 Step::Beside(w) => {
                     let writer = &line.entries[w];
-                    let token = writer.known.czxid;
-                    let Some(me) = line.entries.iter().find(|e| e.child.name == q.me.name) else {
+                    let Some(token) = writer.node.as_ref().map(|n| n.known.czxid) else {
+                        continue;
+                    };
+                    let Some(me) = line
+                        .entries
+                        .iter()
+                        .find(|e| e.child.name == q.me.name)
+                        .and_then(|e| e.node.as_ref())
+                    else {
                         continue;
                     };
                     let mut data = me.known.data.clone();
                     data.token = Some(token);
                     let encoded = data.encode();
-                    let set = set_while(client, &writer.path, &q.path, &encoded, me.known.version);
+                    let set = go_beside(session, &writer.path, &q.path, &encoded, me.known.version);
                     match until(deadline, set).await {
                         None => return Ok(give_up(cleanup).await),
                         Some(Ok(Some(version))) => {
@@ -238,7 +354,12 @@ impl Inner {
                                 version,
                                 czxid: me.known.czxid,
                             };
-                            return Ok(Waited::Acquired(lease(session, &q.path, &node, token, &q.epoch)));
+                            return Ok(Waited::Acquired(self.kind_lease(
+                                session,
+                                (&q.path, &node),
+                                token,
+                                &q.epoch,
+                            )));
                         }
                         // Written or not: the next reading says.
                         Some(Err(e)) if is_connection_loss(&e) => bounded!(sync(client, &q.parent)),
@@ -251,10 +372,26 @@ impl Inner {
                 Step::Wait(_) if try_only || deadline.is_some_and(|d| Instant::now() >= d) => {
                     return Ok(give_up(cleanup).await);
                 }
-                Step::Wait(nodes) => {
-                    let armed = async { ZkResult::Ok(arm(client, &q.parent, &nodes, &q.queue).await?.map(any_event)) };
+                Step::Wait(watches) => {
+                    let armed = listed_with.filter(|_| watches == [Watch::Children]);
+                    if armed.is_none() && watches.contains(&Watch::Children) {
+                        Counters::bump(&session.counters().listings);
+                    }
+                    let armed = async {
+                        ZkResult::Ok(match armed {
+                            Some(watcher) => Some(any_event(vec![watcher])),
+                            None => arm(client, &q.parent, &watches, &q.queue).await?.map(any_event),
+                        })
+                    };
                     watch_step!(self, deadline, session, name, cleanup, armed);
-                    bounded!(refresh(session, &mut q));
+                    // Woken by its predecessor's claim, a semaphore's
+                    // waiter is likely the first one now: it lists and
+                    // arms its watch of the children in one request.
+                    if matches!(watches.as_slice(), [Watch::Claim(_)]) {
+                        watching = bounded!(refresh_watching(session, &mut q));
+                    } else {
+                        bounded!(refresh(session, &mut q));
+                    }
                 }
             }
         }

@@ -308,6 +308,24 @@ pub fn shares(children: &[String]) -> Vec<Share> {
     shares
 }
 
+/// The prefix of a read-write lock's *beside markers*: one ephemeral node
+/// `beside-<reader node name>` per reader granted beside its owner's write
+/// hold, made in the same `multi` that records the write token in the
+/// reader's data. Not a contender's name ([`Child::parse`] skips it), so a
+/// listing alone says which readers hold beside a writer: a writer that
+/// comes first reads no other node to know whom it waits for.
+const BESIDE_PREFIX: &str = "beside-";
+
+/// The name of the beside marker of the reader node `reader`.
+pub fn beside_name(reader: &str) -> String {
+    format!("{BESIDE_PREFIX}{reader}")
+}
+
+/// The reader nodes that beside markers among `children` name.
+pub fn besides(children: &[String]) -> Vec<&str> {
+    children.iter().filter_map(|c| c.strip_prefix(BESIDE_PREFIX)).collect()
+}
+
 /// What a lock node holds: its owner, one attempt id per share of the hold
 /// it carries (the node's part of the hold count is their number), and on a
 /// share node the hold's token.
@@ -374,6 +392,12 @@ impl NodeData {
         let owner = lines.next()?.to_owned();
         (!owner.is_empty()).then_some(NodeData { owner, token, attempts })
     }
+}
+
+/// The last write token in a read-write lock parent's data (0: never
+/// written).
+pub fn parse_last_write(data: &[u8]) -> i64 {
+    std::str::from_utf8(data).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 /// The last segment of a node's path.
@@ -449,6 +473,17 @@ mod tests {
         );
         assert_eq!(Share::parse("share-x-y"), None);
         assert_eq!(found[0].path("/lock-x"), format!("/lock-x/{name}"));
+    }
+
+    #[test]
+    fn beside_markers_are_not_contenders() {
+        let reader = format!("{}r-0000000003", child_stem(7, "0000000000000001"));
+        let marker = beside_name(&reader);
+        assert_eq!(Child::parse(&marker), None);
+        assert_eq!(Share::parse(&marker), None);
+        let children = vec![marker, reader.clone()];
+        assert_eq!(besides(&children), [reader.as_str()]);
+        assert_eq!(queue_of(&children, Mark::Read).len(), 1);
     }
 
     #[test]

@@ -52,13 +52,18 @@
 //! names), with the kind in each contender node's name. A permit is a node
 //! among the first N of its semaphore's line (its token its creation zxid;
 //! the count is in every node's name, and a request with another count
-//! than a node before it gets `LockError::Conflict`); a waiting permit
-//! watches the parent's children. A writer holds when it is first in the
+//! than a node before it gets `LockError::Conflict`); the first waiting
+//! permit watches the parent's children, every one behind it its
+//! predecessor's data, which that one's claim changes when it comes to
+//! hold. A writer holds when it is first in the
 //! read-write lock's line and watches its predecessor; a reader holds when
 //! no writer comes before it and watches the last one that does, so a
 //! waiting writer keeps new readers out. A reader of the owner of the
-//! holding writer is granted beside it (a downgrade), and the writer
-//! coming first after it waits for it too. A writer records its token in
+//! holding writer is granted beside it (a downgrade, marked by a node
+//! `beside-<reader>` so that a listing shows it), and the writer
+//! coming first after it waits for it too. Each step of a waiter is one
+//! listing (and reads of its own owner's nodes only), and each release
+//! wakes only the waiters it admits. A writer records its token in
 //! the read-write lock's parent, which is persistent for that reason:
 //! readers carry the last write token, also once nobody holds the lock.
 //! Re-entry (a second read or write hold of an owner) and a repeated
@@ -128,6 +133,7 @@ mod acquire;
 mod backend;
 mod cache;
 mod change;
+mod claim;
 mod config;
 mod conn;
 mod error;

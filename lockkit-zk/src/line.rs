@@ -1,25 +1,42 @@
 //! The line of a semaphore or a read-write lock ([`Line`]): its contender
-//! nodes with their data, read pipelined, which of them hold, and the next
-//! step of a contender ([`plan`]).
+//! nodes in listing order, the data of the few a step needs, which of them
+//! hold, and the next step of a contender ([`plan`]).
+//!
+//! Every step costs O(1) requests whatever the length of the line: one
+//! listing, and beside it reads of this owner's nodes only (for re-entry
+//! and repeated attempts) and of a read-write lock's parent (the last
+//! write token) — the kind, the permit count, the owner's tag and a
+//! reader's grant beside a writer are all in names. Each waiter watches one
+//! node (a reader behind its owner's queued writer: two), so a release wakes
+//! only the waiters it admits.
 //!
 //! **Semaphore** of N permits: a contender holds when fewer than N nodes
-//! come before it (each node one permit, with its creation zxid as token);
-//! a waiter watches the parent's children (any permit that goes may let it
-//! in, so no single node can be watched). The count is in every node's
-//! name: a contender with another count than a node before it is refused
-//! (`Conflict`). A node of the same attempt that holds is the same permit.
+//! come before it (each node one permit, with its creation zxid as token).
+//! The first waiter (N nodes before it) watches the parent's children: any
+//! of the N that goes lets it in. Every waiter behind it watches its
+//! predecessor's data: that one's claim (see below) or its going moves it
+//! up. The count is in every node's name: a contender with another count
+//! than a node before it is refused (`Conflict`). A node of the same
+//! attempt that holds is the same permit.
 //!
-//! **Read-write lock**: a writer holds when it is first and no reader
-//! granted beside its owner's write hold stands (below); it watches its
-//! predecessor. A reader holds when no writer comes before it; it watches
-//! the last writer before it. A reader of the owner of the first, holding,
-//! writer is granted beside it (and so downgrades): its node records that
-//! writer's token in its data (`NodeData::token`), written only while that
-//! writer's node stands (a `multi` with a check), and a later writer that
-//! comes first waits for such readers of other owners too. Re-entry (and a
-//! repeated attempt) adds the attempt to the owner's holding node of this
-//! session. A reader's token is the last write token, kept in the parent's
-//! data (see [`crate::kinds`]).
+//! **Read-write lock** (Curator's `InterProcessReadWriteLock` recipe): a
+//! writer holds when it is first and no reader granted beside another
+//! owner's write hold stands (below); it watches its predecessor. A reader
+//! holds when no writer comes before it; it watches the last writer before
+//! it. A reader of the owner of the first, holding, writer is granted
+//! beside it (and so downgrades): its node records that writer's token in
+//! its data (`NodeData::token`), written only while that writer's node
+//! stands (a `multi` with a check) and with a beside marker (see
+//! `layout::beside_name`), and a later writer that comes first waits for
+//! such readers of other owners too. Re-entry (and a repeated attempt) adds
+//! the attempt to the owner's holding node of this session. A reader's
+//! token is the last write token, kept in the parent's data (see
+//! [`crate::kinds`]). Readers and writers watch for their nodes' going
+//! only (a children watch of the node, which has none), not for claims.
+//!
+//! **Claims**: a permit that comes to hold after it queued writes its node
+//! (version 0 to 1, see [`crate::claim`]) before it is handed out: the
+//! semaphore's waiter behind it wakes on that claim.
 
 use lockkit_core::LockInfo;
 use lockkit_core::backend::{Hold, LockKind};
@@ -27,17 +44,26 @@ use zookeeper_client::{Client, Error as ZkError, Stat};
 
 use crate::change::Known;
 use crate::error::is_connection_loss;
-use crate::layout::{Child, Mark, NodeData, queue_of};
+use crate::layout::{Child, Mark, NodeData, besides, parse_last_write, queue_of};
 use crate::queue::{ZkResult, get, list, read, sync};
 
-/// One contender of the line, as read.
+/// A contender node's data and session, as read.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(crate) known: Known,
+    /// The session the (ephemeral) node belongs to.
+    pub(crate) session: i64,
+}
+
+/// One contender of the line.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     pub(crate) child: Child,
     pub(crate) path: String,
-    pub(crate) known: Known,
-    /// The session the (ephemeral) node belongs to.
-    pub(crate) session: i64,
+    /// Its data, if read (see [`Scope`]) and still there.
+    pub(crate) node: Option<Node>,
+    /// A reader granted beside a write hold (it has a beside marker).
+    pub(crate) beside: bool,
 }
 
 impl Entry {
@@ -46,12 +72,28 @@ impl Entry {
     }
 
     /// The token of the write hold a reader was granted beside.
-    fn beside(&self) -> Option<i64> {
-        self.known.data.token.filter(|_| self.is(Mark::Read))
+    fn beside_token(&self) -> Option<i64> {
+        self.node
+            .as_ref()
+            .and_then(|n| n.known.data.token)
+            .filter(|_| self.is(Mark::Read))
     }
 
-    fn owner(&self) -> &str {
-        &self.known.data.owner
+    fn owner(&self) -> Option<&str> {
+        self.node.as_ref().map(|n| n.known.data.owner.as_str())
+    }
+
+    fn session(&self) -> Option<i64> {
+        self.node.as_ref().map(|n| n.session)
+    }
+
+    /// Whether this node is `owner`'s in `session` (known only once read).
+    fn of(&self, owner: &str, session: i64) -> bool {
+        self.owner() == Some(owner) && self.session() == Some(session)
+    }
+
+    fn same_holder(&self, other: &Entry) -> bool {
+        self.node.is_some() && self.owner() == other.owner() && self.session() == other.session()
     }
 }
 
@@ -61,31 +103,90 @@ pub(crate) struct Line {
     pub(crate) entries: Vec<Entry>,
     /// A read-write lock's last write token (0: never written).
     pub(crate) last_write: i64,
+    /// How many nodes were read for it.
+    pub(crate) reads: usize,
 }
 
-/// The last write token in a read-write lock parent's data.
-pub(crate) fn parse_last_write(data: &[u8]) -> i64 {
-    std::str::from_utf8(data).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+/// Whose nodes' data a reading of the line takes (a reader granted beside a
+/// writer, and the first node when there is such a reader, always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Every node's: the inspections.
+    All,
+    /// The nodes of the owner with this tag (which include the reader's
+    /// own): a contender's step, a release.
+    Owner(u64),
+    /// None but what the grants need: counting the waiters.
+    Grants,
 }
 
 /// A node's data being read.
 type Reading<'a> = std::pin::Pin<Box<dyn Future<Output = ZkResult<(Vec<u8>, Stat)>> + Send + 'a>>;
 
-/// The line of `parent` whose contenders (of the kind of `mark`) are
-/// `queue`: every node's data, and a read-write lock's last write token,
-/// read pipelined. A node gone meanwhile is left out.
-pub(crate) async fn read_line(client: &Client, parent: &str, queue: &[Child], mark: Mark) -> ZkResult<Line> {
+/// A listing of a line's parent, as a contender knows it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Listed<'a> {
+    /// The contenders of the kind of `mark`, in line order.
+    pub(crate) queue: &'a [Child],
+    /// The readers granted beside a writer (see `layout::beside_name`).
+    pub(crate) beside: &'a [String],
+    pub(crate) mark: Mark,
+    /// The contender's own node as it knows it (not read again: a write
+    /// it does not know of only makes its next versioned write fail).
+    pub(crate) own: Option<(&'a Child, &'a Node)>,
+    /// A read-write lock's last write token, read with the listing.
+    pub(crate) last_write: Option<i64>,
+}
+
+/// The line of `parent` as `listed`: the data of the nodes `scope` names,
+/// and a read-write lock's last write token unless known, read pipelined.
+/// The listing decides the order; a node read gone meanwhile stays in line
+/// unread.
+pub(crate) async fn read_line(client: &Client, parent: &str, listed: Listed<'_>, scope: Scope) -> ZkResult<Line> {
+    let Listed {
+        queue,
+        beside,
+        mark,
+        own,
+        last_write,
+    } = listed;
     let rw = matches!(mark, Mark::Read | Mark::Write);
-    let parent_read: Option<Reading<'_>> = rw.then(|| Box::pin(client.get_data(parent)) as Reading<'_>);
-    let reads: Vec<(String, Reading<'_>)> = queue
-        .iter()
-        .map(|c| {
-            let path = c.path(parent);
+    let parent_read: Option<Reading<'_>> =
+        (rw && last_write.is_none()).then(|| Box::pin(client.get_data(parent)) as Reading<'_>);
+    let mut line = Line {
+        last_write: last_write.unwrap_or(0),
+        ..Line::default()
+    };
+    let mut reads = Vec::new();
+    for (i, child) in queue.iter().cloned().enumerate() {
+        let is_beside = rw && beside.contains(&child.name);
+        if let Some((me, node)) = own.filter(|(me, _)| me.name == child.name) {
+            line.entries.push(Entry {
+                child: me.clone(),
+                path: me.path(parent),
+                node: Some(node.clone()),
+                beside: is_beside,
+            });
+            continue;
+        }
+        let wanted = match scope {
+            Scope::All => true,
+            Scope::Owner(tag) => child.owner_tag == tag,
+            Scope::Grants => false,
+        } || is_beside
+            || (i == 0 && rw && !beside.is_empty());
+        let path = child.path(parent);
+        if wanted {
             let read: Reading<'_> = Box::pin(client.get_data(&path));
-            (path, read)
-        })
-        .collect();
-    let mut line = Line::default();
+            reads.push((i, path.clone(), read));
+        }
+        line.entries.push(Entry {
+            child,
+            path,
+            node: None,
+            beside: is_beside,
+        });
+    }
     if let Some(reading) = parent_read {
         line.last_write = match reading.await {
             Ok((data, _)) => parse_last_write(&data),
@@ -94,7 +195,8 @@ pub(crate) async fn read_line(client: &Client, parent: &str, queue: &[Child], ma
             Err(e) => return Err(e),
         };
     }
-    for (child, (path, reading)) in queue.iter().zip(reads) {
+    line.reads = reads.len();
+    for (i, path, reading) in reads {
         let node = match reading.await {
             Ok((data, stat)) => Some((NodeData::decode(&data), stat)),
             Err(ZkError::NoNode) => None,
@@ -102,77 +204,83 @@ pub(crate) async fn read_line(client: &Client, parent: &str, queue: &[Child], ma
             Err(e) => return Err(e),
         };
         if let Some((Some(data), stat)) = node {
-            line.entries.push(Entry {
-                child: child.clone(),
+            line.entries[i].node = Some(Node {
                 session: stat.ephemeral_owner,
                 known: Known::read(data, &stat),
-                path,
             });
         }
     }
     Ok(line)
 }
 
-/// The line of `name` of `kind`, listed and read now.
-pub(crate) async fn line_of(client: &Client, parent: &str, kind: LockKind) -> ZkResult<Line> {
-    let mark = Mark::of(kind);
+/// The line of `name` of `kind`, listed and read now (the data `scope`
+/// names).
+pub(crate) async fn line_of(client: &Client, parent: &str, kind: LockKind, scope: Scope) -> ZkResult<Line> {
     let children = list(client, parent).await?;
-    read_line(client, parent, &queue_of(&children, mark), mark).await
+    let mark = Mark::of(kind);
+    let beside: Vec<String> = besides(&children).into_iter().map(str::to_owned).collect();
+    let queue = queue_of(&children, mark);
+    let listed = Listed {
+        queue: &queue,
+        beside: &beside,
+        mark,
+        own: None,
+        last_write: None,
+    };
+    read_line(client, parent, listed, scope).await
 }
 
 /// The line of `name` of `kind` as every other client's answered writes
 /// left it: read after a `sync` (the server read from, a follower of an
 /// ensemble, has applied what the leader committed before), for the
 /// inspections (`holders`, `waiting_for`).
-pub(crate) async fn line_synced(client: &Client, parent: &str, kind: LockKind) -> ZkResult<Line> {
+pub(crate) async fn line_synced(client: &Client, parent: &str, kind: LockKind, scope: Scope) -> ZkResult<Line> {
     match sync(client, parent).await {
         Ok(()) | Err(ZkError::NoNode) => {}
         Err(e) => return Err(e),
     }
-    line_of(client, parent, kind).await
+    line_of(client, parent, kind, scope).await
 }
 
 impl Line {
-    /// Whether the contender at `i` holds.
+    /// Whether the contender at `i` holds (or, unclaimed, may take its
+    /// hold: see [`crate::claim`]).
     pub(crate) fn granted(&self, i: usize) -> bool {
         let e = &self.entries[i];
         match e.child.mark {
             Mark::Permit(n) => i < n as usize,
-            Mark::Write => {
-                i == 0
-                    && self
-                        .entries
-                        .iter()
-                        .all(|x| x.beside().is_none() || (x.owner() == e.owner() && x.session == e.session))
-            }
-            Mark::Read => e.beside().is_some() || !self.entries[..i].iter().any(|x| x.is(Mark::Write)),
+            Mark::Write => i == 0 && self.entries.iter().all(|x| !x.beside || x.same_holder(e)),
+            Mark::Read => e.beside || !self.entries[..i].iter().any(|x| x.is(Mark::Write)),
             Mark::Mutex => i == 0,
         }
     }
 
-    /// The fencing token of the hold at `i`: a reader's is the last write
-    /// token (or that of the write hold it was granted beside), anyone
-    /// else's its node's creation zxid.
-    pub(crate) fn token(&self, i: usize) -> i64 {
+    /// The fencing token of the hold at `i` (read): a reader's is the last
+    /// write token (or that of the write hold it was granted beside),
+    /// anyone else's its node's creation zxid.
+    pub(crate) fn token(&self, i: usize) -> Option<i64> {
         let e = &self.entries[i];
         match e.child.mark {
-            Mark::Read => e.beside().unwrap_or(self.last_write),
-            _ => e.known.czxid,
+            Mark::Read => Some(e.beside_token().unwrap_or(self.last_write)),
+            _ => e.node.as_ref().map(|n| n.known.czxid),
         }
     }
 
-    /// The holds of `kind`, in line (= grant) order.
+    /// The holds of `kind` (as read), in line (= grant) order.
     pub(crate) fn holders(&self, name: &str, kind: LockKind) -> Vec<LockInfo> {
         let mark = Mark::of(kind);
         (0..self.entries.len())
             .filter(|&i| self.granted(i) && mark.same_space(self.entries[i].child.mark))
             .filter(|&i| !matches!(mark, Mark::Read | Mark::Write) || self.entries[i].is(mark))
-            .map(|i| LockInfo {
-                name: name.to_owned(),
-                owner: self.entries[i].owner().to_owned(),
-                hold_count: self.entries[i].known.data.count(),
-                token: self.token(i) as u64,
-                remaining: None,
+            .filter_map(|i| {
+                let node = self.entries[i].node.as_ref()?;
+                Some(LockInfo {
+                    name: name.to_owned(),
+                    owner: node.known.data.owner.clone(),
+                    hold_count: node.known.data.count(),
+                    token: self.token(i)? as u64,
+                    remaining: None,
+                })
             })
             .collect()
     }
@@ -184,24 +292,38 @@ impl Line {
 
     /// Where the hold `hold` is in the line: its node (a reader's of
     /// `session`: an owner's readers of other sessions are holds of their
-    /// own).
+    /// own). The line must have read the owner's nodes.
     pub(crate) fn find(&self, hold: &Hold, session: i64) -> Option<usize> {
         let mark = Mark::of(hold.kind);
         (0..self.entries.len()).find(|&i| {
             let e = &self.entries[i];
-            let token = i64::try_from(hold.token).ok() == Some(self.token(i));
+            let token = i64::try_from(hold.token).ok() == self.token(i);
             let same = match mark {
-                Mark::Read => e.is(Mark::Read) && e.session == session && self.granted(i),
+                Mark::Read => e.is(Mark::Read) && e.session() == Some(session) && self.granted(i),
                 Mark::Write => e.is(Mark::Write),
                 _ => mark.same_space(e.child.mark),
             };
-            same && token && e.owner() == hold.owner
+            same && token && e.owner() == Some(hold.owner.as_str())
         })
     }
 
     fn position(&self, me: &Child) -> Option<usize> {
         self.entries.iter().position(|e| e.child.name == me.name)
     }
+}
+
+/// A node a waiter watches, and for what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Watch {
+    /// This node's going (a children watch of the node itself: it has no
+    /// children, so only its deletion fires it).
+    Gone(String),
+    /// This node's claim or its going (a data watch): a semaphore's waiter
+    /// moves up when its predecessor takes a permit.
+    Claim(String),
+    /// Any change of the parent's children: the semaphore's first waiter,
+    /// whom any permit that goes lets in.
+    Children,
 }
 
 /// What a contender of a semaphore or read-write lock does next.
@@ -217,23 +339,25 @@ pub(crate) enum Step {
     /// A reader of the owner of the holding writer at this index: granted
     /// beside it.
     Beside(usize),
-    /// Wait for any of the nodes of these names to go or change (none: for
-    /// any change of the parent's children).
-    Wait(Vec<String>),
+    /// Wait for any of these (never empty).
+    Wait(Vec<Watch>),
     /// The request does not fit the name's state.
     Conflict(String),
 }
 
 /// The next step of the contender `me` of `owner` (in `session`) asking
-/// with `attempt`.
+/// with `attempt`, on a line that read the owner's nodes.
 pub(crate) fn plan(line: &Line, me: &Child, owner: &str, session: i64, attempt: &str) -> Step {
     let Some(p) = line.position(me) else {
         return Step::Gone;
     };
     let entries = &line.entries;
+    if entries[p].node.is_none() {
+        return Step::Gone;
+    }
     let ours = |i: usize, mark: Mark| {
         let e = &entries[i];
-        i != p && e.is(mark) && e.owner() == owner && e.session == session && line.granted(i)
+        i != p && e.is(mark) && e.of(owner, session) && line.granted(i)
     };
     let others = 0..entries.len();
     match me.mark {
@@ -245,16 +369,17 @@ pub(crate) fn plan(line: &Line, me: &Child, owner: &str, session: i64, attempt: 
             if let Some(m) = other {
                 return Step::Conflict(format!("the semaphore has {m} permits, the request says {n}"));
             }
-            if let Some(i) = others
-                .clone()
-                .find(|&i| ours(i, me.mark) && entries[i].known.data.has(attempt))
-            {
+            let repeated = |i: usize| entries[i].node.as_ref().is_some_and(|x| x.known.data.has(attempt));
+            if let Some(i) = others.clone().find(|&i| ours(i, me.mark) && repeated(i)) {
                 return Step::Join(i);
             }
             if line.granted(p) {
                 return Step::Holder(p);
             }
-            Step::Wait(Vec::new())
+            match p == n as usize {
+                true => Step::Wait(vec![Watch::Children]),
+                false => Step::Wait(vec![Watch::Claim(entries[p - 1].child.name.clone())]),
+            }
         }
         Mark::Read => {
             if let Some(i) = others.clone().find(|&i| ours(i, Mark::Read)) {
@@ -269,24 +394,23 @@ pub(crate) fn plan(line: &Line, me: &Child, owner: &str, session: i64, attempt: 
             // The last writer before it going lets it in; so may the owner's
             // own writer before it coming to hold (beside it): watch what
             // that one waits for too.
-            let mut on: Vec<String> = entries[..p]
+            let mut on: Vec<Watch> = entries[..p]
                 .iter()
                 .rev()
                 .find(|e| e.is(Mark::Write))
+                .map(|e| Watch::Gone(e.child.name.clone()))
                 .into_iter()
-                .map(|e| e.child.name.clone())
                 .collect();
             let own = entries[..p]
                 .iter()
-                .position(|e| e.is(Mark::Write) && e.owner() == owner && e.session == session);
+                .position(|e| e.is(Mark::Write) && e.of(owner, session));
             if let Some(j) = own {
                 let ahead = match j {
-                    0 => entries
-                        .iter()
-                        .find(|e| e.beside().is_some() && (e.owner() != owner || e.session != session)),
+                    0 => entries.iter().find(|e| e.beside && !e.of(owner, session)),
                     _ => entries.get(j - 1),
                 };
-                on.extend(ahead.map(|e| e.child.name.clone()).filter(|n| !on.contains(n)));
+                let ahead = ahead.map(|e| Watch::Gone(e.child.name.clone()));
+                on.extend(ahead.filter(|w| !on.contains(w)));
             }
             Step::Wait(on)
         }
@@ -303,10 +427,14 @@ pub(crate) fn plan(line: &Line, me: &Child, owner: &str, session: i64, attempt: 
                 return Step::Holder(p);
             }
             let ahead = match p {
-                0 => entries.iter().find(|e| e.beside().is_some() && e.owner() != owner),
+                0 => entries.iter().find(|e| e.beside && !e.same_holder(&entries[p])),
                 _ => entries.get(p - 1),
             };
-            Step::Wait(ahead.map(|e| e.child.name.clone()).into_iter().collect())
+            match ahead {
+                Some(e) => Step::Wait(vec![Watch::Gone(e.child.name.clone())]),
+                // Not granted, nobody ahead: cannot be; look again.
+                None => Step::Wait(vec![Watch::Children]),
+            }
         }
         Mark::Mutex => Step::Gone,
     }
@@ -339,19 +467,23 @@ mod tests {
                 data.token = *token;
                 Entry {
                     path: child.path("/rw"),
+                    beside: *mark == Mark::Read && token.is_some(),
                     child,
-                    known: Known {
-                        data,
-                        version: 0,
-                        czxid: 100 + seq,
-                    },
-                    session: *session,
+                    node: Some(Node {
+                        known: Known {
+                            data,
+                            version: 0,
+                            czxid: 100 + seq,
+                        },
+                        session: *session,
+                    }),
                 }
             })
             .collect();
         Line {
             entries,
             last_write: 50,
+            reads: 0,
         }
     }
 
@@ -365,8 +497,17 @@ mod tests {
         let p = Mark::Permit(2);
         let l = line(&[(p, "a", ME, None), (p, "b", 2, None), (p, "c", 3, None)]);
         assert_eq!(step(&l, 1, "b"), Step::Holder(1));
-        assert_eq!(step(&l, 2, "c"), Step::Wait(Vec::new()));
+        assert_eq!(step(&l, 2, "c"), Step::Wait(vec![Watch::Children]));
         assert_eq!(l.waiting(), 1);
+        // Behind the first waiter: its predecessor's claim moves it up.
+        let l = line(&[
+            (p, "a", 2, None),
+            (p, "b", 3, None),
+            (p, "c", 4, None),
+            (p, "d", ME, None),
+        ]);
+        let claim = Watch::Claim(l.entries[2].child.name.clone());
+        assert_eq!(step(&l, 3, "d"), Step::Wait(vec![claim]));
         let l = line(&[(p, "a", ME, None), (Mark::Permit(5), "b", ME, None)]);
         assert!(matches!(step(&l, 1, "b"), Step::Conflict(_)));
         assert_eq!(l.holders("x", LockKind::Permit { permits: 2 }).len(), 2);
@@ -382,14 +523,14 @@ mod tests {
             (r, "d", ME, None),
         ]);
         assert_eq!(step(&l, 1, "b"), Step::Holder(1));
-        assert_eq!(l.token(1), 50, "a reader carries the last write token");
-        let name = |i: usize| l.entries[i].child.name.clone();
-        assert_eq!(step(&l, 2, "c"), Step::Wait(vec![name(1)]));
-        assert_eq!(step(&l, 3, "d"), Step::Wait(vec![name(2)]));
+        assert_eq!(l.token(1), Some(50), "a reader carries the last write token");
+        let gone = |i: usize| Watch::Gone(l.entries[i].child.name.clone());
+        assert_eq!(step(&l, 2, "c"), Step::Wait(vec![gone(1)]));
+        assert_eq!(step(&l, 3, "d"), Step::Wait(vec![gone(2)]));
         assert_eq!(l.waiting(), 2);
         let l = line(&[(w, "c", ME, None), (r, "a", 2, None)]);
         assert_eq!(step(&l, 0, "c"), Step::Holder(0));
-        assert_eq!(l.token(0), 101);
+        assert_eq!(l.token(0), Some(101));
     }
 
     #[test]
@@ -408,14 +549,14 @@ mod tests {
         // Behind its owner's queued writer, a reader also watches what
         // that writer waits for: it may go beside it once it holds.
         let l = line(&[(w, "c", 2, None), (w, "a", ME, None), (r, "a", ME, None)]);
-        let name = |i: usize| l.entries[i].child.name.clone();
-        assert_eq!(step(&l, 2, "a"), Step::Wait(vec![name(1), name(0)]));
+        let gone = |i: usize| Watch::Gone(l.entries[i].child.name.clone());
+        assert_eq!(step(&l, 2, "a"), Step::Wait(vec![gone(1), gone(0)]));
         let l = line(&[(w, "c", 2, None), (r, "a", ME, Some(101))]);
         assert!(!l.granted(0) && l.granted(1));
-        assert_eq!(l.token(1), 101);
+        assert_eq!(l.token(1), Some(101));
         assert_eq!(
             plan(&l, &l.entries[0].child, "c", 2, "0000000000000001"),
-            Step::Wait(vec![l.entries[1].child.name.clone()])
+            Step::Wait(vec![Watch::Gone(l.entries[1].child.name.clone())])
         );
     }
 }

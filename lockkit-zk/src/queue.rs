@@ -4,14 +4,18 @@
 //! a node carries is in [`crate::change`], the hold the queue carries in
 //! [`crate::hold`], what a failed acquisition left in [`crate::leftover`].
 
+use std::future::Future;
+
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, Stat};
+use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher, Stat};
 
 use crate::change::Known;
-use crate::conn::Session;
 use crate::conn::reconnect::Reconnect;
+use crate::conn::{Counters, Session};
 use crate::error::is_connection_loss;
-use crate::layout::{Child, Mark, NodeData, Share, child_prefix, child_stem, queue_of, shares};
+use crate::layout::{
+    Child, Mark, NodeData, Share, besides, child_prefix, child_stem, parse_last_write, queue_of, shares,
+};
 
 pub(crate) type ZkResult<T> = Result<T, ZkError>;
 
@@ -25,8 +29,20 @@ pub(crate) struct Queued {
     pub(crate) queue: Vec<Child>,
     /// The share nodes of the last listing.
     pub(crate) shares: Vec<Share>,
+    /// The readers the beside markers of the last listing name (a
+    /// read-write lock's, see `layout::beside_name`).
+    pub(crate) beside: Vec<String>,
+    /// A reader's: the read-write lock's last write token, read right
+    /// behind the last listing.
+    pub(crate) last_write: Option<i64>,
     /// The connection epoch the listing was made in.
     pub(crate) epoch: CancellationToken,
+    /// The listing is the one made right behind the node's create, and
+    /// nothing changed among the parent's children in between (its `pzxid`
+    /// is the node's creation zxid): the line as it was when the node was
+    /// created. A permit granted on it held from its create on and is taken
+    /// without a claim (see [`crate::claim`]).
+    pub(crate) at_creation: bool,
 }
 
 /// What a contender does next, from the last listing.
@@ -136,10 +152,76 @@ pub(crate) async fn get(client: &Client, path: &str) -> ZkResult<Option<(Vec<u8>
 /// Lists the parent again, noting the connection epoch first.
 pub(crate) async fn refresh(session: &Session, q: &mut Queued) -> ZkResult<()> {
     q.epoch = session.epoch();
-    let children = list(&session.client, &q.parent).await?;
-    q.queue = queue_of(&children, q.me.mark);
-    q.shares = shares(&children);
-    Ok(())
+    Counters::bump(&session.counters().listings);
+    let client = &session.client;
+    let listing = client.list_children(&q.parent);
+    let reading = q.last_write_read(client);
+    let children = match listing.await {
+        Ok(children) => children,
+        Err(ZkError::NoNode) => Vec::new(),
+        Err(e) if is_connection_loss(&e) => list(client, &q.parent).await?,
+        Err(e) => return Err(e),
+    };
+    q.listed(&children);
+    q.last_write_from(client, reading).await
+}
+
+/// Lists the parent again as [`refresh`] does, arming a watch of its
+/// children with the same request: `None` when the answer was lost (then
+/// listed without one). For a waiter that expects to wait for the
+/// children's next change: it arms that watch without a second listing.
+pub(crate) async fn refresh_watching(session: &Session, q: &mut Queued) -> ZkResult<Option<OneshotWatcher>> {
+    q.epoch = session.epoch();
+    Counters::bump(&session.counters().listings);
+    let listing = session.client.list_and_watch_children(&q.parent);
+    let reading = q.last_write_read(&session.client);
+    match listing.await {
+        Ok((children, watcher)) => {
+            q.listed(&children);
+            q.last_write_from(&session.client, reading).await?;
+            Ok(Some(watcher))
+        }
+        Err(ZkError::NoNode) => {
+            q.listed(&[]);
+            Ok(None)
+        }
+        Err(e) if is_connection_loss(&e) => refresh(session, q).await.map(|()| None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The parent's data being read.
+type ParentRead = std::pin::Pin<Box<dyn Future<Output = ZkResult<(Vec<u8>, Stat)>> + Send>>;
+
+impl Queued {
+    /// A reader's read of the read-write lock's last write token, sent
+    /// now: right behind the listing, so it has seen the token every
+    /// writer the listing shows gone recorded.
+    fn last_write_read(&self, client: &Client) -> Option<ParentRead> {
+        (self.me.mark == Mark::Read).then(|| Box::pin(client.get_data(&self.parent)) as ParentRead)
+    }
+
+    /// Takes the last write token `reading` read.
+    async fn last_write_from(&mut self, client: &Client, reading: Option<ParentRead>) -> ZkResult<()> {
+        let Some(reading) = reading else { return Ok(()) };
+        self.last_write = Some(match reading.await {
+            Ok((data, _)) => parse_last_write(&data),
+            Err(ZkError::NoNode) => 0,
+            Err(e) if is_connection_loss(&e) => get(client, &self.parent)
+                .await?
+                .map_or(0, |(data, _)| parse_last_write(&data)),
+            Err(e) => return Err(e),
+        });
+        Ok(())
+    }
+
+    /// Takes a new listing of the parent's children.
+    fn listed(&mut self, children: &[String]) {
+        self.at_creation = false;
+        self.queue = queue_of(children, self.me.mark);
+        self.shares = shares(children);
+        self.beside = besides(children).into_iter().map(str::to_owned).collect();
+    }
 }
 
 /// Creates this contender's node (and the parent, if needed) and lists the
@@ -173,7 +255,9 @@ pub(crate) async fn enqueue(
         multi.add_create(&prefix, &encoded, &session.contender_options())?;
         let sent = std::time::Instant::now();
         let create = multi.commit();
-        let listing = client.list_children(parent);
+        Counters::bump(&session.counters().listings);
+        let listing = client.get_children(parent);
+        let reading = (mark == Mark::Read).then(|| Box::pin(client.get_data(parent)) as ParentRead);
         let created = match create.await {
             Ok(results) => match results.into_iter().last() {
                 Some(MultiWriteResult::Create { path, stat }) => Ok((path, stat)),
@@ -235,20 +319,29 @@ pub(crate) async fn enqueue(
             }
             Err(e) => return Err(e),
         };
-        let children = match listing.await {
-            Ok(children) if children.contains(&name) => children,
-            _ => list(client, parent).await?,
+        let (children, at_creation, reading) = match listing.await {
+            Ok((children, stat)) if children.contains(&name) => (children, stat.pzxid == node.czxid, reading),
+            _ => {
+                let children = list(client, parent).await?;
+                let reading = (mark == Mark::Read).then(|| Box::pin(client.get_data(parent)) as ParentRead);
+                (children, false, reading)
+            }
         };
         let me = Child::parse(&name).ok_or_else(|| ZkError::UnexpectedError(format!("created node {name}")))?;
-        return Ok(Queued {
+        let mut q = Queued {
             parent: parent.to_owned(),
             path: me.path(parent),
             me,
             node,
             queue: queue_of(&children, mark),
             shares: shares(&children),
+            beside: besides(&children).into_iter().map(str::to_owned).collect(),
             epoch,
-        });
+            at_creation,
+            last_write: None,
+        };
+        q.last_write_from(client, reading).await?;
+        return Ok(q);
     }
 }
 
@@ -282,7 +375,10 @@ mod tests {
             },
             queue,
             shares: Vec::new(),
+            beside: Vec::new(),
+            last_write: None,
             epoch: CancellationToken::new(),
+            at_creation: false,
         }
     }
 

@@ -20,13 +20,21 @@ static ENSEMBLE_IN_USE: LazyLock<File> = LazyLock::new(|| {
 
 /// The kit for the server in `var`, with a 4 s session timeout so the crash
 /// case does not wait for the 10 s default.
+///
+/// A dead waiter's node leaves the line only when the server ends its
+/// session: the waiter behind it is served within the session timeout and
+/// the server's expiry tick after the release, not the 1.5 s the other
+/// backends keep (issue 29 item 4 is open for ZooKeeper).
 fn kit(var: &str) -> Option<Kit> {
     Kit::from_env(var, |url| async move {
         let sep = if url.contains('?') { '&' } else { '?' };
-        lockkit::connect(&format!("{url}{sep}session_timeout=4s")).await
+        lockkit::connect(&format!("{url}{sep}session_timeout={}s", SESSION.as_secs())).await
     })
-    .map(|k| k.with_stress(8, 50))
+    .map(|k| k.with_stress(8, 50).with_dead_waiter_bound(SESSION * 2))
 }
+
+/// The kit clients' session timeout.
+const SESSION: std::time::Duration = std::time::Duration::from_secs(4);
 
 mod single {
     lockkit_core::conformance_tests!(super::kit("LOCKKIT_ZK_URL"));

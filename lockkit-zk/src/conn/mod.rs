@@ -48,6 +48,10 @@ pub(crate) struct Counters {
     pub watches: AtomicU64,
     pub wakeups: AtomicU64,
     pub suspensions: AtomicU64,
+    /// Listings of a line's children by acquisitions.
+    pub listings: AtomicU64,
+    /// Reads of other contenders' nodes by acquisitions.
+    pub reads: AtomicU64,
 }
 
 impl Counters {
@@ -433,6 +437,11 @@ impl Session {
             _ => CreateMode::Container,
         };
         mode.with_acls(acls(self.secured))
+    }
+
+    /// The backend's counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     pub fn id_hex(&self) -> String {

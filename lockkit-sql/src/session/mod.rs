@@ -43,9 +43,12 @@
 //!   it waits for (`W`), and one per name it holds since a wait granted it
 //!   (`H`; a connection whose last hold is being released is taken by the
 //!   next wait when the server's answer comes, rather than a new one
-//!   opened). A crowd of any size on one name uses 3. Connections without
-//!   holds are kept for later waits, at most `max_connections` (default
-//!   10), and ending an abandoned wait uses one of them (or opens one).
+//!   opened). A crowd of any size on one name uses 3 at a time; a wait
+//!   that finds no spare and no connection coming back (a holder that has
+//!   not begun its release yet) opens one more. Connections without holds
+//!   are kept for later waits, at most `max_connections` (default 10), and
+//!   ending an abandoned wait uses one of them (or opens one): a client has
+//!   at most `1 + W + H + max_connections` open.
 //! - **Cancellation.** A task that leaves the line (its `lock` dropped, or
 //!   its own wait bound passed) just leaves; the server-side wait goes on
 //!   for the others. When the last task leaves, the wait is ended from

@@ -6,7 +6,7 @@
 //! per name, a free name goes to the first in line (unless the request is
 //! unfair), and a waiter sleeps until a change lets it in or the holder's
 //! expiry, whichever comes first. Each waiter has its own wake-up, and a
-//! change wakes only the waiters it admits ([`crate::admission`]): a release
+//! change wakes only the waiters it admits ([`crate::raw::admitted`]): a release
 //! costs one wake-up with 2 waiters or 2,000. Fencing
 //! tokens come from one counter per store, so they grow per name too; they
 //! are not durable (a store lives as long as a backend handle on it).

@@ -7,6 +7,13 @@
 //!   concurrency), each bar with its goal marked.
 //! - `w2-wait.svg`: the w2 acquire-wait distribution (CDF), one panel per
 //!   backend: lockkit fair and `fair=false`, and the peers.
+//! - `crowd.svg`: grants/s of the crowds, one panel per crowd size (and
+//!   one for the served-once crowd), each backend's group with the kinds
+//!   side by side: the issue asks whether a semaphore or a read-write lock
+//!   serves a crowd at least as fast as the mutex of the same backend,
+//!   which bars side by side answer at a glance, and whether that holds as
+//!   the crowd grows (a herd shows as a rate falling from panel to panel).
+//!   The waits are in the table and the JSON rows (p50, p99, max).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,11 +30,17 @@ const LEGEND_ROOM: f64 = 1.3;
 /// The suffix of a backend label whose URL turned the fair queue off.
 const UNFAIR: &str = " fair=false";
 
-/// Writes `throughput.svg`, `ratio.svg` (where a backend has a floor) and
-/// `w2-wait.svg` (where w2 ran) into `dir`.
+/// Writes `throughput.svg`, `ratio.svg` (where a backend has a floor),
+/// `w2-wait.svg` (where w2 ran) and `crowd.svg` (where a crowd ran) into
+/// `dir`.
 pub fn write(rows: &[Row], dir: &Path) -> Result<(), BenchError> {
     std::fs::create_dir_all(dir)?;
-    throughput(rows, &dir.join("throughput.svg"))?;
+    if rows.is_empty() || rows.iter().any(|r| r.crowd.is_none()) {
+        throughput(rows, &dir.join("throughput.svg"))?;
+    }
+    if rows.iter().any(|r| r.crowd.is_some()) {
+        crowds(rows, &dir.join("crowd.svg"))?;
+    }
     if rows.iter().any(|r| r.imp == "floor") {
         ratios(rows, &dir.join("ratio.svg"))?;
     }
@@ -60,6 +73,9 @@ fn color(series: &str) -> RGBColor {
         "rslock" => RGBColor(44, 160, 44),
         "distributed-lock-redis" => RGBColor(214, 39, 40),
         "zookeeper-client" => RGBColor(148, 103, 189),
+        "mutex" => RGBColor(31, 119, 180),
+        s if s.starts_with("semaphore") => RGBColor(255, 127, 14),
+        "rw" => RGBColor(44, 160, 44),
         s if s.starts_with("lockkit") => RGBColor(158, 202, 225),
         _ => RGBColor(140, 86, 75),
     }
@@ -109,6 +125,9 @@ struct Panel<'a> {
     y_desc: &'static str,
     /// `(backend, series, value)`.
     bars: Vec<(&'a str, String, f64)>,
+    /// `(backend, series)` of bars whose label gets a `!` (a crowd that
+    /// left waiters unserved, failed or overlapped).
+    marked: Vec<(&'a str, String)>,
 }
 
 /// The throughput panels: w1 cycles/s, w2 switches/s, w3 at C=16 (or the
@@ -129,6 +148,7 @@ fn throughput_panels(rows: &[Row]) -> Vec<Panel<'_>> {
             title: "w1 uncontended: acquire + release cycles/s, one client".into(),
             y_desc: "cycles/s (log)",
             bars: bars(w1, |r| r.ops_per_s),
+            marked: Vec::new(),
         });
     }
     let w2 = of("w2", None);
@@ -137,6 +157,7 @@ fn throughput_panels(rows: &[Row]) -> Vec<Panel<'_>> {
             title: format!("w2 contended: hand-offs between clients/s (switches/s), C={c} on one name"),
             y_desc: "switches/s (log)",
             bars: bars(w2, |r| r.switches_per_s.unwrap_or(0.0)),
+            marked: Vec::new(),
         });
     }
     let w3_cs: Vec<usize> = of("w3", None).iter().map(|r| r.clients).collect();
@@ -145,6 +166,7 @@ fn throughput_panels(rows: &[Row]) -> Vec<Panel<'_>> {
             title: format!("w3 many names: cycles/s, C={c} tasks on 10,000 names"),
             y_desc: "cycles/s (log)",
             bars: bars(of("w3", Some(c)), |r| r.ops_per_s),
+            marked: Vec::new(),
         });
     }
     for (w, what) in [
@@ -157,6 +179,7 @@ fn throughput_panels(rows: &[Row]) -> Vec<Panel<'_>> {
                 title: format!("{what}, C={c}"),
                 y_desc: "ops/s (log)",
                 bars: bars(rs, |r| r.ops_per_s),
+                marked: Vec::new(),
             });
         }
     }
@@ -164,7 +187,11 @@ fn throughput_panels(rows: &[Row]) -> Vec<Panel<'_>> {
 }
 
 fn throughput(rows: &[Row], path: &Path) -> Result<(), BenchError> {
-    let panels = throughput_panels(rows);
+    draw_panels(&throughput_panels(rows), path)
+}
+
+/// The panels one above the other in one SVG.
+fn draw_panels(panels: &[Panel<'_>], path: &Path) -> Result<(), BenchError> {
     let height = 300 * panels.len().max(1) as u32;
     let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -210,9 +237,13 @@ fn bar_panel(panel: &Panel<'_>, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Re
             )?
             .label(*s)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+        let mark = |g: usize| {
+            let marked = panel.marked.iter().any(|(b, ms)| ms == s && *b == groups[g]);
+            if marked { "!" } else { "" }
+        };
         chart.draw_series(bars.iter().map(|&(g, v)| {
             Text::new(
-                short(v),
+                format!("{}{}", short(v), mark(g)),
                 (x0(g), v.max(1.0) * 1.5),
                 ("sans-serif", 10).into_font().color(&BLACK),
             )
@@ -220,7 +251,8 @@ fn bar_panel(panel: &Panel<'_>, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Re
     }
     chart.draw_series(groups.iter().enumerate().map(|(i, g)| {
         Text::new(
-            g.to_string(),
+            // Session mode's long label would run into the next group's.
+            g.replace(" mode=session", " session"),
             (i as f64 + 0.35, max / 1.8),
             ("sans-serif", 13).into_font().color(&BLACK),
         )
@@ -434,8 +466,78 @@ fn waits(rows: &[Row], path: &Path) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// The crowd panels: one per crowd size, one for the served-once crowd;
+/// bars per backend and kind (a kind the backend lacks has no bar).
+fn crowd_panels(rows: &[Row]) -> Vec<Panel<'_>> {
+    let ran = |r: &&Row| r.crowd.as_ref().is_some_and(|c| !c.unsupported);
+    let troubled = |r: &Row| {
+        r.crowd.as_ref().is_some_and(|c| {
+            c.served < r.clients || c.failed.is_some() || c.violations > 0 || c.timeouts > 0 || c.errors > 0
+        })
+    };
+    fn bar(r: &Row) -> (&str, String, f64) {
+        (
+            group(r),
+            r.crowd.as_ref().map_or(String::new(), |c| c.kind.clone()),
+            r.ops_per_s,
+        )
+    }
+    let mut sizes: Vec<usize> = rows
+        .iter()
+        .filter(|r| r.workload == "crowd")
+        .map(|r| r.clients)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    fn panel<'a>(title: String, of: Vec<&'a Row>, troubled: impl Fn(&Row) -> bool) -> Panel<'a> {
+        Panel {
+            title,
+            y_desc: "grants/s (log)",
+            marked: of
+                .iter()
+                .filter(|r| troubled(r))
+                .map(|r| {
+                    let (g, s, _) = bar(r);
+                    (g, s)
+                })
+                .collect(),
+            bars: of.iter().map(|r| bar(r)).collect(),
+        }
+    }
+    let mut panels = Vec::new();
+    for c in sizes {
+        let of: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.workload == "crowd" && r.clients == c)
+            .filter(ran)
+            .collect();
+        let section = of.first().and_then(|r| r.crowd.as_ref()).map_or(0, |s| s.section_us);
+        panels.push(panel(
+            format!(
+                "crowd: grants/s, C={c} waiters on one name over processes, {} sections (!: troubles, see the table)",
+                short_us(section as f64)
+            ),
+            of,
+            troubled,
+        ));
+    }
+    let once: Vec<&Row> = rows.iter().filter(|r| r.workload == "crowd-once").filter(ran).collect();
+    if let Some(n) = once.first().map(|r| r.clients) {
+        panels.push(panel(
+            format!("crowd-once: {n} waiters each served once, grants/s until the last call ended (!: troubles)"),
+            once,
+            troubled,
+        ));
+    }
+    panels
+}
+
+fn crowds(rows: &[Row], path: &Path) -> Result<(), BenchError> {
+    draw_panels(&crowd_panels(rows), path)
+}
+
 /// A wait in µs as `850 µs`, `12 ms` or `1.2 s`.
-fn short_us(us: f64) -> String {
+pub(crate) fn short_us(us: f64) -> String {
     if us >= 1_000_000.0 {
         format!("{:.1} s", us / 1e6)
     } else if us >= 1_000.0 {

@@ -7,6 +7,7 @@
 
 mod charts;
 mod counting;
+mod crowd;
 mod floor;
 mod kinds;
 mod peers;
@@ -17,9 +18,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::crowd::CrowdPlan;
+use crate::crowd::wire::CrowdKind;
 use crate::report::Row;
 use crate::workloads::BenchError;
 
@@ -27,16 +30,21 @@ use crate::workloads::BenchError;
 #[command(
     name = "lockkit-bench",
     version,
-    about = "Compare lockkit backends, each beside its raw floor."
+    about = "Compare lockkit backends, each beside its raw floor.",
+    args_conflicts_with_subcommands = true
 )]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
     /// A backend URL; repeat for several (default: memory://).
     #[arg(long = "backend", value_name = "URL")]
     backends: Vec<String>,
     /// Workloads: w1 uncontended, w2 contended, w3 many names, w4 many held,
     /// w5 a semaphore (--clients, --permits), w6 a read-write lock with 90 %
     /// readers (--clients). w5 and w6 are skipped on a backend without the
-    /// kind.
+    /// kind. Not in the default: `crowd` (--crowd-* options: waiters on one
+    /// name per kind, spread over processes) and `crowd-once` (the issue's
+    /// crowd table: 200 waiters each served once).
     #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5,w6")]
     workload: Vec<String>,
     /// Seconds per measurement.
@@ -61,6 +69,42 @@ struct Args {
     /// wait chart's fair and unfair lines.
     #[arg(long)]
     w2_unfair: bool,
+    /// `crowd`: the crowd sizes (waiters on one name).
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256")]
+    crowd_sizes: Vec<usize>,
+    /// `crowd`, `crowd-once`: the kinds, `mutex`, `semaphore:N`, `rw` (one
+    /// writer in ten waiters).
+    #[arg(long, value_delimiter = ',', default_value = "mutex,semaphore:3,rw")]
+    crowd_kinds: Vec<CrowdKind>,
+    /// `crowd`: worker processes the waiters are spread over (`memory://`: 1).
+    #[arg(long, default_value_t = 4)]
+    crowd_procs: usize,
+    /// `crowd`: clients (`lockkit::connect`) per worker process.
+    #[arg(long, default_value_t = 2)]
+    crowd_clients: usize,
+    /// `crowd`: how long a holder holds (long enough that a semaphore's
+    /// permits overlap, short beside a hand-off).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2ms")]
+    crowd_section: Duration,
+    /// `crowd`, `crowd-once`: the wait bound of each `lock` call.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "120s")]
+    crowd_wait: Duration,
+    /// `crowd-once`: worker processes.
+    #[arg(long, default_value_t = 1)]
+    once_procs: usize,
+    /// `crowd-once`: clients in all.
+    #[arg(long, default_value_t = 8)]
+    once_clients: usize,
+    /// `crowd-once`: owners (waiters) per client.
+    #[arg(long, default_value_t = 25)]
+    once_owners: usize,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// One worker process of a crowd (started by `crowd`, `crowd-once`).
+    #[command(hide = true)]
+    CrowdWorker(crowd::worker::WorkerArgs),
 }
 
 struct Plan {
@@ -68,6 +112,7 @@ struct Plan {
     w3_clients: Vec<usize>,
     w4_held: usize,
     w4_ttl: Duration,
+    crowd: CrowdPlan,
 }
 
 /// One backend's rows, and the workloads that failed (reported after the
@@ -103,7 +148,9 @@ async fn bench_backend(
                 "w4" => rows.push(workloads::w4(url, floor.as_deref(), plan.w4_held, plan.w4_ttl, 3).await?),
                 "w5" => rows.extend(kinds::w5(url, args.clients, args.permits, plan.seconds).await?),
                 "w6" => rows.extend(kinds::w6(url, args.clients, plan.seconds).await?),
-                other => return Err(format!("unknown workload {other:?} (w1 … w6)").into()),
+                "crowd" => rows.extend(crowd::crowd(url, &plan.crowd).await?),
+                "crowd-once" => rows.extend(crowd::crowd_once(url, &plan.crowd).await?),
+                other => return Err(format!("unknown workload {other:?} (w1 … w6, crowd, crowd-once)").into()),
             }
             Ok(())
         }
@@ -128,6 +175,25 @@ async fn run(args: Args) -> Result<(), BenchError> {
     } else {
         args.backends.clone()
     };
+    let mut crowd = CrowdPlan {
+        sizes: args.crowd_sizes.clone(),
+        kinds: args.crowd_kinds.clone(),
+        procs: args.crowd_procs,
+        clients: args.crowd_clients,
+        section: args.crowd_section,
+        seconds: args.seconds,
+        wait: args.crowd_wait,
+        once_procs: args.once_procs,
+        once_clients: args.once_clients,
+        once_owners: args.once_owners,
+    };
+    if args.quick {
+        // The smoke run: the smallest crowd, and a served-once crowd of 20.
+        crowd.seconds = crowd.seconds.min(Duration::from_secs(1));
+        crowd.sizes.truncate(1);
+        crowd.once_clients = crowd.once_clients.min(4);
+        crowd.once_owners = crowd.once_owners.min(5);
+    }
     let plan = if args.quick {
         Plan {
             seconds: args.seconds.min(Duration::from_secs(1)),
@@ -137,6 +203,7 @@ async fn run(args: Args) -> Result<(), BenchError> {
             // other backends' runs and their servers, and a 900 ms lease
             // (renewed at 300 ms) left too thin a margin there.
             w4_ttl: Duration::from_secs(3),
+            crowd,
         }
     } else {
         Plan {
@@ -144,6 +211,7 @@ async fn run(args: Args) -> Result<(), BenchError> {
             w3_clients: vec![1, 4, 16, 64],
             w4_held: 10_000,
             w4_ttl: Duration::from_secs(3),
+            crowd,
         }
     };
     let bar = ProgressBar::new((backends.len() * args.workload.len()) as u64).with_style(
@@ -161,6 +229,8 @@ async fn run(args: Args) -> Result<(), BenchError> {
     }
     bar.finish_and_clear();
     report::print_table(&rows, &mut std::io::stdout())?;
+    crowd::print_crowd_table(&rows, &mut std::io::stdout())?;
+    crowd::print_once_table(&rows, &mut std::io::stdout())?;
     if let Some(path) = &args.json {
         let mut f = std::fs::File::create(path)?;
         report::write_json(&rows, &mut f)?;
@@ -173,7 +243,7 @@ async fn run(args: Args) -> Result<(), BenchError> {
     }
     if let Some(bad) = rows.iter().find(|r| r.counter_exact == Some(false)) {
         return Err(format!(
-            "{}: {}: the lock did not exclude (the shared counter is wrong, or more permits were held than there are)",
+            "{}: {}: the lock did not exclude (the shared counter is wrong, more permits were held than there are, or a crowd's holds overlapped)",
             bad.backend, bad.workload
         )
         .into());
@@ -181,9 +251,19 @@ async fn run(args: Args) -> Result<(), BenchError> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run(Args::parse()).await {
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(Cmd::CrowdWorker(worker)) = args.cmd {
+        return ExitCode::from(crowd::worker::run(worker) as u8);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lockkit-bench: no runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lockkit-bench: {e}");

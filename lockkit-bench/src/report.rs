@@ -80,9 +80,69 @@ pub struct Row {
     /// w6: the writes' wait, p99 microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write_p99_us: Option<f64>,
+    /// `crowd`, `crowd-once`: what the crowd did beside the common fields
+    /// (there `clients` is the number of waiters, `ops_per_s` grants per
+    /// second, the latencies the waits of the grants, `fairness_min`/`max`
+    /// the fewest and most grants of one waiter, `switches_per_s` the
+    /// mutex's hand-offs, `permits` a semaphore's N, `most_held` the most
+    /// holders at once, `counter_exact` no forbidden overlap).
+    #[serde(flatten)]
+    pub crowd: Option<CrowdStats>,
     /// The latency distribution (for charts), microseconds → count.
     #[serde(skip)]
     pub distribution: Vec<(u64, u64)>,
+}
+
+/// What a crowd row adds (see `crate::crowd`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CrowdStats {
+    /// `mutex`, `semaphore:N` or `rw`.
+    pub kind: String,
+    /// Worker processes the waiters were spread over.
+    pub procs: usize,
+    /// Clients (`lockkit::connect`) over all processes; each waiter is an
+    /// owner of its own on one of them.
+    pub connects: usize,
+    /// How long each holder kept its hold, µs (0: a yield).
+    pub section_us: u64,
+    /// The backend has no such kind: nothing ran.
+    pub unsupported: bool,
+    /// Waiters with at least one grant.
+    pub served: usize,
+    /// Grants in all.
+    pub grants: u64,
+    /// Read-write crowds: writers, and writers served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writers: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writers_served: Option<usize>,
+    /// Read-write crowds: the most readers at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub most_readers: Option<usize>,
+    /// `lock` calls that timed out.
+    pub timeouts: u64,
+    /// `lock` calls that failed otherwise, and `unlock` calls that failed.
+    pub errors: u64,
+    /// The first failure, with its sources.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+    /// Calls still waiting when a measured crowd ended, and the longest of
+    /// their waits, µs.
+    pub unfinished: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unfinished_max_us: Option<u64>,
+    /// From the start to each waiter's first grant, µs: p50 and the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_grant_p50_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_grant_max_us: Option<u64>,
+    /// Holds the kind forbids together, or exclusive tokens out of order.
+    pub violations: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_violation: Option<String>,
+    /// A worker process that failed (the row is incomplete).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// What a row measured: which implementation, backend and workload.
@@ -138,6 +198,7 @@ impl Row {
             most_held: None,
             write_p50_us: None,
             write_p99_us: None,
+            crowd: None,
             distribution: hist
                 .iter_log(1, 1.25)
                 .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
@@ -151,14 +212,18 @@ pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
 }
 
-/// Prints the rows as a table.
+/// Prints the rows as a table (all but the crowd rows).
 pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
+    // Crowd rows have a table of their own (`crowd::table`).
+    if !rows.is_empty() && rows.iter().all(|r| r.crowd.is_some()) {
+        return Ok(());
+    }
     writeln!(
         out,
         "{:<22} {:<9} {:<3} {:>4} {:>11} {:>9} {:>9} {:>10}  extra",
         "impl", "backend", "wl", "C", "ops/s", "p50 µs", "p99 µs", "max µs"
     )?;
-    for r in rows {
+    for r in rows.iter().filter(|r| r.crowd.is_none()) {
         let mut extra = Vec::new();
         if let Some(rt) = r.round_trip_us {
             extra.push(format!("one round trip {rt:.0} µs"));

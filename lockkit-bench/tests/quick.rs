@@ -10,33 +10,43 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockkit-bench");
 
-/// Runs the quick benchmark on `url`; its JSON rows.
-fn quick(url: &str) -> Vec<Value> {
+/// Runs lockkit-bench on `url` with `args`, its JSON rows and charts
+/// written into a temporary directory (returned, with `charts/` in it);
+/// asserts that it succeeded. Its stdout and rows.
+fn bench(url: &str, args: &[&str]) -> (String, Vec<Value>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("rows.jsonl");
-    let charts = dir.path().join("charts");
     let out = Command::new(BIN)
-        .args(["--quick", "--clients", "4", "--backend", url, "--json"])
+        .args(args)
+        .args(["--backend", url, "--json"])
         .arg(&json)
         .arg("--out")
-        .arg(&charts)
+        .arg(dir.path().join("charts"))
         .output()
         .expect("run lockkit-bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         out.status.success(),
-        "lockkit-bench --quick on {url} failed: {:?}",
+        "lockkit-bench {args:?} on {url} failed: {:?}",
         out.status
     );
-    assert!(stdout.contains("impl") && stdout.contains("w4"), "the table is printed");
-    let svgs = std::fs::read_dir(&charts).expect("charts written").count();
-    assert!(svgs > 0, "no SVG charts in {}", charts.display());
-    std::fs::read_to_string(&json)
+    let rows = std::fs::read_to_string(&json)
         .expect("json written")
         .lines()
         .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
-        .collect()
+        .collect();
+    (stdout, rows, dir)
+}
+
+/// Runs the quick benchmark on `url`; its JSON rows.
+fn quick(url: &str) -> Vec<Value> {
+    let (stdout, rows, dir) = bench(url, &["--quick", "--clients", "4"]);
+    assert!(stdout.contains("impl") && stdout.contains("w4"), "the table is printed");
+    let charts = dir.path().join("charts");
+    let svgs = std::fs::read_dir(&charts).expect("charts written").count();
+    assert!(svgs > 0, "no SVG charts in {}", charts.display());
+    rows
 }
 
 /// Runs the quick benchmark on `url` and checks its rows; returns them.
@@ -167,4 +177,59 @@ fn postgres() {
 #[test]
 fn zookeeper() {
     on_server("LOCKKIT_ZK_URL", &["zookeeper-client"]);
+}
+
+/// The crowd workloads' smoke run on `url`: `crowd` at C=16 (over worker
+/// processes) and a served-once crowd of 20, every kind. No speed is
+/// asserted, nor that a slow kind served every waiter of the measured
+/// crowd in 1 s; every row must be there, exclude, and the served-once
+/// crowd (waits of 120 s) must serve all 20 where the kind exists.
+fn crowd(url: &str) -> Vec<Value> {
+    let (stdout, rows, dir) = bench(url, &["--quick", "--workload", "crowd,crowd-once"]);
+    assert!(
+        stdout.contains("crowd: C waiters") && stdout.contains("| backend | mutex |"),
+        "both tables"
+    );
+    assert!(dir.path().join("charts/crowd.svg").exists(), "the crowd chart");
+    for w in ["crowd", "crowd-once"] {
+        for kind in ["mutex", "semaphore:3", "rw"] {
+            let r = rows
+                .iter()
+                .find(|r| r["workload"] == w && r["kind"] == kind)
+                .unwrap_or_else(|| panic!("{url}: no {w} {kind} row"));
+            if r["unsupported"] == true {
+                continue;
+            }
+            assert_eq!(r["counter_exact"], true, "{url}: the crowd's holds overlapped: {r}");
+            assert_eq!(r["violations"], 0, "{r}");
+            assert!(r["failed"].is_null(), "{url}: a worker failed: {r}");
+            assert!(r["most_held"].as_u64().unwrap() >= 1, "{r}");
+            if w == "crowd-once" {
+                assert_eq!(r["served"], 20, "{url}: a served-once crowd left waiters: {r}");
+            }
+        }
+    }
+    rows
+}
+
+#[test]
+fn crowd_memory() {
+    let rows = crowd("memory://");
+    // In one process memory serves the whole measured crowd and lets a
+    // semaphore's permits in together.
+    for r in rows.iter().filter(|r| r["workload"] == "crowd") {
+        assert_eq!(r["served"], r["clients"], "{r}");
+    }
+    let sem = rows
+        .iter()
+        .find(|r| r["workload"] == "crowd" && r["kind"] == "semaphore:3")
+        .unwrap();
+    assert_eq!(sem["most_held"], 3, "{sem}");
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn crowd_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    crowd(&format!("sqlite://{}", dir.path().join("bench.db").display()));
 }

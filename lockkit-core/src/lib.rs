@@ -40,6 +40,7 @@
 //! 255 bytes of UTF-8; errors are typed [`LockError`]s.
 #![warn(missing_docs)]
 
+mod admission;
 pub mod backend;
 pub mod backoff;
 mod client;
@@ -50,6 +51,7 @@ mod guard;
 mod held;
 mod kinds;
 pub mod lease;
+mod line;
 pub mod memory;
 pub mod name;
 mod options;

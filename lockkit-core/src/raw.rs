@@ -16,13 +16,18 @@
 //!   who stops waiting cannot leave a hold behind, and
 //!   [`detach_acquisition`] releases what such an acquisition got;
 //! - waiting: [`acquire_with_backoff`], [`Backoff`] and [`bounded_delay`] for
-//!   backends that must look again rather than be told;
+//!   backends that must look again rather than be told; [`admitted`] (and
+//!   [`admits_newcomer`]) for backends that keep a line: which waiters a
+//!   change lets in, so that it wakes only those; [`Lines`] for backends
+//!   that wait once per name on the server and line their other tasks up
+//!   in-process behind that wait;
 //! - lease arithmetic: [`valid_until`] turns a server's remaining lease
 //!   into a local deadline (with the clock-drift allowance);
 //!   [`SessionDeadline`] for session leases;
 //! - names and attempt ids: [`validate_name`], [`check_attempt_id`];
 //! - configuration: [`ConnectUrl`] parses a backend's URL.
 
+pub use crate::admission::{Held, admits_newcomer, admitted};
 pub use crate::async_trait;
 pub use crate::backend::{
     AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, LockKind,
@@ -32,6 +37,7 @@ pub use crate::backoff::{Backoff, acquire_with_backoff, bounded_delay};
 pub use crate::detach::{detach, detach_acquisition};
 pub use crate::error::{BoxError, LockError};
 pub use crate::lease::{SessionDeadline, drift_allowance, valid_until};
+pub use crate::line::{Joined, Lines, Place};
 pub use crate::name::{check_attempt_id, is_attempt_id, validate_name, validate_owner};
 pub use crate::options::ttl_millis;
 pub use crate::url::ConnectUrl;

@@ -37,7 +37,7 @@ impl RedisBackend {
                 Ok(TryAcquire::Busy { .. }) | Err(_) => {}
             }
         }
-        wait_loop(&self.inner.waiters, &channel, deadline, |turn| async move {
+        wait_loop(&self.inner.waiters, &channel, req.kind, deadline, |turn| async move {
             Ok(match self.attempt(req, self.queueing(Some(turn), req.fair)).await? {
                 (TryAcquire::Acquired(lease), _) => Attempt::Done(lease),
                 (TryAcquire::Busy { retry_in }, turn_of) => Attempt::Busy {
@@ -51,7 +51,7 @@ impl RedisBackend {
 
     pub(crate) fn queueing(&self, turn: Option<Turn>, fair: bool) -> Queueing {
         let waiter = self.inner.waiters.waiter_id();
-        Queueing::new(waiter, turn, fair, self.inner.publish, None)
+        Queueing::new(waiter, turn, fair, self.inner.publish, false)
     }
 
     /// One acquisition attempt, detached: if the caller is gone when the
@@ -79,6 +79,7 @@ impl RedisBackend {
                 queueing: &queueing,
                 kind,
                 slot: None,
+                nonce: &scripts::nonce(),
             };
             let r = match inner.replicas {
                 None => scripts::acquire(&mut inner.conn.clone(), &inner.keys, &claim).await,
@@ -96,10 +97,22 @@ impl RedisBackend {
         };
         let (sent_at, reply) = detach_acquisition(self.inner.kind, req, work, token_of, release).await?;
         Ok(match reply.map_err(|f| self.error("acquire", req.name, f))? {
-            AcquireReply::Acquired { token, count, pttl, .. } => (
-                TryAcquire::Acquired(Lease::ttl(token, count, sent_at, millis(pttl))),
-                None,
-            ),
+            AcquireReply::Acquired {
+                token,
+                count,
+                pttl,
+                told,
+                ..
+            } => {
+                if let Some(message) = told {
+                    let channel = self.inner.keys.holds(req.name, req.kind);
+                    self.inner.waiters.deliver_locally(&channel, &message);
+                }
+                (
+                    TryAcquire::Acquired(Lease::ttl(token, count, sent_at, millis(pttl))),
+                    None,
+                )
+            }
             AcquireReply::Conflict { reason } => {
                 return Err(LockError::Conflict {
                     backend: self.inner.kind,

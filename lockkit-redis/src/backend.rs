@@ -83,9 +83,17 @@ impl RedisBackend {
         let conn = conn::open(&config, kind, &waiters).await?;
         if let Some(id) = waiters.waiter_id() {
             let (conn, keys, id) = (conn.clone(), Keys::new(&config.prefix), id.to_owned());
-            waiters.set_leave(Arc::new(move |channel: Vec<u8>| {
+            waiters.set_leave(Arc::new(move |channel: Vec<u8>, entry: Option<String>| {
                 let (mut conn, keys, id) = (conn.clone(), keys.clone(), id.clone());
-                Box::pin(async move { scripts::leave_line(&mut conn, &keys, &channel, &id).await })
+                Box::pin(async move {
+                    let leave = scripts::Leaving {
+                        channel: &channel,
+                        id: &id,
+                        entry: entry.as_deref(),
+                        publish,
+                    };
+                    scripts::leave_line(&mut conn, &keys, &leave).await
+                })
             }));
         }
         let durable_tokens = conn::append_only(&conn).await;

@@ -15,19 +15,22 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P{TAG}F:N` | hash; also the name's channel | its holds: a hold id `X` is a permit's token, `w` the writer, `r` + owner a reader; `o\|X` owner, `t\|X` token, `a\|X` the attempt ids of its shares (16 hex digits each, one after another), `g\|X` its grant number (for the order); `a:ID` the hold of attempt `ID`; `n` a semaphore's permit count, `lw` a read-write lock's last write token (the key then never expires: readers carry it), `g` and `m` counters |
+//! | `P{TAG}F:N` | hash; also the name's channel | its holds: a hold id `X` is a permit's token, `w` the writer, `r` + owner a reader; `o\|X` owner, `t\|X` token, `a\|X` the attempt ids of its shares (16 hex digits each, one after another), `g\|X` its grant number (for the order); `a:ID` the hold of attempt `ID`; `n` a semaphore's permit count, `lw` a read-write lock's last write token (the key then never expires: readers carry it), `g` the grant counter |
 //! | `P{TAG}eF:N` | sorted set, with the last lease as its expiry | the lease end of each hold id (server time, ms): a hold whose end passed is gone, and is purged by the next script |
-//! | `P{TAG}qF:N` | sorted set | the clients waiting, as for the mutex (readers and writers in one line) |
-//! | `P{TAG}fr:N` | hash | the waiting clients of the line that wait to write (a reader passes none of them) |
+//! | `P{TAG}qF:N` | sorted set | the line, as the mutex's queue, by the place its entries joined: a client waiting for a permit or to read is its id, a client waiting to write is its id and `:w` (readers and writers in one line; a client waiting for both stands in it twice) |
+//! | `P{TAG}tF:N` | hash | the entries of the line told their turn whose client has not tried since: entry -> server time (ms) told |
 //!
-//! Their tokens come from the same counter as the mutex's. A change that
-//! may let waiters in (a hold that goes, a grant that leaves permits or
-//! lets readers follow) is published on `P{TAG}F:N` to every listening
-//! client when a line exists; the clients' attempts apply the line's
-//! rules (a woken client that is not first in line looks again after the
-//! fallback delay, and drops a first in line that let its turn pass).
+//! Their tokens come from the same counter as the mutex's. The line lets
+//! entries in by `lockkit_core::raw::admitted` (a semaphore of N: the
+//! first N − held; a read-write lock: the readers before the first waiting
+//! writer, or that writer alone once nobody holds). A change that lets
+//! entries in (a hold that goes, a grant that leaves permits or lets
+//! readers follow, a client leaving the line) tells their clients only, on
+//! their own channels, and the first entry after them, which drops them
+//! after the fallback delay should they not come; a client whose channel
+//! has no listener left (its process died) is dropped at once.
 //!
-//! and a release is published, with the id of the waiting client whose turn
+//! For a mutex, a release is published, with the id of the waiting client whose turn
 //! it is (the queue's head), on the own channels of the head and of the
 //! next in line only (`P{TAG}wID:N` for waiter `ID`, in the lock's slot):
 //! the head retries at once, the next only if nobody took the lock within
@@ -38,7 +41,10 @@
 //! queues behind the others, and the head leaves the queue when it takes
 //! the lock (or goes to its back, when more of its waiters wait). A head
 //! that let its turn pass — dead, or gone — is dropped by the next fair
-//! attempt after the fallback delay, which then tells the new head. A client joins the
+//! attempt after the fallback delay, which then tells the new head; a head
+//! (or next) whose own channel has no listener left — its process died and
+//! the server closed its connection — is dropped by the release at once,
+//! and the one after it told instead. A client joins the
 //! queue in the same script call that finds the lock busy, and marks the
 //! hold (`w`) there; a hold taken while the queue exists is marked from the
 //! start. A release of an unmarked hold has nobody to tell and publishes
@@ -192,15 +198,21 @@ impl Keys {
         self.marked(holds, b'e')
     }
 
-    /// The waiting writers of the read-write lock whose key is `holds`:
-    /// `P{TAG}fr:NAME`.
-    pub fn writers(&self, holds: &[u8]) -> Vec<u8> {
-        self.marked(holds, b'f')
+    /// The clients of the line whose holds key is `holds` that were told
+    /// their turn and have not tried since: `P{TAG}tF:NAME`.
+    pub fn told(&self, holds: &[u8]) -> Vec<u8> {
+        self.marked(holds, b't')
     }
 
     /// Whether `key` is a read-write lock's holds key.
     pub fn is_rw(&self, key: &[u8]) -> bool {
         key.get(self.waiter_mark()) == Some(&b'r')
+    }
+
+    /// Whether `key` is the holds key of a semaphore or a read-write lock
+    /// (not a mutex's lock key).
+    pub fn is_family(&self, key: &[u8]) -> bool {
+        matches!(key.get(self.waiter_mark()), Some(b's' | b'r'))
     }
 
     /// `key` with `mark` inserted after `P{TAG}`.
@@ -258,8 +270,9 @@ mod tests {
         let rw = k.holds("a", LockKind::Read);
         assert_eq!(rw, k.holds("a", LockKind::Write));
         assert_eq!(rw, b"lockkit:{92c}r:a");
-        assert_eq!(k.writers(&rw), b"lockkit:{92c}fr:a");
+        assert_eq!(k.told(&sem), b"lockkit:{92c}ts:a");
         assert!(k.is_rw(&rw) && !k.is_rw(&sem) && !k.is_rw(&k.lock("r")));
+        assert!(k.is_family(&rw) && k.is_family(&sem) && !k.is_family(&k.lock("s")));
         assert_eq!(k.holds("a", LockKind::Mutex), k.lock("a"));
         assert_eq!(k.name_of(&sem), None, "list stays with the mutex");
     }

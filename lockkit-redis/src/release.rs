@@ -5,7 +5,7 @@ use lockkit_core::LockError;
 use lockkit_core::backend::{Hold, LockKind, ReleaseOutcome};
 
 use crate::backend::RedisBackend;
-use crate::scripts::{self, Released};
+use crate::scripts::{self, KindRelease, Released};
 
 /// How often a release whose reply was lost is sent (it is idempotent by
 /// its attempt id).
@@ -26,8 +26,17 @@ impl RedisBackend {
                     scripts::release(&mut conn, keys, name, owner, hold.token, attempt, publish, queued).await
                 }
                 kind => {
-                    let (name, owner) = (&hold.name, &hold.owner);
-                    scripts::release_kind(&mut conn, keys, name, kind, owner, hold.token, attempt, publish).await
+                    let nonce = scripts::nonce();
+                    let release = KindRelease {
+                        name: &hold.name,
+                        kind,
+                        owner: &hold.owner,
+                        token: hold.token,
+                        attempt,
+                        publish,
+                        nonce: &nonce,
+                    };
+                    scripts::release_kind(&mut conn, keys, &release).await
                 }
             };
             if let Ok(Released {

@@ -56,6 +56,7 @@ use crate::conn::{Arg, Col, count, from_us, us};
 use crate::sql::ClaimShape;
 #[cfg(feature = "mysql")]
 use crate::sql::{MysqlClaim, MysqlTokens};
+use crate::wait::line_key;
 
 /// What a claim found.
 pub(crate) enum Claim {
@@ -85,8 +86,11 @@ fn bucket(name: &str, buckets: u64) -> i64 {
 impl SqlBackend {
     /// One attempt, on its own task so a cancelled caller leaves no hold.
     /// `queued`: the attempt has a row in the fair line (taken out by the
-    /// claim that gives it the name). Says whether the attempt is the one
-    /// to try again when the name comes free (see [`Claim::Busy`]).
+    /// claim that gives it the name). The flag beside the outcome: when
+    /// busy, whether the attempt is the one to try again when the name
+    /// comes free (see [`Claim::Busy`]); when acquired, whether the grant
+    /// leaves room for the next in line (a semaphore's permit left, a read
+    /// hold; never a mutex).
     pub(crate) fn detached_attempt(
         &self,
         req: &AcquireRequest<'_>,
@@ -119,9 +123,18 @@ impl SqlBackend {
         let release = move |hold: Hold| async move { inner.release(&hold, &attempt).await };
         // Nothing runs before the future is awaited.
         let detached = detach_acquisition(backend, req, work, token_of, release);
+        let (waiters, key, owner) = (
+            self.inner.waiters.clone(),
+            line_key(req.name, req.kind),
+            req.owner.to_owned(),
+        );
         async move {
             checked?;
-            detached.await?
+            let attempted = detached.await??;
+            if let (TryAcquire::Acquired(_), _) = attempted {
+                waiters.set_holder(&key, &owner, true);
+            }
+            Ok(attempted)
         }
     }
 
@@ -139,14 +152,15 @@ impl SqlBackend {
         }
     }
 
-    /// An unfair `lock`: attempts on a backoff, woken by releases of the
-    /// name (see `wait/`).
+    /// An unfair `lock` of any kind: attempts on a backoff, woken by
+    /// releases of the name (see `wait/`).
     pub(crate) async fn acquire_unfair(
         &self,
         req: &AcquireRequest<'_>,
         wait: Option<Duration>,
     ) -> Result<Option<Lease>, LockError> {
-        let subscription = self.inner.waiters.subscribe(req.name.as_bytes());
+        let key = line_key(req.name, req.kind);
+        let subscription = self.inner.waiters.subscribe(&key);
         let backoff = Backoff::new(Duration::from_millis(2), self.inner.config.max_backoff);
         let attempt = || {
             let attempt = self.detached_attempt(req, false);
@@ -162,7 +176,7 @@ impl SqlBackend {
                 if let Ok(TryAcquire::Acquired(lease)) = attempt().await {
                     return Ok(Some(lease));
                 }
-                let (joined, confirmed) = list.join(req.name.as_bytes());
+                let (joined, confirmed) = list.join(&key);
                 let left = wait.map(|w| w.saturating_sub(started.elapsed()));
                 match left {
                     Some(left) => {
@@ -377,8 +391,8 @@ impl Inner {
         })
     }
 
-    /// One acquisition attempt: one claim. Also says whether the attempt is
-    /// the one to try again when the name comes free (see [`Claim::Busy`]).
+    /// One acquisition attempt: one claim; the flag beside the outcome as
+    /// [`SqlBackend::detached_attempt`] says.
     pub(crate) async fn attempt(
         &self,
         req: &AcquireRequest<'_>,
@@ -402,7 +416,10 @@ impl Inner {
                 count,
                 token,
                 remaining,
-            } if token > 0 => (TryAcquire::Acquired(Lease::ttl(token, count, sent_at, remaining)), true),
+            } if token > 0 => (
+                TryAcquire::Acquired(Lease::ttl(token, count, sent_at, remaining)),
+                false,
+            ),
             // Every claim stamps its hold in the same transaction; a row
             // without a token is not a hold this version of lockkit made.
             Claim::Held { .. } => (TryAcquire::Busy { retry_in: None }, true),

@@ -21,6 +21,7 @@ use crate::conn::Db;
 use crate::extend::EXTEND_CHUNK;
 use crate::sql::{KindStatements, Statements};
 use crate::wait::listener::Waiters;
+use crate::wait::live::Live;
 use crate::wait::queue::Places;
 
 /// A lock table in MySQL/MariaDB, Postgres or SQLite.
@@ -40,6 +41,9 @@ pub(crate) struct Inner {
     pub(crate) db: Db,
     /// The fair line's statements (see [`Db::open_line`]).
     pub(crate) line_db: Db,
+    /// Lease extensions: `db`'s pool, with the connections its operations
+    /// leave free (see [`Db::renewals`]).
+    pub(crate) renew_db: Db,
     pub(crate) sql: Statements,
     /// Semaphores' and read-write locks' statements (see `kinds/`).
     pub(crate) ksql: KindStatements,
@@ -47,6 +51,8 @@ pub(crate) struct Inner {
     /// The places this backend's fair waiters hold in line (renewed by the
     /// task in `wait/queue.rs`).
     pub(crate) places: Arc<Places>,
+    /// The key that tells other processes this backend's waiters live.
+    pub(crate) live: Live,
     /// MySQL/MariaDB: where the claims draw tokens (set by `migrate`).
     #[cfg(feature = "mysql")]
     pub(crate) tokens: std::sync::OnceLock<crate::sql::MysqlTokens>,
@@ -95,9 +101,6 @@ impl LockBackend for SqlBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
-        if req.kind != LockKind::Mutex {
-            return self.acquire_kind(req, wait).await;
-        }
         if req.fair {
             return self.acquire_fair(req, wait).await;
         }
@@ -106,7 +109,12 @@ impl LockBackend for SqlBackend {
 
     async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         check_attempt_id(attempt)?;
-        self.inner.release(hold, attempt).await
+        let released = self.inner.release(hold, attempt).await?;
+        if !matches!(released, ReleaseOutcome::Released { remaining } if remaining > 0) {
+            let key = crate::wait::line_key(&hold.name, hold.kind);
+            self.inner.waiters.set_holder(&key, &hold.owner, false);
+        }
+        Ok(released)
     }
 
     async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {

@@ -32,6 +32,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// third of it while the waiter waits): a waiter that dies leaves the line
 /// within this long.
 pub const DEFAULT_QUEUE_LEASE: Duration = Duration::from_secs(5);
+/// Default lease of a process's liveness row on SQLite (renewed every
+/// quarter of it while the process waits): a waiter whose process died is
+/// skipped within this long. MySQL/MariaDB and Postgres tell at once.
+pub const DEFAULT_LIVE_LEASE: Duration = Duration::from_millis(400);
 /// Default pause between two pings of each connection that carries
 /// session-mode holds (`mode=session`): a connection lost or killed is
 /// noticed within about this long, and its holds' lost signals fire.
@@ -65,12 +69,13 @@ pub const MAX_TABLE_LEN: usize = 48;
 /// | `table` | `lockkit_locks` | lock table; letters, digits, `_`, at most 48 |
 /// | `sweep_interval` | `15s` | pause between sweeps of expired rows (`0s`: no sweeper) |
 /// | `sweep_batch` | `100` | rows deleted per sweep statement |
-/// | `max_connections` | `10` (SQLite `4`) | connection pool size |
+/// | `max_connections` | `10` (SQLite `4`) | connection pool size; lock operations use all but one (2 to 9) or two (10 or more), which are kept for lease renewals |
 /// | `connect_timeout` | `5s` | bound on getting a connection |
 /// | `max_backoff` | `250ms` (Postgres `1s`) | longest sleep of a waiter between two attempts |
 /// | `create_table` | `true` | create missing tables; `false` only checks them |
 /// | `memo` | none | text stored with every hold this client takes (who/why) |
-/// | `queue_lease` | `5s` | lease of a waiter's place in line (`fair`, the default); a dead waiter leaves the line within it |
+/// | `queue_lease` | `5s` | lease of a waiter's place in line (`fair`, the default); the row goes within it once nobody renews it |
+/// | `live_lease` | `400ms` | SQLite: lease of a process's liveness row; a waiter whose process died is skipped within it |
 /// | `mode` | `table` | `table`: the lock table; `session`: session locks on server connections ([`Mode`]; MySQL/MariaDB, Postgres) |
 /// | `ping_interval` | `1s` | `mode=session`: pause between pings of each connection that carries holds |
 ///
@@ -88,7 +93,8 @@ pub struct SqlConfig {
     pub sweep_interval: Option<Duration>,
     /// Rows one sweep statement deletes at most.
     pub sweep_batch: u64,
-    /// Connection pool size.
+    /// Connection pool size (a few are kept for lease renewals: see the
+    /// table above).
     pub max_connections: u32,
     /// Bound on getting a connection from the pool.
     pub connect_timeout: Duration,
@@ -102,10 +108,19 @@ pub struct SqlConfig {
     pub memo: Option<String>,
     /// The lease of a waiter's row in `<table>_waiters`, by the database's
     /// clock; renewed every third of it (one statement for all of a
-    /// backend's waiters) while the waiter waits. A waiter that dies
-    /// without leaving (its process killed) holds its place at most this
-    /// long, then the waiters behind it are served.
+    /// backend's waiters) while the waiter waits. A waiter whose process
+    /// died is passed over at once where the server tells (MySQL, Postgres)
+    /// or after [`live_lease`](Self::live_lease) (SQLite); this lease bounds
+    /// a place that carries no liveness key (an older lockkit's).
     pub queue_lease: Duration,
+    /// SQLite: the lease of this backend's liveness row (`<table>_live`),
+    /// renewed every quarter of it while it has waiters in line. Another
+    /// process skips the places of a backend whose row expired: a waiter
+    /// whose process died costs the next one at most this long, and a
+    /// live process whose renewals stall longer is passed over until they
+    /// resume (its places are kept). MySQL/MariaDB and Postgres do not use
+    /// it: the server sees the connection that carries the key close.
+    pub live_lease: Duration,
     /// Where holds live: the lock table or server sessions.
     pub mode: Mode,
     /// `mode=session`: the pause between two pings of each connection that
@@ -127,6 +142,7 @@ impl fmt::Debug for SqlConfig {
             .field("create_table", &self.create_table)
             .field("memo", &self.memo)
             .field("queue_lease", &self.queue_lease)
+            .field("live_lease", &self.live_lease)
             .field("mode", &self.mode)
             .field("ping_interval", &self.ping_interval)
             .finish()
@@ -155,6 +171,7 @@ impl SqlConfig {
             create_table: true,
             memo: None,
             queue_lease: DEFAULT_QUEUE_LEASE,
+            live_lease: DEFAULT_LIVE_LEASE,
             mode: Mode::Table,
             ping_interval: DEFAULT_PING_INTERVAL,
         }
@@ -232,6 +249,15 @@ impl SqlConfig {
                 ));
             }
             config.queue_lease = lease;
+        }
+        if let Some(lease) = url.take_duration("live_lease")? {
+            if lease < Duration::from_millis(100) || lease > Duration::from_secs(60) {
+                return Err(LockError::config(
+                    "query parameter live_lease",
+                    "must be between 100ms and 60s",
+                ));
+            }
+            config.live_lease = lease;
         }
         if let Some(mode) = url.take("mode") {
             config.mode = match (mode.as_str(), dialect) {
@@ -420,6 +446,15 @@ mod tests {
         assert_eq!(
             part(config("mysql://h/db?queue_lease=10ms").unwrap_err()),
             "query parameter queue_lease"
+        );
+        assert_eq!(config("sqlite://x.db").unwrap().live_lease, DEFAULT_LIVE_LEASE);
+        assert_eq!(
+            config("sqlite://x.db?live_lease=1s").unwrap().live_lease,
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            part(config("sqlite://x.db?live_lease=10ms").unwrap_err()),
+            "query parameter live_lease"
         );
     }
 

@@ -28,12 +28,14 @@ impl Inner {
         let called = Instant::now();
         let (remaining, sent) = sent::timed(async {
             Ok::<_, LockError>(if self.sql.updates_return_rows {
-                self.retry("extend", n, || self.db.fetch_one(&self.sql.extend, &args, &[Col::Int]))
-                    .await?
-                    .map(|r| from_us(r[0].int()))
+                self.retry("extend", n, || {
+                    self.renew_db.fetch_one(&self.sql.extend, &args, &[Col::Int])
+                })
+                .await?
+                .map(|r| from_us(r[0].int()))
             } else {
                 let done = self
-                    .retry("extend", n, || self.db.exec(&self.sql.extend, &args))
+                    .retry("extend", n, || self.renew_db.exec(&self.sql.extend, &args))
                     .await?;
                 (done.rows == 1).then(|| Duration::from_micros(done.last_id))
             })
@@ -75,17 +77,18 @@ impl Inner {
                     )
                 };
                 self.retry("extend", None, || {
-                    self.db.pg_fetch_lists(&update, us(ttl), lists(), &cols)
+                    self.renew_db.pg_fetch_lists(&update, us(ttl), lists(), &cols)
                 })
                 .await?
             }
             None => {
-                self.retry("extend", None, || self.db.fetch(&update, &args, &cols))
+                self.retry("extend", None, || self.renew_db.fetch(&update, &args, &cols))
                     .await?
             }
             Some(select) => {
-                self.retry("extend", None, || self.db.exec(&update, &args)).await?;
-                self.retry("extend", None, || self.db.fetch(select, &triples, &cols))
+                self.retry("extend", None, || self.renew_db.exec(&update, &args))
+                    .await?;
+                self.retry("extend", None, || self.renew_db.fetch(select, &triples, &cols))
                     .await?
             }
         };
@@ -113,13 +116,12 @@ impl Inner {
 }
 
 impl Inner {
-    /// [`extend_chunk`](Self::extend_chunk) for holds of any kind: the
-    /// mutexes' in one statement, semaphores' and read-write locks' (their
-    /// own table) in one more.
-    async fn extend_mixed_chunk(&self, ttl: Duration, holds: &[&Hold]) -> Result<Vec<Option<Duration>>, LockError> {
-        if holds.iter().all(|h| h.kind == LockKind::Mutex) {
-            return self.extend_chunk(ttl, holds).await;
-        }
+    /// Extends `holds` of any kind (one ttl): the mutexes' in one
+    /// statement, semaphores' and read-write locks' (their own table) in
+    /// one more. The new deadline of each hold still ours, each counted
+    /// from when its own part's statement went out: a part that waited
+    /// (for a connection, a row lock) moves only its own deadlines.
+    async fn extend_chunk_deadlines(&self, ttl: Duration, holds: &[&Hold]) -> Result<Vec<Option<Instant>>, LockError> {
         type Part<'a> = Vec<(usize, &'a Hold)>;
         let (kinds, mutexes): (Part<'_>, Part<'_>) = holds
             .iter()
@@ -132,13 +134,18 @@ impl Inner {
                 continue;
             }
             let some: Vec<&Hold> = part.iter().map(|(_, h)| *h).collect();
-            let remaining = if kinds {
-                self.kind_extend_chunk(ttl, &some).await?
-            } else {
-                self.extend_chunk(ttl, &some).await?
-            };
-            for ((i, _), r) in part.iter().zip(remaining) {
-                out[*i] = r;
+            let called = Instant::now();
+            let (remaining, sent) = sent::timed(async {
+                if kinds {
+                    self.kind_extend_chunk(ttl, &some).await
+                } else {
+                    self.extend_chunk(ttl, &some).await
+                }
+            })
+            .await;
+            let sent_at = sent.unwrap_or(called);
+            for ((i, _), r) in part.iter().zip(remaining?) {
+                out[*i] = r.map(|r| lease::valid_until(sent_at, r));
             }
         }
         Ok(out)
@@ -164,16 +171,11 @@ impl SqlBackend {
                 .collect();
             for chunk in group.chunks(EXTEND_CHUNK) {
                 let chunk_holds: Vec<&Hold> = chunk.iter().map(|&i| &holds[i].0).collect();
-                let called = Instant::now();
-                let (extended, sent) = sent::timed(inner.extend_mixed_chunk(ttl, &chunk_holds)).await;
-                let sent_at = sent.unwrap_or(called);
-                match extended {
-                    Ok(remaining) => {
-                        for (&i, r) in chunk.iter().zip(remaining) {
-                            out[i] = Some(Ok(match r {
-                                Some(r) => ExtendOutcome::Extended {
-                                    valid_until: Some(lease::valid_until(sent_at, r)),
-                                },
+                match inner.extend_chunk_deadlines(ttl, &chunk_holds).await {
+                    Ok(deadlines) => {
+                        for (&i, deadline) in chunk.iter().zip(deadlines) {
+                            out[i] = Some(Ok(match deadline {
+                                Some(d) => ExtendOutcome::Extended { valid_until: Some(d) },
                                 None => ExtendOutcome::NotHeld,
                             }));
                         }

@@ -105,10 +105,17 @@ impl SqlBackend {
         }
         for (column, ddl) in &inner.sql.added_columns {
             if !columns.iter().any(|(name, _)| name == column) {
-                self.add_column(column, ddl).await?;
+                self.add_column(table, column, ddl).await?;
             }
         }
         self.check_waiters_table().await?;
+        let waiters = inner.sql.waiters_table();
+        let waiter_columns = self.columns(&waiters).await?;
+        for (column, ddl) in &inner.sql.waiter_columns {
+            if !waiter_columns.iter().any(|name| name == column) {
+                self.add_column(&waiters, column, ddl).await?;
+            }
+        }
         if !inner.sql.name_types.is_empty()
             && let Some((_, ty)) = columns.iter().find(|(name, _)| name == "name")
             && !inner.sql.name_types.contains(&ty.as_str())
@@ -132,13 +139,28 @@ impl SqlBackend {
         Ok(())
     }
 
-    /// Adds a column that a lock table made by an older lockkit lacks
-    /// (`attempts`, `queued`: the only change `migrate` makes to an
-    /// existing table; its rows keep their holds, which end with their
-    /// lease). A client that finds it added meanwhile by another is content.
-    async fn add_column(&self, column: &str, ddl: &Arc<str>) -> Result<(), LockError> {
+    /// The (lowercase) column names of `table`.
+    async fn columns(&self, table: &str) -> Result<Vec<String>, LockError> {
         let inner = &self.inner;
-        let table = &inner.config.table;
+        let args = [Arg::Text(Some(table))];
+        let rows = inner
+            .retry("connect", None, || {
+                inner.db.fetch(&inner.sql.columns, &args, &[Col::Text, Col::Text])
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|mut r| text(r.swap_remove(0)).to_ascii_lowercase())
+            .collect())
+    }
+
+    /// Adds a column that a table made by an older lockkit lacks (the lock
+    /// table's `attempts`, `queued`; the waiter table's `live`, `writer`:
+    /// the only changes `migrate` makes to an existing table; its rows keep
+    /// what they hold). A client that finds it added meanwhile by another
+    /// is content.
+    async fn add_column(&self, table: &str, column: &str, ddl: &Arc<str>) -> Result<(), LockError> {
+        let inner = &self.inner;
         let refused = |why: String| {
             schema_error(
                 table,
@@ -151,16 +173,7 @@ impl SqlBackend {
         match inner.db.exec(ddl, &[]).await {
             Ok(_) => Ok(()),
             Err(e) => {
-                let args = [Arg::Text(Some(table))];
-                let columns = inner
-                    .retry("connect", None, || {
-                        inner.db.fetch(&inner.sql.columns, &args, &[Col::Text, Col::Text])
-                    })
-                    .await?;
-                if columns
-                    .into_iter()
-                    .any(|mut r| text(r.swap_remove(0)).eq_ignore_ascii_case(column))
-                {
+                if self.columns(table).await?.iter().any(|c| c == column) {
                     return Ok(());
                 }
                 Err(refused(format!("adding it failed: {e}")))

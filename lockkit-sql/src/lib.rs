@@ -58,10 +58,14 @@
 //! backend's rules; see the `kinds` module. A name's `<table>_kinds` row
 //! stays when its holds are gone: it keeps the name's token counter (tokens
 //! strictly grow per name) and the last write token that readers carry.
-//! Waiters poll on a backoff (at most `max_backoff` and a third of
-//! `queue_lease`, each try renewing their place), woken at once by releases
-//! in this process and, on Postgres, in any process (`NOTIFY`). The
-//! sweeper deletes expired rows of `<table>_holds`.
+//! Their waiters stand in the mutex's line (see Waiting), so they wait, are
+//! woken and are skipped when dead exactly as a mutex's are: a permit goes
+//! to the first in line, a read hold to any reader with no writer waiting
+//! ahead of it; a release wakes the first waiter of the name in each
+//! process, and a grant that leaves room (a permit left, a reader in)
+//! wakes the next — one waiter per permit, not the line. Releases take no
+//! lock on the name (a share is taken out in place), so they never wait
+//! for a claim. The sweeper deletes expired rows of `<table>_holds`.
 //!
 //! # Fencing tokens
 //!
@@ -108,8 +112,25 @@
 //! 5 s) that one task per backend renews for all of its waiters in one
 //! statement, every third of the lease; a waiter that gives up (its wait
 //! ran out, an error, its future dropped) deletes its row at once (in the
-//! background when dropped), and a waiter whose process died is skipped
-//! when its lease ends. The sweeper deletes expired places.
+//! background when dropped). The sweeper deletes expired places.
+//!
+//! **A waiter whose process died** is skipped at once where the server
+//! can tell: each place names its backend's liveness key, which MySQL and
+//! MariaDB hold as a `GET_LOCK` on a connection of the backend's own (one
+//! more connection per backend that waits) and Postgres as an advisory
+//! lock on the wait-list connection; when the process dies its
+//! connections close, the server frees the key, and the next claim passes
+//! the dead place by (measured: 7–30 ms from the release to the next live
+//! waiter's grant). SQLite has no server: the key is a row of
+//! `<table>_live` with a short lease (`?live_lease=`, default 400 ms) that
+//! the backend renews with one statement every quarter of it while it
+//! waits, so a dead waiter costs the next at most `live_lease` (measured
+//! ~380 ms). A live process whose key lapses — its carrying connection
+//! lost, or on SQLite its renewals stalled longer than `live_lease` — is
+//! passed over while it does and keeps its places: its turn comes back
+//! with the key. A claim grants only the live head of the line, so nobody
+//! is granted out of turn or twice. Places without a key (an older
+//! lockkit's) live by their lease alone.
 //!
 //! Only the head of the line tries again on its own, with jittered
 //! exponential backoff never longer than the holder's remaining lease or
@@ -123,8 +144,8 @@
 //! that key exclusively skips the `NOTIFY`, which would otherwise serialize
 //! the commits of all releases). Every other waiter sleeps until the waiter
 //! ahead of it in its process is served or leaves, or its place is renewed
-//! (it then looks whether the line moved). Each attempt runs detached, so a
-//! cancelled `lock` leaves no hold behind.
+//! (the first waiter of each name then looks whether the line moved). Each
+//! attempt runs detached, so a cancelled `lock` leaves no hold behind.
 //!
 //! Joining the line, leaving it and renewing places do not wait for the
 //! disk: on Postgres those statements turn `synchronous_commit` off for
@@ -257,8 +278,9 @@ use lockkit_core::url::{BackendSchemes, ConnectUrl};
 
 pub use backend::SqlBackend;
 pub use config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, DEFAULT_QUEUE_LEASE, DEFAULT_SWEEP_BATCH,
-    DEFAULT_SWEEP_INTERVAL, DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, Mode, SqlConfig, validate_table,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIVE_LEASE, DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, DEFAULT_QUEUE_LEASE,
+    DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, Mode, SqlConfig,
+    validate_table,
 };
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 pub use session::SessionBackend;

@@ -2,9 +2,11 @@
 //! a forced release deletes the hold whatever its count.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use lockkit_core::LockError;
 use lockkit_core::backend::{Hold, LockInfo, LockKind, ReleaseOutcome};
+use lockkit_core::backoff::Backoff;
 
 use crate::backend::{Inner, SqlBackend};
 #[cfg(feature = "mysql")]
@@ -13,8 +15,18 @@ use crate::conn::{Arg, Col, count};
 #[cfg(feature = "mysql")]
 use crate::sql::mysql_inline;
 
-/// How often a release looks again when the hold changed under it.
-const RELEASE_ROUNDS: u32 = 5;
+/// How often a release looks again when the hold changed under it. Tasks
+/// of one owner that re-enter and give back one hold as fast as they can
+/// make its count cross between one and more between a round's statements
+/// about one round in four: a few rounds in a row are common under load,
+/// so the rounds are many and spread out by [`round_pause`].
+const RELEASE_ROUNDS: u32 = 40;
+
+/// The pause between two rounds of a release: short and jittered, so the
+/// rounds of tasks that keep changing one hold fall out of step.
+fn round_pause() -> Backoff {
+    Backoff::new(Duration::from_micros(200), Duration::from_millis(20))
+}
 
 impl Inner {
     /// The arguments of a delete statement (see [`delete`](Self::delete)):
@@ -124,45 +136,59 @@ impl Inner {
         if hold.kind != LockKind::Mutex {
             return self.kind_release(hold, attempt).await;
         }
-        let n = Some(hold.name.as_str());
         let [name, owner, token] = Self::hold_args(hold);
         let share_args = [Arg::Text(Some(attempt)), name, owner, token];
+        let steps = ShareSteps {
+            last: LastShare::Mutex { hold, attempt },
+            one: (&self.sql.release_one, &share_args),
+            returns_rows: self.sql.updates_return_rows,
+            share: (&self.sql.share, &share_args),
+        };
+        self.release_rounds(&hold.name, steps).await
+    }
+
+    /// The rounds of a release, of any kind: `steps.last` deletes the
+    /// hold if the attempt's share is its last; else the other steps take
+    /// the share out of a hold of more, or find the share gone already (a
+    /// repeat) or the hold. More than one round only when the hold changed
+    /// between the statements (a twin owner's release of another share).
+    pub(crate) async fn release_rounds(&self, name: &str, steps: ShareSteps<'_>) -> Result<ReleaseOutcome, LockError> {
+        let n = Some(name);
         let mut unsure = false;
-        // More than one round only when the hold changed between the
-        // statements (a twin owner's release of another share).
-        for _ in 0..RELEASE_ROUNDS {
-            let (deleted, lost) = self
-                .delete(
-                    "release",
-                    (&self.sql.release_last, self.sql.release_last_queued.as_ref()),
-                    hold,
-                    Some(attempt),
-                )
-                .await?;
+        let mut pause = round_pause();
+        for round in 0..RELEASE_ROUNDS {
+            if round > 0 {
+                tokio::time::sleep(pause.next_delay()).await;
+            }
+            let (deleted, lost) = match steps.last {
+                LastShare::Mutex { hold, attempt } => {
+                    let statements = (&self.sql.release_last, self.sql.release_last_queued.as_ref());
+                    self.delete("release", statements, hold, Some(attempt)).await?
+                }
+                LastShare::Kind { args, key } => self.kind_release_last(name, args, key).await?,
+            };
             unsure |= lost;
             if deleted {
                 return Ok(ReleaseOutcome::Released { remaining: 0 });
             }
-            let (remaining, lost) = if self.sql.updates_return_rows {
+            let (one, args) = steps.one;
+            let (remaining, lost) = if steps.returns_rows {
                 let (row, lost) = self
-                    .retry_if("release", n, true, || {
-                        self.db.fetch_one(&self.sql.release_one, &share_args, &[Col::Int])
-                    })
+                    .retry_if("release", n, true, || self.db.fetch_one(one, args, &[Col::Int]))
                     .await?;
                 (row.map(|r| count(r[0].int())), lost)
             } else {
-                let (done, lost) = self
-                    .retry_if("release", n, true, || self.db.exec(&self.sql.release_one, &share_args))
-                    .await?;
+                let (done, lost) = self.retry_if("release", n, true, || self.db.exec(one, args)).await?;
                 ((done.rows == 1).then_some(done.last_id as u32), lost)
             };
             unsure |= lost;
             if let Some(remaining) = remaining {
                 return Ok(ReleaseOutcome::Released { remaining });
             }
+            let (share, args) = steps.share;
             let (row, lost) = self
                 .retry_if("release", n, true, || {
-                    self.db.fetch_one(&self.sql.share, &share_args, &[Col::Int, Col::Int])
+                    self.db.fetch_one(share, args, &[Col::Int, Col::Int])
                 })
                 .await?;
             unsure |= lost;
@@ -185,6 +211,29 @@ impl Inner {
             "the hold kept changing between the release's statements",
         ))
     }
+}
+
+/// The statements of a release (see [`Inner::release_rounds`]), each with
+/// its arguments.
+pub(crate) struct ShareSteps<'a> {
+    /// Deletes the hold if the attempt's share is its last.
+    pub last: LastShare<'a>,
+    /// Takes the attempt's share out of a hold of more than one → the
+    /// shares left (as a row, or, without `returns_rows`, MySQL's insert
+    /// id of an update that matched one row).
+    pub one: (&'a Arc<str>, &'a [Arg<'a>]),
+    pub returns_rows: bool,
+    /// → `(shares, has_share)` of the live hold.
+    pub share: (&'a Arc<str>, &'a [Arg<'a>]),
+}
+
+/// The first step of a release: a mutex's (see [`Inner::delete`]), or a
+/// semaphore's or read-write lock's (`kinds/release.rs`), with the
+/// arguments of its statement and the line key it wakes.
+#[derive(Clone, Copy)]
+pub(crate) enum LastShare<'a> {
+    Mutex { hold: &'a Hold, attempt: &'a str },
+    Kind { args: &'a [Arg<'a>], key: &'a [u8] },
 }
 
 impl SqlBackend {

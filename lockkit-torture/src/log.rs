@@ -121,6 +121,10 @@ pub enum Record {
         name: String,
         owner: String,
         error: String,
+        /// The call ran out of its wait bound (`WaitTimeout`); absent in
+        /// older logs.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        timed_out: bool,
     },
 }
 

@@ -325,6 +325,7 @@ async fn task(
                     Some(Err(e)) => e.to_string(),
                     _ => "run ended".into(),
                 };
+                let timed_out = matches!(failed, Some(Err(LockError::WaitTimeout { .. })));
                 write(
                     &log,
                     Record::Fail {
@@ -332,6 +333,7 @@ async fn task(
                         name,
                         owner: owner.clone(),
                         error,
+                        timed_out,
                     },
                 );
                 if failed.is_none() {

@@ -27,6 +27,12 @@
 //! owner's hold, readers carrying the last writer's token. Elections run
 //! on ZooKeeper behind the proxy: never two valid leaderships at once.
 //!
+//! Crowds (`--crowd`: 4 processes × 64 tasks on 2 names): every kind on
+//! SQLite, one kind on each shared server behind the proxy (Redis
+//! semaphores of 3, MariaDB read-write locks, Postgres locks, ZooKeeper
+//! read-write locks); long, every kind on each, Redis, MariaDB and
+//! Postgres on their private servers with restarts.
+//!
 //! `LOCKKIT_TORTURE_LONG=1` makes each run a long one: 4 processes × 4 tasks
 //! on 8 names with short critical sections until `LOCKKIT_TORTURE_GRANTS`
 //! grants (default 100000; at most `LOCKKIT_TORTURE_SECONDS`, default 1800),
@@ -64,6 +70,8 @@ struct Extra<'a> {
     shared_owners: bool,
     /// What the workers take (`--kind`): locks unless said.
     kind: Option<&'a str>,
+    /// A crowd (`--crowd`): 4 processes × 64 tasks on 2 names.
+    crowd: bool,
 }
 
 fn env_or(var: &str, default: &str) -> String {
@@ -159,12 +167,25 @@ fn run(label: &str, url: &str, extra: &Extra<'_>) -> HashMap<String, u64> {
         // so those runs take two processes (they have no shared owners to
         // pair) and restarts take 40 s.
         let slow = extra.node_restart_cmd.is_some() || extra.restart_cmd.is_some();
-        let seconds = if slow { "40s" } else { "18s" };
+        let seconds = if slow {
+            "40s"
+        } else if extra.crowd {
+            // 256 tasks in four processes: enough for the line to form,
+            // turn over and meet each fault once; the kinds run in turn.
+            "12s"
+        } else {
+            "18s"
+        };
         let procs = if extra.kind.is_some() { "2" } else { "4" };
         cmd.args(["--procs", procs, "--tasks", "2", "--names", "3", "--ttl", "2s"])
             .args(["--seconds", seconds, "--chaos-every", "1500ms", "--fault-every", "1s"]);
         None
     };
+    if extra.crowd {
+        // At least 4 processes × 64 tasks on at most 2 names (over the
+        // counts above), each call waiting up to 120 s.
+        cmd.arg("--crowd");
+    }
     cmd.arg("--log-dir").arg(dir.path());
     if extra.proxy {
         cmd.arg("--proxy");
@@ -216,11 +237,17 @@ fn run(label: &str, url: &str, extra: &Extra<'_>) -> HashMap<String, u64> {
     counts
 }
 
+/// A SQLite database in `dir`, swept every second.
+#[cfg(feature = "sqlite")]
+fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}?sweep_interval=1s", dir.path().join("torture.db").display())
+}
+
 #[cfg(feature = "sqlite")]
 #[test]
 fn sqlite() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}?sweep_interval=1s", dir.path().join("torture.db").display());
+    let url = sqlite_url(&dir);
     torture(
         "sqlite",
         &url,
@@ -237,7 +264,7 @@ fn sqlite() {
 #[test]
 fn sqlite_semaphore() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}?sweep_interval=1s", dir.path().join("torture.db").display());
+    let url = sqlite_url(&dir);
     torture(
         "sqlite-semaphore",
         &url,
@@ -254,7 +281,7 @@ fn sqlite_semaphore() {
 #[test]
 fn sqlite_rw() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}?sweep_interval=1s", dir.path().join("torture.db").display());
+    let url = sqlite_url(&dir);
     torture(
         "sqlite-rw",
         &url,
@@ -263,6 +290,41 @@ fn sqlite_rw() {
             ..Extra::default()
         },
     );
+}
+
+/// The crowd kinds a run takes: all three in a long run (each to its own
+/// `LOCKKIT_TORTURE_GRANTS`), `short` in a short one.
+fn crowd_kinds(short: &'static [&'static str]) -> &'static [&'static str] {
+    if long() { &["mutex", "semaphore:3", "rw"] } else { short }
+}
+
+/// Crowds on `url`: for each kind, 4 processes × 64 tasks on 2 names
+/// with kills, pauses and worker restarts and what `extra` adds: the
+/// kind's bound never broken (one holder, at most 3 permits, readers xor
+/// one writer), tokens growing.
+fn crowd(label: &str, url: &str, extra: &Extra<'_>, short: &'static [&'static str]) {
+    for kind in crowd_kinds(short) {
+        torture(
+            &format!("{label}-crowd-{}", kind.replace(':', "")),
+            url,
+            Extra {
+                restart_cmd: extra.restart_cmd,
+                proxy: extra.proxy,
+                kind: Some(kind),
+                crowd: true,
+                ..Extra::default()
+            },
+        );
+    }
+}
+
+/// Crowds on SQLite (the embedded default), every kind in turn.
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_crowd() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(&dir);
+    crowd("sqlite", &url, &Extra::default(), &["mutex", "semaphore:3", "rw"]);
 }
 
 /// A private server of `scripts/services` (its own state directory and
@@ -605,6 +667,80 @@ fn postgres_semaphore() {
         "sweep_interval=1s",
         "semaphore:2",
     );
+}
+
+/// A crowd on the shared server of `var` (with `params` added to its
+/// URL) behind the fault proxy: the short runs. Long runs of Redis,
+/// MariaDB and Postgres restart a private server as well (their tests).
+fn shared_crowd(label: &str, var: &str, params: &str, short: &'static [&'static str]) {
+    let Some(url) = lockkit_core::testkit::server_url(var) else {
+        return;
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let extra = Extra {
+        proxy: true,
+        ..Extra::default()
+    };
+    crowd(label, &format!("{url}{sep}{params}"), &extra, short);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis_crowd() {
+    if !long() {
+        return shared_crowd("redis", "LOCKKIT_REDIS_URL", "response_timeout=300ms", &["semaphore:3"]);
+    }
+    if lockkit_core::testkit::server_url("LOCKKIT_REDIS_URL").is_none() {
+        return;
+    }
+    let (server, url) = PrivateRedis::start();
+    let extra = Extra {
+        restart_cmd: Some(&server.restart_cmd()),
+        proxy: true,
+        ..Extra::default()
+    };
+    crowd("redis", &format!("{url}?response_timeout=300ms"), &extra, &[]);
+}
+
+/// A crowd's long run on a private server of `scripts/services` with
+/// restarts (`service` as `PrivateServer::start` takes it).
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+fn private_crowd(label: &str, var: &str, service: &'static str, port: &str) {
+    if lockkit_core::testkit::server_url(var).is_none() {
+        return;
+    }
+    let (server, url) = PrivateServer::start(service, port);
+    let extra = Extra {
+        restart_cmd: Some(&server.restart_cmd()),
+        proxy: true,
+        ..Extra::default()
+    };
+    crowd(label, &format!("{url}?sweep_interval=1s"), &extra, &[]);
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_crowd() {
+    if long() {
+        return private_crowd("mysql", "LOCKKIT_MYSQL_URL", "mysql", "13318");
+    }
+    shared_crowd("mysql", "LOCKKIT_MYSQL_URL", "sweep_interval=1s", &["rw"]);
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_crowd() {
+    if long() {
+        return private_crowd("postgres", "LOCKKIT_POSTGRES_URL", "postgres", "15443");
+    }
+    shared_crowd("postgres", "LOCKKIT_POSTGRES_URL", "sweep_interval=1s", &["mutex"]);
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper_crowd() {
+    // The shared server, as the other ZooKeeper runs: no restarts.
+    shared_crowd("zookeeper", "LOCKKIT_ZK_URL", "session_timeout=4s", &["rw"]);
 }
 
 #[cfg(feature = "zookeeper")]

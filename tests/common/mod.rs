@@ -2,9 +2,12 @@
 //! `#[path = "../common/mod.rs"] mod common;` and uses what it needs: unique
 //! lock names, URL parameters, the libtest name of a test (for the tests that
 //! run their own binary again as a child process) and, with the `redis`
-//! feature, private `redis-server` processes.
+//! feature, private `redis-server` processes and worker processes on one
+//! lock (`child`).
 #![allow(dead_code)]
 
+#[cfg(feature = "redis")]
+pub mod child;
 #[cfg(feature = "redis")]
 pub mod redis;
 
@@ -36,11 +39,13 @@ pub fn test_name(module_path: &str, test: &str) -> String {
     }
 }
 
-/// A command that runs this test binary again for the one test `test` of
-/// the module whose `module_path!()` is `module_path` (a child process of
-/// a multi-process test), with its output not captured.
-pub fn this_test_again(module_path: &str, test: &str) -> std::process::Command {
-    let mut command = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+/// This test binary run again for the one test `test` of the module whose
+/// `module_path!()` is `module_path` (its output shown, one thread): the
+/// child process of a test that needs several processes. The caller adds
+/// the environment that tells the child what to do, and spawns it (or
+/// lets [`spawn_child`] do both).
+pub fn child_command(module_path: &str, test: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
     command.args([
         &test_name(module_path, test),
         "--exact",
@@ -48,4 +53,25 @@ pub fn this_test_again(module_path: &str, test: &str) -> std::process::Command {
         "--test-threads=1",
     ]);
     command
+}
+
+/// Starts [`child_command`] with `env` set and `stdout` as its standard
+/// output (its errors shown), killed again if the test ends first.
+pub fn spawn_child(module_path: &str, test: &str, env: &[(&str, &str)], stdout: std::process::Stdio) -> Reaper {
+    let mut command = child_command(module_path, test);
+    command.stdout(stdout).stderr(std::process::Stdio::inherit());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    Reaper(command.spawn().expect("spawn child"))
+}
+
+/// Kills the child if the test fails before it does.
+pub struct Reaper(pub std::process::Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

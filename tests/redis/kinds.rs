@@ -142,8 +142,8 @@ fn family_key(key: &str, family: &str) -> String {
 
 /// A client that died while queued (its id in the line, nobody behind it)
 /// holds up neither a semaphore's free permit nor a read-write lock's
-/// readers for long: the next client whose way it is in drops it once its
-/// turn passed, and gets the name.
+/// readers for long: the change that lets it in finds nobody listening on
+/// its channel and drops it, and the next client gets the name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_waiters_leave_the_lines_of_every_kind() {
     if !redis::available("dead_waiters_leave_the_lines_of_every_kind") {
@@ -187,8 +187,8 @@ async fn dead_waiters_leave_the_lines_of_every_kind() {
     // A free read-write lock, a dead writer first in line: a reader waits
     // for it (no reader passes a waiting writer), then drops it.
     let rw_key = family_key(&redis::lock_key("rw"), "r");
-    server.cli(&["ZADD", &family_key(&rw_key, "q"), "1", dead]);
-    server.cli(&["HSET", &family_key(&rw_key, "f"), dead, "1"]);
+    // (A client waiting to write stands in line as its id and `:w`.)
+    server.cli(&["ZADD", &family_key(&rw_key, "q"), "1", &format!("{dead}:w")]);
     assert!(
         waiter.rw_lock("rw").unwrap().try_read().await.unwrap().is_none(),
         "a writer waits: no reader passes it"

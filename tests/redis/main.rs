@@ -11,6 +11,7 @@ mod cluster_kit;
 mod kinds;
 mod kit;
 mod partial_failure;
+mod processes;
 mod recovery;
 mod sentinel_failover;
 mod sentinel_kit;

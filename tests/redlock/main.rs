@@ -5,4 +5,5 @@
 mod common;
 
 mod kit;
+mod processes;
 mod scenarios;

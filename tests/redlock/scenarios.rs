@@ -384,3 +384,75 @@ async fn semaphore_permits_on_different_quorums_still_bound_the_holders() {
     pb.unlock().await.expect("unlock B");
     pc.unlock().await.expect("unlock C");
 }
+
+/// The owners holding `name` for reading on one node alone.
+async fn node_readers(node: &Server, name: &str) -> Vec<String> {
+    let one = lockkit::connect(&format!("redis://{}", node.addr()))
+        .await
+        .expect("connect to one node");
+    let readers = one.rw_lock(name).expect("rw lock").readers().await;
+    readers.expect("readers").into_iter().map(|h| h.owner).collect()
+}
+
+/// A writer whose quorum left out two nodes leaves them with an older
+/// last write: a reader then holds on every node, under the newest token
+/// on three of them and the older one on the other two. Releasing and
+/// extending the read hold must work on all five — a reader's hold is its
+/// owner's, whatever token each node carries. (Before, the two nodes kept
+/// the read hold until its lease ran out: a writer found only three free
+/// nodes, and a crowd of them stalled for the lease's length.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_on_nodes_with_different_last_writes_releases_everywhere() {
+    if !redis::available("a_reader_on_nodes_with_different_last_writes_releases_everywhere") {
+        return;
+    }
+    let nodes = five();
+    let (w, r) = (client(&nodes).await, client(&nodes).await);
+    let name = "differing";
+    let older = w.rw_lock(name).unwrap().write_with(&long()).await.expect("write");
+    older.unlock().await.expect("unlock");
+    nodes[3..].iter().for_each(Server::freeze);
+    let newer = w.rw_lock(name).unwrap().write_with(&long()).await;
+    nodes[3..].iter().for_each(Server::thaw);
+    let newer = newer.expect("a write on nodes 0-2");
+    let token = newer.fencing_token();
+    newer.unlock().await.expect("unlock");
+    let read = r.rw_lock(name).unwrap().read_with(&long()).await.expect("read");
+    assert_eq!(read.fencing_token(), token, "the reader carries the last write");
+    for node in &nodes {
+        redis::eventually("the reader holds on every node", || async {
+            (node_readers(node, name).await == [r.owner()]).then_some(())
+        })
+        .await;
+    }
+    assert!(
+        matches!(
+            r.backend().extend(&read_hold(&read), Duration::from_secs(60)).await,
+            Ok(lockkit::backend::ExtendOutcome::Extended { .. })
+        ),
+        "the read hold extends"
+    );
+    read.unlock().await.expect("unlock");
+    for (i, node) in nodes.iter().enumerate() {
+        assert!(
+            node_readers(node, name).await.is_empty(),
+            "node {i} still holds the released read"
+        );
+    }
+    let write = w
+        .rw_lock(name)
+        .unwrap()
+        .write_with(&long().wait(Duration::from_secs(5)))
+        .await
+        .expect("a writer after the reader");
+    write.unlock().await.expect("unlock");
+}
+
+fn read_hold(g: &lockkit::LockGuard) -> lockkit::backend::Hold {
+    lockkit::backend::Hold {
+        name: g.name().to_owned(),
+        owner: g.owner().to_owned(),
+        token: g.fencing_token(),
+        kind: lockkit::LockKind::Read,
+    }
+}

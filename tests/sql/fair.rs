@@ -20,8 +20,9 @@ use crate::common::unique;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::server_url;
 
-/// Runs one statement on the database behind `url` (no lockkit).
-async fn raw(url: &str, sql: String) {
+/// Runs one statement on the database behind `url` (no lockkit; also the
+/// other files' tests).
+pub(crate) async fn raw(url: &str, sql: String) {
     let sql = sqlx::AssertSqlSafe(sql);
     match url.split(':').next() {
         #[cfg(feature = "sqlite")]

@@ -17,9 +17,10 @@ use lockkit_core::testkit::server_url;
 
 use crate::common::unique;
 
-/// Waits (bounded) until `name`'s line has `n` places.
-async fn until_waiting(client: &lockkit::LockClient, name: &str, kind: LockKind, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Waits (bounded) until `name`'s line has `n` places (also the other
+/// files' tests').
+pub(crate) async fn until_waiting(client: &lockkit::LockClient, name: &str, kind: LockKind, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let waiting = client.backend().waiting_for(name, kind).await.unwrap();
         if waiting == n {
@@ -52,14 +53,21 @@ async fn waiters_leave(url: String) {
     until_waiting(&a, &name, kind, 1).await;
     waiting.abort();
     until_waiting(&a, &name, kind, 0).await;
-    // Nobody waits: a fair try takes the released permit.
+    // Nobody waits: a fair try takes the released permit — at once, or,
+    // if the cancelled waiter's last attempt was still running and took it,
+    // once that orphan is given back in the background; well before a
+    // stale place's lease (5 s) would end.
     held.unlock().await.unwrap();
-    let taken = c.semaphore(&name, 1).unwrap().try_acquire().await.unwrap();
-    taken
-        .expect("no stale place holds the try back")
-        .unlock()
-        .await
-        .unwrap();
+    let sem_c = c.semaphore(&name, 1).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let taken = loop {
+        match sem_c.try_acquire().await.unwrap() {
+            Some(g) => break g,
+            None => assert!(Instant::now() < deadline, "a stale place holds the try back"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    taken.unlock().await.unwrap();
 
     // A writer that gave up no longer keeps new readers out.
     let rw = unique("kinds_leave_rw");
@@ -99,7 +107,8 @@ async fn permit_counts(url: String) {
         p.unlock().await.unwrap();
     }
 
-    // Unfair: a waiter takes the permit that comes free.
+    // Unfair: a waiter (which takes no place in line, as an unfair mutex's
+    // does not) takes the permit that comes free.
     let holder = a.semaphore(&name, 3).unwrap();
     let held: Vec<_> = futures_util::future::join_all((0..3).map(|_| holder.acquire()))
         .await
@@ -109,7 +118,17 @@ async fn permit_counts(url: String) {
     let unfair = b.options().fair(false).wait(Duration::from_secs(10));
     let sem_b = b.semaphore(&name, 3).unwrap();
     let waiter = tokio::spawn(async move { sem_b.acquire_with(&unfair).await });
-    until_waiting(&a, &name, LockKind::Permit { permits: 3 }, 1).await;
+    // Not an event to wait for: had it not begun waiting yet, it finds a
+    // free permit all the same.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        a.backend()
+            .waiting_for(&name, LockKind::Permit { permits: 3 })
+            .await
+            .unwrap(),
+        0,
+        "an unfair waiter takes no place in line"
+    );
     for h in held {
         h.unlock().await.unwrap();
     }
@@ -163,6 +182,42 @@ async fn shared_readers_and_a_writer(url: String) {
     assert!(rw.writer().await.unwrap().is_none());
 }
 
+/// A crowd of one owner's tasks re-enter and give back one read hold and
+/// one mutex hold as fast as they can: every release goes through however
+/// often the count of shares crosses between one and more under it, and
+/// nothing is left held.
+async fn shares_turn_over(url: String) {
+    const TASKS: usize = 6;
+    const ROUNDS: usize = 150;
+    let client = lockkit::connect(&url).await.unwrap();
+    let name = unique("kinds_shares_turn_over");
+    let tasks = (0..TASKS).map(|i| {
+        let (client, name) = (client.clone(), name.clone());
+        tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                if i % 2 == 0 {
+                    let g = client.rw_lock(&name).unwrap().read().await.unwrap();
+                    tokio::task::yield_now().await;
+                    g.unlock().await.unwrap();
+                } else {
+                    let g = client.lock(&format!("{name}/mutex")).await.unwrap();
+                    tokio::task::yield_now().await;
+                    g.unlock().await.unwrap();
+                }
+            }
+        })
+    });
+    for t in futures_util::future::join_all(tasks).await {
+        t.unwrap();
+    }
+    let rw = client.rw_lock(&name).unwrap();
+    assert!(rw.readers().await.unwrap().is_empty(), "every read share came back");
+    let other = lockkit::connect(&url).await.unwrap();
+    let g = other.try_lock(&format!("{name}/mutex")).await.unwrap();
+    assert!(g.is_some(), "every mutex share came back");
+    g.unwrap().unlock().await.unwrap();
+}
+
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_kinds() {
@@ -170,7 +225,8 @@ async fn sqlite_kinds() {
     let url = format!("sqlite://{}/locks.db", dir.path().display());
     waiters_leave(url.clone()).await;
     permit_counts(url.clone()).await;
-    shared_readers_and_a_writer(url).await;
+    shared_readers_and_a_writer(url.clone()).await;
+    shares_turn_over(url).await;
 }
 
 #[cfg(feature = "mysql")]
@@ -179,7 +235,8 @@ async fn mysql_kinds() {
     if let Some(url) = server_url("LOCKKIT_MYSQL_URL") {
         waiters_leave(url.clone()).await;
         permit_counts(url.clone()).await;
-        shared_readers_and_a_writer(url).await;
+        shared_readers_and_a_writer(url.clone()).await;
+        shares_turn_over(url).await;
     }
 }
 
@@ -189,6 +246,7 @@ async fn postgres_kinds() {
     if let Some(url) = server_url("LOCKKIT_POSTGRES_URL") {
         waiters_leave(url.clone()).await;
         permit_counts(url.clone()).await;
-        shared_readers_and_a_writer(url).await;
+        shared_readers_and_a_writer(url.clone()).await;
+        shares_turn_over(url).await;
     }
 }

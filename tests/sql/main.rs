@@ -7,6 +7,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod crowd;
+mod dead_waiter;
 mod extend;
 mod fair;
 mod kinds;
@@ -17,6 +19,7 @@ mod postgres_session_kit;
 mod privileges;
 mod processes;
 mod race;
+mod renewals;
 mod restart;
 mod schema;
 mod session;

@@ -15,9 +15,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::common::{Reaper, spawn_child};
 use crate::common::{unique, with_params};
 
 #[cfg(any(feature = "mysql", feature = "postgres"))]
@@ -85,32 +86,10 @@ async fn child_process() {
     }
 }
 
-fn spawn_child(role: &str, url: &str, name: &str, dir: &Path, stdout: Stdio) -> Child {
-    Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            &crate::common::test_name(module_path!(), "child_process"),
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE, role)
-        .env(URL, url)
-        .env(NAME, name)
-        .env(DIR, dir)
-        .stdout(stdout)
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn child")
-}
-
-/// Kills the child if the test fails before it does.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn spawn_role(role: &str, url: &str, name: &str, dir: &Path, stdout: Stdio) -> Reaper {
+    let dir = dir.to_string_lossy();
+    let env = [(ROLE, role), (URL, url), (NAME, name), (DIR, &*dir)];
+    spawn_child(module_path!(), "child_process", &env, stdout)
 }
 
 /// Whether the lock table has a row for `name`, expired or not, by a plain
@@ -163,7 +142,7 @@ async fn crash(url: String) {
     let url = with_params(&url, &format!("sweep_interval={}ms", SWEEP.as_millis()));
     let name = unique("crash");
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Reaper(spawn_child("hold", &url, &name, dir.path(), Stdio::piped()));
+    let mut child = spawn_role("hold", &url, &name, dir.path(), Stdio::piped());
     let stdout = child.0.stdout.take().unwrap();
     let held = tokio::task::spawn_blocking(move || {
         BufReader::new(stdout)
@@ -216,7 +195,7 @@ async fn processes(url: String) {
     std::fs::write(dir.path().join("counter"), "0\n").unwrap();
     std::fs::write(dir.path().join("tokens"), "").unwrap();
     let children: Vec<Reaper> = (0..PROCESSES)
-        .map(|_| Reaper(spawn_child("stress", &url, &name, dir.path(), Stdio::null())))
+        .map(|_| spawn_role("stress", &url, &name, dir.path(), Stdio::null()))
         .collect();
     let waited = tokio::task::spawn_blocking(move || {
         children

@@ -16,6 +16,9 @@ use tokio::time::{Instant, timeout};
 
 use crate::common::{tag, unique, with_params};
 
+mod cancel;
+mod crowd;
+
 /// The generous bound for anything that should happen promptly.
 const BOUND: Duration = Duration::from_secs(15);
 
@@ -109,6 +112,56 @@ impl Admin {
         }
     }
 
+    /// How many server-side waits there are for `name` by clients whose
+    /// token sequence is `seq` (MariaDB: the connections waiting in a
+    /// `GET_LOCK` statement that names the sequence; Postgres: all waits
+    /// for the name's key).
+    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
+    async fn seq_waits(&mut self, name: &str, seq: &str) -> i64 {
+        match self {
+            #[cfg(feature = "mysql")]
+            Admin::Mysql(c) => sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                 WHERE STATE = 'User lock' AND INFO LIKE CONCAT('%', ?, '%')",
+            )
+            .bind(seq)
+            .fetch_one(&mut *c)
+            .await
+            .expect("processlist"),
+            #[cfg(feature = "postgres")]
+            Admin::Postgres(_) => self.waits(name).await,
+        }
+    }
+
+    /// The server ids of the connections waiting for `name` (MariaDB: the
+    /// connections waiting in a `GET_LOCK` statement that names the
+    /// sequence `seq`), in id order.
+    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
+    async fn wait_ids(&mut self, name: &str, seq: &str) -> Vec<i64> {
+        match self {
+            #[cfg(feature = "mysql")]
+            Admin::Mysql(c) => sqlx::query_scalar::<_, i64>(
+                "SELECT ID FROM information_schema.PROCESSLIST \
+                 WHERE STATE = 'User lock' AND INFO LIKE CONCAT('%', ?, '%') ORDER BY ID",
+            )
+            .bind(seq)
+            .fetch_all(&mut *c)
+            .await
+            .expect("processlist"),
+            #[cfg(feature = "postgres")]
+            Admin::Postgres(c) => {
+                sqlx::query_scalar::<_, i32>(sqlx::AssertSqlSafe(pg_locks("NOT granted", "pid") + " ORDER BY pid"))
+                    .bind(pg_key(name))
+                    .fetch_all(&mut *c)
+                    .await
+                    .expect("pg_locks")
+                    .into_iter()
+                    .map(i64::from)
+                    .collect()
+            }
+        }
+    }
+
     async fn exec(&mut self, text: &str) {
         let q = sqlx::raw_sql(sqlx::AssertSqlSafe(text.to_owned()));
         match self {
@@ -142,6 +195,101 @@ async fn until_waits(what: &str, admin: &mut Admin, name: &str, n: i64) {
     while admin.waits(name).await != n {
         assert!(Instant::now() < deadline, "{what}: not within {BOUND:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A test's own stage: a token sequence of its own (a table name of its
+/// own: on MariaDB its waits are told apart from other tests' by the
+/// sequence name in their statement), a unique lock name, a client holding
+/// it, and an admin connection. [`finish`](Scene::finish) checks that
+/// nothing is left waiting or held, and drops the sequence.
+struct Scene {
+    dialect: Dialect,
+    admin_url: String,
+    seq: String,
+    url: String,
+    name: String,
+    admin: Admin,
+    holder: LockClient,
+}
+
+impl Scene {
+    /// The stage, and the holder's guard of the name.
+    async fn new(dialect: Dialect, admin_url: &str, case: &str) -> (Scene, lockkit::LockGuard) {
+        let table = format!("sess_{}", &tag()[..12]);
+        let url = with_params(admin_url, &format!("mode=session&table={table}"));
+        let holder = session_client(&url, "").await;
+        let name = unique(case);
+        let held = holder.lock(&name).await.expect("the holder locks");
+        let scene = Scene {
+            dialect,
+            admin_url: admin_url.to_owned(),
+            seq: format!("{table}_session_seq"),
+            url,
+            name,
+            admin: Admin::open(dialect, admin_url).await,
+            holder,
+        };
+        (scene, held)
+    }
+
+    /// Another client of the stage's sequence.
+    async fn client(&self) -> LockClient {
+        session_client(&self.url, "").await
+    }
+
+    /// How many server-side waits there are for the name.
+    async fn waits(&mut self) -> i64 {
+        self.admin.seq_waits(&self.name, &self.seq).await
+    }
+
+    /// The server ids of the connections waiting for the name.
+    async fn wait_ids(&mut self) -> Vec<i64> {
+        self.admin.wait_ids(&self.name, &self.seq).await
+    }
+
+    /// Polls until the server counts `n` waits for the name, within
+    /// [`BOUND`].
+    async fn until_waits(&mut self, what: &str, n: i64) {
+        let deadline = Instant::now() + BOUND;
+        loop {
+            let now = self.waits().await;
+            if now == n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{:?}: {what}: {now} waits, not {n}, within {BOUND:?}",
+                self.dialect
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Nothing waits for the name or holds it (a grant nobody took is
+    /// given back), within [`BOUND`].
+    async fn until_free(&mut self) {
+        self.until_waits("nobody waits", 0).await;
+        let deadline = Instant::now() + BOUND;
+        while let Some(id) = self.admin.holder_of(&self.name).await {
+            assert!(
+                Instant::now() < deadline,
+                "{:?}: connection {id} still holds the name",
+                self.dialect
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// [`until_free`](Self::until_free); then the sequence is dropped.
+    async fn finish(mut self) {
+        self.until_free().await;
+        drop(self.holder);
+        let mut admin = Admin::open(self.dialect, &self.admin_url).await;
+        match self.dialect {
+            Dialect::Mysql => admin.exec(&format!("DROP SEQUENCE IF EXISTS `{}`", self.seq)).await,
+            _ => admin.exec(&format!("DROP SEQUENCE IF EXISTS \"{}\"", self.seq)).await,
+        }
     }
 }
 
@@ -258,6 +406,19 @@ async fn dropped_wait_leaves_nothing_behind() {
         // The owner creates the sequence; the app user gets only its rights.
         drop(session_client(&url, &params).await);
         let mut admin = Admin::open(dialect, &url).await;
+        if dialect == Dialect::Mysql {
+            // MariaDB lets a user into a database only with a right in it:
+            // one on a table of no interest, so that what fails below is
+            // the sequence, whichever tests ran before on this server.
+            admin
+                .exec(&format!("CREATE TABLE IF NOT EXISTS `{table}_probe` (id INT)"))
+                .await;
+            admin
+                .exec(&format!(
+                    "GRANT SELECT ON `{table}_probe` TO 'lockkit_app'@'127.0.0.1', 'lockkit_app'@'localhost'"
+                ))
+                .await;
+        }
         let e = lockkit::connect(&with_params(&app_url, &format!("mode=session{params}")))
             .await
             .expect_err("no rights on the sequence yet");
@@ -306,9 +467,52 @@ async fn dropped_wait_leaves_nothing_behind() {
         next.unlock().await.expect("unlock");
         drop((holder, waiter));
         match dialect {
-            Dialect::Mysql => admin.exec(&format!("DROP SEQUENCE `{table}_session_seq`")).await,
+            Dialect::Mysql => {
+                admin.exec(&format!("DROP SEQUENCE `{table}_session_seq`")).await;
+                admin.exec(&format!("DROP TABLE `{table}_probe`")).await
+            }
             _ => admin.exec(&format!("DROP SEQUENCE \"{table}_session_seq\"")).await,
         }
+    }
+}
+
+/// A client that connects while another client waits on the server is not
+/// held up by that wait, nor are its acquisitions. (MariaDB: connecting
+/// once ran `CREATE SEQUENCE IF NOT EXISTS`, which queued for an exclusive
+/// metadata lock behind the wait's statement, and every token draw queued
+/// behind it, until the wait ended.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_while_another_waits() {
+    for (dialect, url) in servers() {
+        let (mut scene, held) = Scene::new(dialect, &url, "session_connect_while_waiting").await;
+        let waiter = scene.client().await;
+        let waiting = tokio::spawn({
+            let (waiter, name) = (waiter.clone(), scene.name.clone());
+            async move {
+                waiter
+                    .lock_with(&name, &waiter.options().wait(Duration::from_secs(60)))
+                    .await
+            }
+        });
+        scene.until_waits("the waiter waits on the server", 1).await;
+        let late = timeout(BOUND, scene.client())
+            .await
+            .unwrap_or_else(|_| panic!("{dialect:?}: connecting is held up by another client's wait"));
+        let g = timeout(BOUND, late.try_lock(&unique("session_connect_other")))
+            .await
+            .unwrap_or_else(|_| panic!("{dialect:?}: a try is held up by another client's wait"))
+            .expect("try_lock")
+            .expect("free");
+        g.unlock().await.expect("unlock");
+        held.unlock().await.expect("unlock");
+        let w = timeout(BOUND, waiting)
+            .await
+            .expect("granted")
+            .expect("task")
+            .expect("lock");
+        w.unlock().await.expect("unlock");
+        drop((waiter, late));
+        scene.finish().await;
     }
 }
 

@@ -23,10 +23,13 @@ static ENSEMBLE_IN_USE: LazyLock<File> = LazyLock::new(|| {
 fn kit(var: &str) -> Option<Kit> {
     Kit::from_env(var, |url| async move {
         let sep = if url.contains('?') { '&' } else { '?' };
-        lockkit::connect(&format!("{url}{sep}session_timeout=4s")).await
+        lockkit::connect(&format!("{url}{sep}session_timeout={}s", SESSION.as_secs())).await
     })
     .map(|k| k.with_stress(8, 50))
 }
+
+/// The kit clients' session timeout.
+const SESSION: std::time::Duration = std::time::Duration::from_secs(4);
 
 mod single {
     lockkit_core::conformance_tests!(super::kit("LOCKKIT_ZK_URL"));

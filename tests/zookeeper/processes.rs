@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lockkit::{LockBackend, LockClient, LockError, LockGuard, LockKind, LockOptions};
 use lockkit_zk::ZkBackend;
 
-use crate::common::{this_test_again, unique};
+use crate::common::{self, Reaper, unique};
 use crate::support::{BOUND, server};
 
 const ROLE: &str = "LOCKKIT_ZK_CHILD";
@@ -110,29 +110,13 @@ async fn child_process() {
     println!("DONE");
 }
 
-/// Kills the child however the test ends.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts a child in `role` on `name`; its stdout lines come on the
 /// returned channel.
 fn spawn_child(role: &str, url: &str, name: &str) -> (Reaper, mpsc::Receiver<String>) {
-    let mut child = this_test_again(module_path!(), TEST)
-        .env(ROLE, role)
-        .env(URL, url)
-        .env(NAME, name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn child");
+    let env = [(ROLE, role), (URL, url), (NAME, name)];
+    let mut child = common::spawn_child(module_path!(), TEST, &env, Stdio::piped());
     let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().expect("piped");
+    let stdout = child.0.stdout.take().expect("piped");
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             // The harness prints "test NAME ... " on the first line.
@@ -143,7 +127,7 @@ fn spawn_child(role: &str, url: &str, name: &str) -> (Reaper, mpsc::Receiver<Str
             }
         }
     });
-    (Reaper(child), rx)
+    (child, rx)
 }
 
 /// Waits (up to [`BOUND`]) until `n` wait for `name` as `kind`.

@@ -4,8 +4,10 @@
 //! `memory://NAME` URL) in a process sees the same locks; `memory://` is the
 //! store named `""`. Waiting is notification-based and fair: waiters queue
 //! per name, a free name goes to the first in line (unless the request is
-//! unfair), and a waiter sleeps until a release of its name or the holder's
-//! expiry, whichever comes first. Fencing
+//! unfair), and a waiter sleeps until a change lets it in or the holder's
+//! expiry, whichever comes first. Each waiter has its own wake-up, and a
+//! change wakes only the waiters it admits ([`crate::raw::admitted`]): a release
+//! costs one wake-up with 2 waiters or 2,000. Fencing
 //! tokens come from one counter per store, so they grow per name too; they
 //! are not durable (a store lives as long as a backend handle on it).
 
@@ -134,7 +136,7 @@ impl Default for MemoryBackend {
 }
 
 /// A waiter's place in line; dropping it (also when the waiting future is
-/// cancelled) leaves the line, and wakes the others.
+/// cancelled) leaves the line, and wakes the waiters it was in the way of.
 struct WaiterHandle<'a> {
     backend: &'a MemoryBackend,
     key: Key,
@@ -144,7 +146,7 @@ struct WaiterHandle<'a> {
 
 impl Drop for WaiterHandle<'_> {
     fn drop(&mut self) {
-        self.backend.state().leave(&self.key, self.ticket, true);
+        self.backend.state().leave(&self.key, self.ticket);
     }
 }
 
@@ -272,7 +274,7 @@ impl LockBackend for MemoryBackend {
         let key = key(name, LockKind::Mutex);
         let mut state = self.state();
         let info = state.live(&key, now).drain(..).next().map(|e| e.info(name, now));
-        state.wake(&key);
+        state.admit(&key);
         state.tidy(&key);
         self.store.changes.notify_waiters();
         Ok(info)
@@ -336,5 +338,75 @@ mod tests {
         assert_eq!(owner, a_owner);
         ga.unlock().await.unwrap();
         assert_eq!(queued(&backend, "n"), 0, "no queue entry left behind");
+    }
+
+    /// A crowd of `n` waiters asking for `kind(i)` behind a gate hold of
+    /// `gate` (every permit of a semaphore), each taking its hold once:
+    /// the attempts the crowd cost after the gate opened.
+    async fn crowd_attempts(n: usize, gate: LockKind, kind: impl Fn(usize) -> LockKind) -> u64 {
+        let backend = MemoryBackend::new();
+        let client = LockClient::new(backend.clone(), LockOptions::new().wait(Duration::from_secs(30))).unwrap();
+        let take = |c: &LockClient, kind: LockKind| {
+            let c = c.clone();
+            async move {
+                match kind {
+                    LockKind::Mutex => c.lock("n").await,
+                    LockKind::Permit { permits } => c.semaphore("n", permits).unwrap().acquire().await,
+                    LockKind::Read => c.rw_lock("n").unwrap().read().await,
+                    _ => c.rw_lock("n").unwrap().write().await,
+                }
+                .unwrap()
+            }
+        };
+        let gates = match gate {
+            LockKind::Permit { permits } => permits as usize,
+            _ => 1,
+        };
+        let mut held = Vec::new();
+        for _ in 0..gates {
+            held.push(take(&client.with_new_owner(), gate).await);
+        }
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let (c, kind) = (client.with_new_owner(), kind(i));
+                tokio::spawn(async move {
+                    let g = take(&c, kind).await;
+                    tokio::task::yield_now().await;
+                    g.unlock().await.unwrap();
+                })
+            })
+            .collect();
+        let waiting = |b: &MemoryBackend| b.state().waiters.values().map(|s| s.queue.len()).sum::<usize>();
+        while waiting(&backend) < n {
+            tokio::task::yield_now().await;
+        }
+        let before = backend.state().attempts;
+        for g in held {
+            g.unlock().await.unwrap();
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        backend.state().attempts - before
+    }
+
+    /// Contract point 14: a release wakes only the waiters it admits, so a
+    /// crowd costs each waiter a few attempts, not one per release.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crowd_costs_each_waiter_a_few_attempts() {
+        let n = 100;
+        let p3 = LockKind::Permit { permits: 3 };
+        let rw = |i: usize| if i % 10 == 9 { LockKind::Write } else { LockKind::Read };
+        for (what, attempts) in [
+            ("mutex", crowd_attempts(n, LockKind::Mutex, |_| LockKind::Mutex).await),
+            ("semaphore", crowd_attempts(n, p3, |_| p3).await),
+            ("read-write lock", crowd_attempts(n, LockKind::Write, rw).await),
+        ] {
+            eprintln!("{what}: {n} waiters, {attempts} attempts after the gate opened");
+            assert!(
+                attempts <= 3 * n as u64,
+                "{what}: {attempts} attempts for {n} waiters: a release woke waiters it did not admit"
+            );
+        }
     }
 }

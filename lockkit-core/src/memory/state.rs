@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::LockError;
+use crate::admission::{self, Held};
 use crate::backend::{AcquireRequest, Hold, LockInfo, LockKind};
 
 /// Where a name lives: each kind keeps its own names (read and write holds
@@ -49,6 +50,9 @@ pub(super) struct State {
     pub(super) waiters: HashMap<Key, WaitSlot>,
     last_token: u64,
     last_ticket: u64,
+    /// Attempts made (the tests count the wake-ups they cost).
+    #[cfg(test)]
+    pub(super) attempts: u64,
 }
 
 /// One hold: a mutex's, a semaphore's permit, a reader's or the writer's.
@@ -88,12 +92,21 @@ impl Entry {
     }
 }
 
-/// The waiters of one name, first come first served; each says whether it
-/// wants to write (read-write locks: a reader does not pass a writer).
-#[derive(Debug)]
+/// The waiters of one name, first come first served.
+#[derive(Debug, Default)]
 pub(super) struct WaitSlot {
-    pub(super) notify: Arc<Notify>,
-    pub(super) queue: VecDeque<(u64, bool)>,
+    pub(super) queue: VecDeque<Waiter>,
+}
+
+/// One waiter in line: its ticket, what it asks for, and its own wake-up
+/// (a change wakes only the waiters it admits: see [`crate::admission`]).
+#[derive(Debug)]
+pub(super) struct Waiter {
+    ticket: u64,
+    kind: LockKind,
+    notify: Arc<Notify>,
+    /// Woken since its last attempt: not woken again until it tries.
+    told: bool,
 }
 
 /// What one attempt found.
@@ -135,27 +148,44 @@ impl State {
             .find(|e| e.owner == hold.owner && e.token == hold.token && e.is(hold.kind))
     }
 
+    /// The holds of `key` as admission sees them (live holds only: the
+    /// caller dropped expired ones).
+    fn held(&self, key: &Key) -> Held {
+        let holds = self.names.get(key).map_or(&[][..], Vec::as_slice);
+        Held {
+            holds: holds.len(),
+            writer: holds.iter().any(|e| e.write),
+        }
+    }
+
     /// Whether the waiter `ticket` (`None`: a try, not in line) may be
-    /// granted now, as far as the line goes. A writer, a mutex's or a
-    /// semaphore's waiter goes first in line (a try: when nobody waits);
-    /// a reader when no writer waits before it.
+    /// granted now, as far as the line goes: it is among the waiters the
+    /// line admits (see [`crate::admission`]), or, a try, it takes nothing they
+    /// are admitted to.
     fn my_turn(&self, key: &Key, ticket: Option<u64>, kind: LockKind) -> bool {
         let Some(slot) = self.waiters.get(key) else {
             return true;
         };
-        match kind {
-            LockKind::Read => !slot
-                .queue
-                .iter()
-                .take_while(|(t, _)| Some(*t) != ticket)
-                .any(|(_, write)| *write),
-            _ => slot.queue.front().is_none_or(|(t, _)| Some(*t) == ticket),
+        let held = self.held(key);
+        let line = slot.queue.iter().map(|w| w.kind);
+        match ticket.and_then(|t| slot.queue.iter().position(|w| w.ticket == t)) {
+            Some(at) => at < admission::admitted(line, held),
+            None => admission::admits_newcomer(line, kind, held),
         }
     }
 
-    pub(super) fn wake(&self, key: &Key) {
-        if let Some(slot) = self.waiters.get(key) {
-            slot.notify.notify_waiters();
+    /// Wakes the waiters of `key` that the line admits now and that were
+    /// not woken since their last attempt: a change wakes only those it
+    /// lets in, never the whole line.
+    pub(super) fn admit(&mut self, key: &Key) {
+        let held = self.held(key);
+        let Some(slot) = self.waiters.get_mut(key) else {
+            return;
+        };
+        let n = admission::admitted(slot.queue.iter().map(|w| w.kind), held);
+        for w in slot.queue.iter_mut().take(n).filter(|w| !w.told) {
+            w.told = true;
+            w.notify.notify_one();
         }
     }
 
@@ -178,8 +208,8 @@ impl State {
         }
     }
 
-    /// Joins the line of `req`'s name; returns the ticket and the line's
-    /// wake-up.
+    /// Joins the line of `req`'s name; returns the ticket and the
+    /// waiter's own wake-up.
     pub(super) fn enqueue(
         &mut self,
         req: &AcquireRequest<'_>,
@@ -188,26 +218,40 @@ impl State {
         self.check_permits(req, backend)?;
         self.last_ticket += 1;
         let ticket = self.last_ticket;
-        let slot = self.waiters.entry(key(req.name, req.kind)).or_insert_with(|| WaitSlot {
-            notify: Arc::new(Notify::new()),
-            queue: VecDeque::new(),
+        let notify = Arc::new(Notify::new());
+        let slot = self.waiters.entry(key(req.name, req.kind)).or_default();
+        slot.queue.push_back(Waiter {
+            ticket,
+            kind: req.kind,
+            notify: notify.clone(),
+            told: false,
         });
-        slot.queue.push_back((ticket, req.kind == LockKind::Write));
-        Ok((ticket, slot.notify.clone()))
+        Ok((ticket, notify))
     }
 
-    /// Leaves the line; with `wake`, the others look again (the one
-    /// leaving may have been in their way).
-    pub(super) fn leave(&mut self, key: &Key, ticket: u64, wake: bool) {
+    /// Leaves the line; the waiters it was in the way of (if any) are
+    /// woken.
+    pub(super) fn leave(&mut self, key: &Key, ticket: u64) {
         let Some(slot) = self.waiters.get_mut(key) else {
             return;
         };
-        slot.queue.retain(|(t, _)| *t != ticket);
+        slot.queue.retain(|w| w.ticket != ticket);
         if slot.queue.is_empty() {
             self.waiters.remove(key);
             self.tidy(key);
-        } else if wake {
-            slot.notify.notify_waiters();
+        } else {
+            self.admit(key);
+        }
+    }
+
+    /// The waiter `ticket` tried and must wait on: it may be woken again.
+    fn untold(&mut self, key: &Key, ticket: u64) {
+        if let Some(w) = self
+            .waiters
+            .get_mut(key)
+            .and_then(|slot| slot.queue.iter_mut().find(|w| w.ticket == ticket))
+        {
+            w.told = false;
         }
     }
 
@@ -220,8 +264,13 @@ impl State {
         backend: &'static str,
     ) -> Result<Granted, LockError> {
         let now = Instant::now();
+        #[cfg(test)]
+        {
+            self.attempts += 1;
+        }
         self.check_permits(req, backend)?;
         let key = key(req.name, req.kind);
+        self.live(&key, now);
         let turn = (!req.fair && req.kind != LockKind::Read) || self.my_turn(&key, ticket, req.kind);
         let holds = self.live(&key, now);
         let grant = match req.kind {
@@ -270,6 +319,9 @@ impl State {
         };
         let granted = match grant {
             Grant::Busy(until) => {
+                if let Some(ticket) = ticket {
+                    self.untold(&key, ticket);
+                }
                 self.tidy(&key);
                 return Ok(Granted::Busy(until));
             }
@@ -312,10 +364,10 @@ impl State {
                 }
             }
         };
-        if let Some(ticket) = ticket {
-            // Another permit or reader may go too: the next ones look again.
-            let shared = matches!(req.kind, LockKind::Permit { .. } | LockKind::Read);
-            self.leave(&key, ticket, shared);
+        match ticket {
+            // Out of line; another permit or reader may go too.
+            Some(ticket) => self.leave(&key, ticket),
+            None => self.admit(&key),
         }
         Ok(granted)
     }
@@ -333,7 +385,7 @@ impl State {
         let remaining = entry.count();
         if remaining == 0 {
             self.live(&key, now).retain(|e| !e.attempts.is_empty());
-            self.wake(&key);
+            self.admit(&key);
             self.tidy(&key);
         }
         Some(remaining)

@@ -36,6 +36,7 @@ pub const CASES: &[&str] = &[
     "idempotent_attempts",
     "extend_and_auto_extend",
     "lost_signal",
+    "lost_when_starved",
     "fencing_monotonic",
     "crash_release",
     "names",
@@ -73,7 +74,7 @@ macro_rules! conformance_tests {
     ($kit:expr) => {
         $crate::conformance_tests!(@cases ($kit)
             mutual_exclusion reentrancy try_lock_never_waits bounded_wait cancellation_safety
-            release_by_non_owner idempotent_attempts extend_and_auto_extend lost_signal fencing_monotonic crash_release
+            release_by_non_owner idempotent_attempts extend_and_auto_extend lost_signal lost_when_starved fencing_monotonic crash_release
             names invalid_input stress admin
             fifo_order releaser_does_not_overtake dead_waiter_skipped unfair_still_correct
             semaphore_permits semaphore_crash_release semaphore_order_and_bound

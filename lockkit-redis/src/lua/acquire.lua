@@ -1,10 +1,11 @@
 local h = redis.call('HMGET', KEYS[1], 'o', 't', 'w')
 local ttl = tonumber(ARGV[2])
 local share = 'a:' .. ARGV[3]
--- Tells waiting client `id` (not the caller) `m`, on its own channel.
+-- Tells waiting client `id` (not the caller) `m`, on its own channel; a
+-- client nobody listens for leaves the queue.
 local function tell(id, m)
   if id and id ~= ARGV[5] then
-    redis.pcall(ARGV[8], waiter_channel(KEYS[1], tonumber(ARGV[10]), id), m)
+    tell_or_drop(ARGV[8], KEYS[1], tonumber(ARGV[10]), KEYS[3], id, m)
   end
 end
 -- A waiter's place in the queue: the caller's (ARGV[9]) or the server's time.
@@ -36,10 +37,9 @@ if not h[1] then
         -- Tell the next in line that it is its turn now, and the one after
         -- it (to drop it in turn, should it not come either).
         local now = redis.call('TIME')
-        local m = 's' .. now[1] .. now[2] .. '|' .. q[1]
-        tell(q[1], m)
-        tell(q[2], m)
+        announce(ARGV[8], KEYS[1], tonumber(ARGV[10]), KEYS[3], ARGV[5], 's' .. now[1] .. now[2])
       end
+      q = redis.call('ZRANGE', KEYS[3], 0, 2)
     end
     if q[1] and q[1] ~= ARGV[5] then
       -- How many wait between the head and the caller (0: next in line).

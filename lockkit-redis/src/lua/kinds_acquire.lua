@@ -1,9 +1,13 @@
-local H, Z, Q, F = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
+local H, Z, Q, T = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local owner, ttl, att, waiter, kind = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[5], ARGV[11]
 local fair = string.find(ARGV[6], 'f', 1, true) ~= nil
 local joins = waiter ~= '' and string.find(ARGV[6], 'w', 1, true) ~= nil
+local me = member(waiter, kind)
+local cmd, at, nonce = ARGV[8], tonumber(ARGV[10]), ARGV[14]
 local now = now_ms()
-purge(H, Z, now)
+-- Whether this call changed what the line is let in to (holds that ran
+-- out, clients dropped): a refused attempt tells the line only then.
+local changed = purge(H, Z, now) > 0
 if kind == 'p' then
   -- The count is the name's while it has holds or clients queue.
   local n = redis.call('HGET', H, 'n')
@@ -13,36 +17,45 @@ if kind == 'p' then
 end
 
 -- The caller's hold `x` as it is now, its lease at least `ttl` from now
--- (a repeat writes the lease it has: a WAIT after it covers the hold).
-local function held(x, share)
+-- (a repeat writes the lease it has: a WAIT after it covers the hold);
+-- `told`, the clients this call told their turn.
+local function held(x, share, told)
   local ends = math.max(tonumber(redis.call('ZSCORE', Z, x)), now + ttl)
   redis.call('ZADD', Z, 'XX', fmt(ends), x)
   settle(H, Z, now)
   local h = redis.call('HMGET', H, 't|' .. x, 'a|' .. x)
-  return {1, h[1], #h[2] / 16, ends - now, share}
+  return {1, h[1], #h[2] / 16, ends - now, share, told}
 end
 
 local repeated = redis.call('HGET', H, 'a:' .. att)
 if repeated and redis.call('ZSCORE', Z, repeated) then return held(repeated, 'p') end
 
--- A waiting caller takes its place in line (a writer says so in `F`); a
--- client given its turn that let it pass (ARGV[7]: dead, or gone) is
--- dropped below, if it still heads the line of a name free for it.
+-- A waiting caller takes its place in line (as a writer or not), and is
+-- no longer owed a turn it was told of: it came. A fallback attempt
+-- (ARGV[7]: the client it saw given the turn) drops the clients told
+-- their turn that did not come.
 local function place()
   if ARGV[9] ~= '' then return ARGV[9] end
   local t = redis.call('TIME')
   return fmt(tonumber(t[1]) * 1000000 + tonumber(t[2]))
 end
+local was_told = false
 if joins then
+  was_told = tonumber(redis.call('HGET', T, me) or '') ~= nil
+  redis.call('HSET', T, me, 'a')
   -- (A line never stands without an expiry: its clients may all die.)
-  redis.call('ZADD', Q, 'NX', place(), waiter)
-  redis.call('PEXPIRE', Q, 60000, 'NX')
-  if kind == 'w' then
-    redis.call('HSET', F, waiter, '1')
-    redis.call('PEXPIRE', F, 60000, 'NX')
+  -- A place the caller gives (Redlock: its client's, the same for every
+  -- node) is its place here too, whatever the node had: the nodes' lines
+  -- agree again after any step one of them missed.
+  if ARGV[9] ~= '' then
+    redis.call('ZADD', Q, ARGV[9], me)
+  else
+    redis.call('ZADD', Q, 'NX', place(), me)
   end
+  redis.call('PEXPIRE', Q, 60000, 'NX')
   if kind == 'p' then redis.call('HSET', H, 'n', ARGV[12]) end
 end
+if ARGV[7] ~= '' and sweep(Q, T, now) > 0 then changed = true end
 local holds = redis.call('ZCARD', Z)
 local permits = tonumber(ARGV[12])
 -- Redlock: a permit takes slot ARGV[13] of the N (`''`: any). A slot is
@@ -52,49 +65,59 @@ local function slot_free(s)
   local x = redis.call('HGET', H, 's|' .. s)
   return not x or not redis.call('ZSCORE', Z, x)
 end
--- Whether the first in line could take it now.
-local function free_for_line()
-  if kind == 'p' then return holds < permits end
-  return holds == 0
-end
--- Who in line is in the caller's way: a writer ahead of a reader (fair or
--- not), the head for the others (fair only).
-local function in_the_way()
-  if kind == 'r' then
-    local rank = waiter ~= '' and redis.call('ZRANK', Q, waiter) or false
-    if rank == 0 then return nil end
-    for _, m in ipairs(redis.call('ZRANGE', Q, 0, rank and rank - 1 or -1)) do
-      if redis.call('HEXISTS', F, m) == 1 then return m end
+-- Whether the line lets the caller in: a waiting caller among the clients
+-- it admits; one not in line only to what is free beyond them. A reader
+-- passes no writer in line, fair or not; other unfair callers pass
+-- anybody.
+local line = admitted(Z, Q, kind, permits)
+local function my_turn()
+  if not fair and kind ~= 'r' then return true end
+  if joins then
+    for _, id in ipairs(line) do
+      if id == me then return true end
     end
-    return nil
+    return false
   end
-  if not fair then return nil end
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
-  if head and head ~= waiter then return head end
-  return nil
+  local queued = redis.call('ZCARD', Q)
+  if kind == 'p' then return permits - holds > queued and (slot == '' or queued == 0) end
+  if kind == 'w' then return queued == 0 end
+  return #line == queued and (queued == 0 or not writes(line[1]))
 end
-local blocker = in_the_way()
-local woke = false
-if blocker and ARGV[7] ~= '' and free_for_line() and redis.call('ZRANGE', Q, 0, 0)[1] == ARGV[7] then
-  redis.call('ZREM', Q, ARGV[7])
-  redis.call('HDEL', F, ARGV[7])
-  wake(H, ARGV[8])
-  woke = true
-  blocker = in_the_way()
+local turn = my_turn()
+-- Redlock: the slot to name to a caller whose slot is taken here, the
+-- same on every node that agrees on the line and the holds: the r-th free
+-- slot, r its place among the entries let in (after them, for a caller not
+-- in line) — so that permits let in together are sent to different slots,
+-- not all to the same lowest one. (Any free slot asked for is taken.)
+local function entitled_slot()
+  local r = #line
+  if joins then
+    for i, id in ipairs(line) do
+      if id == me then r = i - 1 end
+    end
+  end
+  local seen = 0
+  for s = 0, permits - 1 do
+    if slot_free(s) then
+      if seen == r then return s end
+      seen = seen + 1
+    end
+  end
+  return nil
 end
 
 -- What to do: `new` hold, join hold `x`, or busy.
 local new, x = false, nil
 local writer = redis.call('ZSCORE', Z, 'w') and redis.call('HGET', H, 'o|w')
 if kind == 'p' then
-  new = not blocker and holds < permits and (slot == '' or slot_free(slot))
+  new = turn and holds < permits and (slot == '' or slot_free(slot))
 elseif kind == 'r' then
   if redis.call('ZSCORE', Z, 'r' .. owner) then
     x = 'r' .. owner
   elseif writer then
     new = writer == owner
   else
-    new = not blocker
+    new = turn
   end
 else
   if writer then
@@ -102,42 +125,61 @@ else
   elseif redis.call('ZSCORE', Z, 'r' .. owner) then
     return {-2}
   else
-    new = holds == 0 and not blocker
+    new = holds == 0 and turn
   end
 end
 
 if not new and not x then
-  if blocker and free_for_line() then
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
-    local rank = joins and redis.call('ZRANK', Q, waiter) or false
-    return {0, '', 0, -2, head, rank and math.max(rank - 1, 0) or 0}
+  local reply
+  if line[1] and not turn then
+    -- Free for the line, not for the caller: whose turn it is, and how
+    -- many wait between the clients let in and the caller.
+    local rank = joins and redis.call('ZRANK', Q, me) or false
+    reply = {0, '', 0, -2, line[1], rank and math.max(rank - #line, 0) or 0}
+  else
+    local first = redis.call('ZRANGE', Z, 0, 0, 'WITHSCORES')
+    reply = {0, '', 0, first[1] and (tonumber(first[2]) - now) or -1}
   end
-  local first = redis.call('ZRANGE', Z, 0, 0, 'WITHSCORES')
-  local pttl = first[1] and (tonumber(first[2]) - now) or -1
   if joins then
-    local keep = fmt(math.max(pttl, 0) + 60000)
+    local keep = fmt(math.max(reply[4], 0) + 60000)
     redis.call('PEXPIRE', Q, keep)
-    if kind == 'w' then redis.call('PEXPIRE', F, keep) end
     settle(H, Z, now)
   end
-  -- Free here, but not the slot asked for: the lowest that is.
-  if kind == 'p' and slot ~= '' and not blocker and holds < permits then
-    for s = 0, permits - 1 do
-      if slot_free(s) then return {2, s} end
-    end
+  -- Free here, but not the slot asked for: the one the caller is to take.
+  if kind == 'p' and slot ~= '' and turn and holds < permits then
+    local s = entitled_slot()
+    if s then return {2, s} end
   end
-  return {0, '', 0, pttl}
+  -- A hold that ran out, or a client dropped, may have let others in; and
+  -- the line may let in clients nobody told yet (a change on another node,
+  -- on Redlock). Not otherwise: a node whose holds differ from the other
+  -- nodes' would tell its clients again at every refused attempt, and they
+  -- would attempt again, round and round.
+  if changed or (line[1] and not turn) then admit(H, Z, Q, T, kind, permits, cmd, at, nonce, changed) end
+  return reply
 end
 
 -- Granted: out of line (or to its back, when more of the client's
--- waiters wait).
-if joins then
+-- waiters of this kind wait; or, when more of its readers let in by this
+-- turn come, where it is, its turn still running: told, so that it is not
+-- told again, and dropped if they do not come).
+-- The back of the line is the caller's time (ARGV[15], Redlock: the same
+-- on every node, so that their lines agree) or the server's.
+local was_at = joins and redis.call('ZSCORE', Q, me)
+if joins and string.find(ARGV[6], 's', 1, true) then
+  redis.call('HSET', T, me, now)
+elseif joins then
+  redis.call('HDEL', T, me)
   if string.find(ARGV[6], 'k', 1, true) then
-    redis.call('ZADD', Q, 'XX', place(), waiter)
+    local back = ARGV[15]
+    if not back or back == '' then
+      local t = redis.call('TIME')
+      back = fmt(tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    end
+    redis.call('ZADD', Q, 'XX', back, me)
   else
-    redis.call('ZREM', Q, waiter)
+    redis.call('ZREM', Q, me)
   end
-  redis.call('HDEL', F, waiter)
 end
 local share = 'n'
 if x then
@@ -160,13 +202,15 @@ else
   redis.call('HSET', H, 'o|' .. x, owner, 't|' .. x, token, 'a|' .. x, att, 'g|' .. x, g, 'a:' .. att, x)
   if kind == 'p' and slot ~= '' then redis.call('HSET', H, 's|' .. slot, x) end
   redis.call('ZADD', Z, fmt(now + ttl), x)
-  holds = holds + 1
 end
--- Another permit or reader may go too: the line looks again.
-if not woke and redis.call('EXISTS', Q) == 1 then
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
-  if (kind == 'p' and holds < permits) or (kind == 'r' and redis.call('HEXISTS', F, head) == 0) then
-    wake(H, ARGV[8])
-  end
+-- Where the entry stood, should this attempt be undone (Redlock).
+if was_at then redis.call('HSET', H, 'q:' .. att, was_at) end
+-- Another permit or reader may go too (this client again, when more of
+-- its waiters wait): the clients let in now hear it. Once every client
+-- told its turn has come, the first after them need not watch any more.
+local told, admits = admit(H, Z, Q, T, kind, permits, cmd, at, nonce, true)
+if was_told and cmd ~= '' and not awaited(T) then
+  local watcher = redis.call('ZRANGE', Q, admits, admits)[1]
+  if watcher and watcher ~= me then redis.pcall(cmd, waiter_channel(H, at, client_of(watcher)), '+') end
 end
-return held(x, share)
+return held(x, share, told)

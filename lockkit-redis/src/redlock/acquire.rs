@@ -10,7 +10,7 @@ use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, LockKind};
 use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
 use crate::error::{Fault, QuorumError};
-use crate::scripts::{self, AcquireReply, Claim, Publish, Queueing, TurnOf, UndoThen, millis};
+use crate::scripts::{self, AcquireReply, Claim, LineAfter, Publish, Queueing, TurnOf, UndoThen, millis};
 use crate::wait::Turn;
 
 use super::quorum::{NodeHold, Settled};
@@ -43,6 +43,15 @@ fn named_slot(hints: &HashMap<u32, usize>) -> Option<u32> {
         .iter()
         .max_by_key(|(slot, n)| (**n, std::cmp::Reverse(**slot)))
         .map(|(slot, _)| *slot)
+}
+
+/// Whose attempt to take back (see [`Inner::spawn_undo`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Undo<'a> {
+    pub(super) name: &'a str,
+    pub(super) owner: &'a str,
+    pub(super) attempt: &'a str,
+    pub(super) kind: LockKind,
 }
 
 /// What one Redlock attempt came to.
@@ -106,6 +115,7 @@ impl Inner {
                 .and_then(|d| u64::try_from(d.as_micros()).ok())
                 .map(|now| now.max(above.unwrap_or(0)).saturating_add(lead));
             let keys = &self.keys;
+            let nonce = scripts::nonce();
             let sent_at = Instant::now();
             let claim = &Claim {
                 name,
@@ -116,6 +126,7 @@ impl Inner {
                 queueing,
                 kind,
                 slot,
+                nonce: &nonce,
             };
             let replies = self
                 .all(|_, mut c| async move { scripts::acquire(&mut c, keys, claim).await })
@@ -133,6 +144,7 @@ impl Inner {
                         count,
                         pttl,
                         share,
+                        ..
                     }) => held.push(NodeHold {
                         node,
                         token: *token,
@@ -176,14 +188,29 @@ impl Inner {
                 Settled::Acquired(outcome) => {
                     // Shares this attempt may have left on nodes that did not
                     // answer in time, or that did not agree: take them back in
-                    // the background.
-                    let stray: Vec<usize> = failed
-                        .iter()
-                        .copied()
-                        .chain(held.iter().filter(|h| !h.agreed).map(|h| h.node))
+                    // the background. A waiting caller's line entry moves on
+                    // every node outside the quorum as the grant moved it on
+                    // the quorum (semaphores and read-write locks), so that
+                    // the nodes' lines agree on who comes next.
+                    let agreed = |node: usize| held.iter().any(|h| h.node == node && h.agreed);
+                    let moved = self.moved(queueing, kind);
+                    let stray: Vec<usize> = (0..self.n())
+                        .filter(|&node| !agreed(node))
+                        .filter(|&node| {
+                            moved.is_some() || failed.contains(&node) || held.iter().any(|h| h.node == node)
+                        })
                         .collect();
                     if !stray.is_empty() {
-                        self.spawn_undo(name, owner, attempt, kind, stray);
+                        self.spawn_undo(
+                            Undo {
+                                name,
+                                owner,
+                                attempt,
+                                kind,
+                            },
+                            moved,
+                            stray,
+                        );
                     }
                     return outcome;
                 }
@@ -192,6 +219,8 @@ impl Inner {
                     let then = UndoThen {
                         requeue,
                         announce: false,
+                        nonce: &nonce,
+                        moved: None,
                     };
                     self.undo(name, owner, attempt, kind, &targets, then).await;
                     above = Some(above.unwrap_or(0).max(highest));
@@ -208,6 +237,8 @@ impl Inner {
                 let then = UndoThen {
                     requeue,
                     announce: false,
+                    nonce: &nonce,
+                    moved: None,
                 };
                 self.undo(name, owner, attempt, kind, &targets, then).await;
                 slot = Some(free);
@@ -218,6 +249,8 @@ impl Inner {
             let then = UndoThen {
                 requeue,
                 announce: true,
+                nonce: &nonce,
+                moved: None,
             };
             self.undo(name, owner, attempt, kind, &targets, then).await;
             if conflicts.len() >= self.quorum {
@@ -276,23 +309,43 @@ impl Inner {
         .await;
     }
 
-    /// Takes back the shares an acquisition left on nodes outside its
-    /// quorum, in the background; silently: the name stays held.
-    pub(super) fn spawn_undo(
-        self: &Arc<Self>,
-        name: &str,
-        owner: &str,
-        attempt: &str,
-        kind: LockKind,
-        nodes: Vec<usize>,
-    ) {
-        let this = self.clone();
-        let (name, owner, attempt) = (name.to_owned(), owner.to_owned(), attempt.to_owned());
-        let then = UndoThen {
-            requeue: None,
-            announce: false,
+    /// Where a grant of `kind` by a waiting caller moved its line entry
+    /// (semaphores and read-write locks; see [`UndoThen::moved`]), with
+    /// the caller's waiter id.
+    fn moved(&self, queueing: &Queueing, kind: LockKind) -> Option<(String, LineAfter)> {
+        let waiter = queueing
+            .waiter
+            .as_ref()
+            .filter(|_| queueing.join && kind != LockKind::Mutex)?;
+        let after = match (queueing.in_place, queueing.stay, queueing.back) {
+            (true, _, _) => return None,
+            (false, true, Some(back)) => LineAfter::Back(back),
+            (false, true, None) => return None,
+            (false, false, _) => LineAfter::Out,
         };
-        tokio::spawn(async move { this.undo(&name, &owner, &attempt, kind, &nodes, then).await });
+        Some((waiter.clone(), after))
+    }
+
+    /// Takes back the shares an acquisition left on nodes outside its
+    /// quorum, in the background, and moves the caller's line entry there
+    /// as the grant did (`moved`); silently: the name stays held.
+    pub(super) fn spawn_undo(self: &Arc<Self>, undo: Undo<'_>, moved: Option<(String, LineAfter)>, nodes: Vec<usize>) {
+        let this = self.clone();
+        let (name, owner, attempt, kind) = (
+            undo.name.to_owned(),
+            undo.owner.to_owned(),
+            undo.attempt.to_owned(),
+            undo.kind,
+        );
+        tokio::spawn(async move {
+            let then = UndoThen {
+                requeue: None,
+                announce: false,
+                nonce: "",
+                moved: moved.as_ref().map(|(w, after)| (w.as_str(), *after)),
+            };
+            this.undo(&name, &owner, &attempt, kind, &nodes, then).await
+        });
     }
 }
 
@@ -300,9 +353,8 @@ impl RedlockBackend {
     /// As on a single server (see [`Queueing::new`]); a waiting client
     /// joins every node's queue at the same place, `since` (µs), so that
     /// the nodes' queues agree.
-    pub(super) fn queueing(&self, turn: Option<(Turn, u64)>, fair: bool) -> Queueing {
-        let (turn, place) = turn.map_or((None, None), |(t, since)| (Some(t), Some(since)));
-        Queueing::new(self.inner.waiters.waiter_id(), turn, fair, Publish::Classic, place)
+    pub(super) fn queueing(&self, turn: Option<Turn>, fair: bool) -> Queueing {
+        Queueing::new(self.inner.waiters.waiter_id(), turn, fair, Publish::Classic, true)
     }
 
     /// One attempt, detached; a hold whose caller is gone is released.

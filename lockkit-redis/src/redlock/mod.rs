@@ -270,12 +270,10 @@ impl LockBackend for RedlockBackend {
             return Ok(None);
         }
         let channel = self.inner.keys.holds(req.name, req.kind);
-        // Every node queues this client at the same place: now.
-        let since = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        wait_loop(&self.inner.waiters, &channel, deadline, |turn| async move {
-            step(self.attempt(req, self.queueing(Some((turn, since)), req.fair)).await?)
+        // Every node queues this client at the same place: the client's
+        // (see `Turn::place`).
+        wait_loop(&self.inner.waiters, &channel, req.kind, deadline, |turn| async move {
+            step(self.attempt(req, self.queueing(Some(turn), req.fair)).await?)
         })
         .await
     }
@@ -288,12 +286,16 @@ impl LockBackend for RedlockBackend {
     /// again in the background (it is idempotent by `attempt`).
     async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let inner = &self.inner;
-        let results = inner.all(|_, c| nodes::release_on(&inner.keys, c, hold, attempt)).await;
+        let nonce = scripts::nonce();
+        let nonce = nonce.as_str();
+        let results = inner
+            .all(|_, c| nodes::release_on(&inner.keys, c, hold, attempt, nonce))
+            .await;
         let (yes, no, failures) = tally(&results);
         if yes > 0 {
             let unanswered: Vec<usize> = (0..inner.n()).filter(|&i| results[i].is_err()).collect();
             if !unanswered.is_empty() {
-                inner.spawn_release(hold, attempt, unanswered);
+                inner.spawn_release(hold, attempt, nonce, unanswered);
             }
             let mut counts: Vec<u32> = results
                 .iter()

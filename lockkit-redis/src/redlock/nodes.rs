@@ -16,7 +16,7 @@ use crate::config::RedisConfig;
 use crate::conn::{manager_config, open_client, pubsub_config};
 use crate::error::{Fault, NodeTimeout, redis_error};
 use crate::layout::Keys;
-use crate::scripts::{self, Publish};
+use crate::scripts::{self, KindRelease, Publish};
 use crate::wait::{PubSubConn, Waiters};
 
 use super::{Inner, KIND, Node, RedlockBackend};
@@ -91,15 +91,15 @@ impl Inner {
 
     /// Releases `attempt`'s share of `hold` on `nodes` again, in the
     /// background: nodes whose answer to the release did not come.
-    pub(super) fn spawn_release(self: &Arc<Self>, hold: &Hold, attempt: &str, nodes: Vec<usize>) {
+    pub(super) fn spawn_release(self: &Arc<Self>, hold: &Hold, attempt: &str, nonce: &str, nodes: Vec<usize>) {
         let this = self.clone();
-        let (hold, attempt) = (hold.clone(), attempt.to_owned());
+        let (hold, attempt, nonce) = (hold.clone(), attempt.to_owned(), nonce.to_owned());
         tokio::spawn(async move {
-            let (hold, attempt, nodes) = (&hold, &attempt, &nodes);
+            let (hold, attempt, nonce, nodes) = (&hold, &attempt, &nonce, &nodes);
             let keys = &this.keys;
             this.on_nodes(true, |node, c| async move {
                 if nodes.contains(&node) {
-                    release_on(keys, c, hold, attempt).await
+                    release_on(keys, c, hold, attempt, nonce).await
                 } else {
                     Ok(None)
                 }
@@ -145,14 +145,20 @@ impl RedlockBackend {
                 Keys::new(&config.prefix),
                 id.to_owned(),
             );
-            waiters.set_leave(Arc::new(move |channel: Vec<u8>| {
+            waiters.set_leave(Arc::new(move |channel: Vec<u8>, entry: Option<String>| {
                 let (conns, keys, id) = (conns.clone(), keys.clone(), id.clone());
                 Box::pin(async move {
-                    let (keys, id, channel) = (&keys, &id, &channel);
+                    let leave = &scripts::Leaving {
+                        channel: &channel,
+                        id: &id,
+                        entry: entry.as_deref(),
+                        publish: Publish::Classic,
+                    };
+                    let keys = &keys;
                     join_all(
                         conns
                             .into_iter()
-                            .map(|mut c| async move { scripts::leave_line(&mut c, keys, channel, id).await }),
+                            .map(|mut c| async move { scripts::leave_line(&mut c, keys, leave).await }),
                     )
                     .await;
                 })
@@ -193,11 +199,14 @@ impl RedlockBackend {
 
 /// Takes `attempt`'s share of `hold` back on one node: the holds of it left
 /// there (`None`: not held there).
+/// `nonce`: the turn messages' (see `scripts::nonce`), the same on every
+/// node.
 pub(super) async fn release_on(
     keys: &Keys,
     mut conn: ConnectionManager,
     hold: &Hold,
     attempt: &str,
+    nonce: &str,
 ) -> Result<Option<u32>, Fault> {
     let (name, owner) = (&hold.name, &hold.owner);
     let released = match hold.kind {
@@ -215,17 +224,16 @@ pub(super) async fn release_on(
             .await
         }
         kind => {
-            scripts::release_kind(
-                &mut conn,
-                keys,
+            let release = KindRelease {
                 name,
                 kind,
                 owner,
-                hold.token,
+                token: hold.token,
                 attempt,
-                Publish::Classic,
-            )
-            .await
+                publish: Publish::Classic,
+                nonce,
+            };
+            scripts::release_kind(&mut conn, keys, &release).await
         }
     };
     released.map(|r| r.remaining)

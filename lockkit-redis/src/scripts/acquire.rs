@@ -21,7 +21,9 @@ use crate::wait::Turn;
 ///    node takes it only as a floor, and only when it is less than a minute
 ///    ahead of its own clock),
 /// 5. the caller's waiter id (`''`: no queue), 6. flags: `w` join the queue
-///    when busy, `k` stay in it after acquiring (others of the same client
+///    when busy, `s` (semaphores and read-write locks) keep the place in
+///    line after acquiring (more readers woken by this turn come), `k` stay
+///    in it after acquiring (others of the same client
 ///    still wait: to the back of the line), `f` fair: a free name is taken
 ///    only by the queue's head (or when nobody queued), 7. a waiter id to
 ///    drop from the queue (one that was given the turn and did not take it;
@@ -41,6 +43,7 @@ use crate::wait::Turn;
 /// `{2, SLOT}`: see [`AcquireReply::OtherSlot`]).
 pub(super) const ACQUIRE: &str = concat!(
     include_str!("../lua/waiter_channel.lua"),
+    include_str!("../lua/announce.lua"),
     include_str!("../lua/token.lua"),
     include_str!("../lua/acquire.lua")
 );
@@ -70,6 +73,10 @@ pub(crate) enum AcquireReply {
         pttl: i64,
         /// How this attempt took part in the hold.
         share: Share,
+        /// The message naming the clients this attempt told their turn
+        /// (semaphores and read-write locks), for this process's own
+        /// waiters.
+        told: Option<Vec<u8>>,
     },
     /// Another owner holds it for `pttl` more ms (negative: unknown), or it
     /// is free but another client's turn.
@@ -134,13 +141,15 @@ pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> 
             token: u64_of(token)?,
             count: int(count).and_then(|c| u32::try_from(c).ok()).ok_or_else(bad)?,
             pttl,
-            share: match rest {
-                [kind] => match text(kind).as_deref() {
-                    Some("n") => Share::New,
-                    Some("r") => Share::Reentered,
-                    Some("p") => Share::Repeated,
-                    _ => return Err(bad()),
-                },
+            share: match rest.first().and_then(text).as_deref() {
+                Some("n") => Share::New,
+                Some("r") => Share::Reentered,
+                Some("p") => Share::Repeated,
+                _ => return Err(bad()),
+            },
+            told: match rest {
+                [_] => None,
+                [_, Value::BulkString(m)] => Some(m.clone()),
                 _ => return Err(bad()),
             },
         }),
@@ -168,6 +177,10 @@ pub(crate) struct Queueing {
     pub join: bool,
     /// Stay in the queue after acquiring: more of this client's waiters wait.
     pub stay: bool,
+    /// Keep the place in line after acquiring: more of this client's
+    /// readers woken by the same turn come (read-write locks; see
+    /// [`Turn::batch_follows`]).
+    pub in_place: bool,
     /// A waiter that was given the turn and did not take it.
     pub stale: Option<String>,
     /// A free name goes to the queue's head only (see [`AcquireRequest::fair`]).
@@ -179,24 +192,33 @@ pub(crate) struct Queueing {
     /// The place in the queue when joining, in µs (`None`: the server's
     /// time).
     pub place: Option<u64>,
+    /// The back of the line, in µs, where a client whose other waiters
+    /// wait goes after a grant (semaphores and read-write locks; `None`:
+    /// the server's time). Redlock gives every node the time of the
+    /// attempt, so that their lines agree.
+    pub back: Option<u64>,
 }
 
 impl Queueing {
     /// How an attempt takes part in the waiter queue: a waiting one (with
-    /// its `turn`, as client `waiter`) joins it, at `place` if given; every
-    /// acquisition announces itself with `publish`; a fair one takes a free
-    /// name only when the queue is empty or its head is this client.
-    pub fn new(waiter: Option<&str>, turn: Option<Turn>, fair: bool, publish: Publish, place: Option<u64>) -> Self {
+    /// its `turn`, as client `waiter`) joins it — with `caller_places`
+    /// (Redlock), at the client's place of the turn, and after a grant to
+    /// the back at the turn's time, so that every node's line agrees —;
+    /// every acquisition announces itself with `publish`; a fair one takes
+    /// a free name only when the queue is empty or its head is this client.
+    pub fn new(waiter: Option<&str>, turn: Option<Turn>, fair: bool, publish: Publish, caller_places: bool) -> Self {
         let publish = Some(publish);
         match turn {
             Some(turn) => Queueing {
                 waiter: waiter.map(str::to_owned),
                 join: true,
                 stay: turn.others_wait,
+                in_place: turn.batch_follows,
                 stale: turn.stale,
                 fair,
                 publish,
-                place,
+                place: caller_places.then_some(turn.place),
+                back: caller_places.then_some(turn.back),
             },
             None => Queueing {
                 fair,
@@ -223,6 +245,10 @@ pub(crate) struct Claim<'a> {
     /// Redlock's semaphores: the permit slot to take (see
     /// [`KINDS_ACQUIRE`](super::kinds::KINDS_ACQUIRE)); `None`: any permit.
     pub(crate) slot: Option<u32>,
+    /// The nonce of the turn messages the claim sends (semaphores and
+    /// read-write locks; the same on every Redlock node: see
+    /// [`nonce`](super::kinds::nonce)).
+    pub(crate) nonce: &'a str,
 }
 
 impl Claim<'_> {
@@ -239,7 +265,13 @@ impl Claim<'_> {
 fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
     let (name, queueing) = (claim.name, claim.queueing);
     let mut flags = String::with_capacity(3);
-    for (on, flag) in [(queueing.join, 'w'), (queueing.stay, 'k'), (queueing.fair, 'f')] {
+    let flags_of = [
+        (queueing.join, 'w'),
+        (queueing.stay, 'k'),
+        (queueing.fair, 'f'),
+        (queueing.in_place, 's'),
+    ];
+    for (on, flag) in flags_of {
         if on {
             flags.push(flag);
         }
@@ -267,10 +299,16 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
         LockKind::Permit { permits } => {
             inv.arg(kinds::flag(claim.kind))
                 .arg(permits)
-                .arg(claim.slot.map(|s| s.to_string()).unwrap_or_default());
+                .arg(claim.slot.map(|s| s.to_string()).unwrap_or_default())
+                .arg(claim.nonce)
+                .arg(queueing.back.map(|p| p.to_string()).unwrap_or_default());
         }
         kind => {
-            inv.arg(kinds::flag(kind)).arg(0);
+            inv.arg(kinds::flag(kind))
+                .arg(0)
+                .arg("")
+                .arg(claim.nonce)
+                .arg(queueing.back.map(|p| p.to_string()).unwrap_or_default());
         }
     }
     inv

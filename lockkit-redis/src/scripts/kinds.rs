@@ -7,25 +7,38 @@ use redis::aio::ConnectionLike;
 use redis::{ScriptInvocation, Value};
 
 use super::release::parse_release;
-use super::{Publish, Released, SCRIPTS, UndoThen, int, parse_flag, text, unexpected};
+use super::{LineAfter, Publish, Released, SCRIPTS, UndoThen, int, parse_flag, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 
 /// Acquire a permit, a read or a write hold: the mutex's acquire script
 /// ([`ACQUIRE`](super::acquire::ACQUIRE)) for the other kinds, with the
-/// same arguments and replies, and its queue rules (a reader passes no
-/// writer waiting ahead of it, fair or not).
+/// same arguments and replies, and the line's rule
+/// (`lockkit_core::raw::admitted`): a waiting client takes a hold when
+/// it is among the clients the line admits (a semaphore of N: the first
+/// N − held; a read-write lock: the readers before the first waiting
+/// writer, or that writer alone once nobody holds), not only when it is
+/// first; a reader passes no waiting writer, fair or not.
 ///
-/// KEYS: holds, their lease ends, counter, queue, waiting writers. ARGV:
-/// 1–10 as for the mutex (10, where a waiter's channel differs, is not
-/// used: these names wake every listener), 11. the kind (`p`, `r`, `w`),
-/// 12. a semaphore's permit count, 13. Redlock: the permit slot to take
-/// (`''`: any permit; see below).
+/// Every change that lets clients in tells those clients, and only them,
+/// on their own channels (see `admit` in `lua/holds.lua`): a crowd costs
+/// each hand-off the same messages and attempts as two waiters. A client
+/// told its turn that does not come within the fallback delay is dropped
+/// by the next fallback attempt (ARGV 7, which names the client it saw
+/// given the turn), and a client whose channel has no listener (its
+/// process died) at once.
+///
+/// KEYS: holds, their lease ends, counter, line, the entries told their
+/// turn. ARGV: 1–10 as for the mutex, 11. the kind
+/// (`p`, `r`, `w`), 12. a semaphore's permit count, 13. Redlock: the
+/// permit slot to take (`''`: any permit; see below), 14. the nonce of the
+/// turn messages it sends (the same on every Redlock node).
 ///
 /// Replies as the mutex's, and `{-1, N}` when the semaphore has `N`
 /// permits, not the request's, `{-2}` when the owner reads and asks to
 /// write, `{2, K}` when a permit is free but not the slot asked for (`K`
-/// is the lowest free slot).
+/// is the lowest free slot). A grant that told clients their turn adds
+/// the message naming them (for this process's own waiters).
 ///
 /// Slots are how Redlock bounds a semaphore: each of the N permits is a
 /// slot that a permit takes on a quorum of nodes, as a mutex would. Two
@@ -33,17 +46,21 @@ use crate::layout::Keys;
 /// stand. Counting permits per node alone does not bound them: on 5 nodes,
 /// 3 permits of 2 can each stand on 3 nodes (9 shares in 10 places).
 pub(super) const KINDS_ACQUIRE: &str = concat!(
+    include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/token.lua"),
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_acquire.lua")
 );
 
 /// Release one share of a permit, a read or a write hold, as the mutex's
-/// release does; a hold that goes wakes every listener when clients queue.
+/// release does; a hold that goes tells the clients it lets in.
 ///
-/// KEYS: holds, lease ends, queue. ARGV: owner, token, attempt id, kind,
-/// `PUBLISH`/`SPUBLISH`. Replies as the mutex's release.
+/// KEYS: holds, lease ends, line, told. ARGV: owner,
+/// token, attempt id, kind, `PUBLISH`/`SPUBLISH`, where a waiter's channel
+/// differs from the holds key, message nonce. Replies as the mutex's
+/// release: the holds left, -1, or the message naming the clients told.
 pub(super) const KINDS_RELEASE: &str = concat!(
+    include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_release.lua")
 );
@@ -54,16 +71,48 @@ pub(super) const KINDS_RELEASE: &str = concat!(
 /// goes back to its place in line (a writer marked as one again); a hold
 /// that went wakes the listeners unless silent.
 ///
-/// KEYS: holds, lease ends, queue, waiting writers. ARGV: owner, attempt
-/// id, kind, `PUBLISH`, waiter id (`''`: none), place, `s` or `''`.
-/// Returns 1 when something was undone.
-pub(super) const KINDS_UNDO: &str = concat!(include_str!("../lua/holds.lua"), include_str!("../lua/kinds_undo.lua"));
+/// After a grant that stands on a quorum (ARGV 10: `k` and a place, or
+/// `x`), the caller's entry is moved as the grant moved it on the quorum:
+/// to the back, or out of the line — on every node, also where nothing
+/// was taken.
+///
+/// KEYS: holds, lease ends, line, told. ARGV: owner, attempt id, kind,
+/// `PUBLISH`, waiter id (`''`: none), place (`''`: no requeue), `s` or
+/// `''`, where a waiter's channel differs from the holds key, message
+/// nonce, the move (`''`: none). Returns 1 when something was undone.
+pub(super) const KINDS_UNDO: &str = concat!(
+    include_str!("../lua/waiter_channel.lua"),
+    include_str!("../lua/holds.lua"),
+    include_str!("../lua/kinds_undo.lua")
+);
+
+/// A waiting client leaves the line of a semaphore or read-write lock
+/// (its last waiter there gave up): its entries (to read and to write) out
+/// of the line, and the entries it stood in the way of (or whose turn it
+/// was given) are told.
+///
+/// With ARGV 6 (an entry: the client's entry to read), only that entry
+/// leaves, and only if it was told its turn and no attempt of its client
+/// came since: a reader's entry left in line after its turn, when its
+/// client has no reader waiting any more (a reader that joins meanwhile
+/// clears the mark, and keeps the entry).
+///
+/// KEYS: holds, lease ends, line, told. ARGV: waiter id, kind (`p` or
+/// `r`), `PUBLISH`/`SPUBLISH`, where a waiter's channel differs from the
+/// holds key, message nonce, the entry (`''`: all). Returns how many
+/// entries left.
+pub(super) const KINDS_LEAVE: &str = concat!(
+    include_str!("../lua/waiter_channel.lua"),
+    include_str!("../lua/holds.lua"),
+    include_str!("../lua/kinds_leave.lua")
+);
 
 /// Extend holds of these kinds to at least their ttl from now.
 ///
 /// KEYS: holds and lease ends, two per hold. ARGV: kind, owner, token, ttl
 /// ms — four per hold. Replies as the mutex's extend.
 pub(super) const KINDS_EXTEND: &str = concat!(
+    include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_extend.lua")
 );
@@ -71,6 +120,7 @@ pub(super) const KINDS_EXTEND: &str = concat!(
 /// The live holds of one kind, in the order granted. KEYS: holds, lease
 /// ends. ARGV: kind. Returns `{owner, count, token, pttl}` per hold.
 pub(super) const KINDS_HOLDERS: &str = concat!(
+    include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_holders.lua")
 );
@@ -92,36 +142,78 @@ pub(super) fn acquire_call(keys: &Keys, name: &str, kind: LockKind) -> ScriptInv
     inv.key(keys.expiries(&holds))
         .key(keys.counter(name))
         .key(keys.queue_of_lock(&holds))
-        .key(keys.writers(&holds));
+        .key(keys.told(&holds));
     inv
 }
 
-/// One release of `attempt`'s share of a hold of `kind`.
-#[allow(clippy::too_many_arguments)]
+/// A nonce for the turn messages of one change (16 hex digits): the same
+/// for every Redlock node the change runs on, so a client hears it once.
+pub(crate) fn nonce() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// One call's arguments to the release script: `attempt`'s share of a hold
+/// of `kind` on `name`, by `owner` under `token`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KindRelease<'a> {
+    pub name: &'a str,
+    pub kind: LockKind,
+    pub owner: &'a str,
+    pub token: u64,
+    pub attempt: &'a str,
+    pub publish: Publish,
+    /// The turn messages' nonce (see [`nonce`]).
+    pub nonce: &'a str,
+}
+
+/// One release of a share of a hold of these kinds.
 pub(crate) async fn release<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
-    name: &str,
-    kind: LockKind,
-    owner: &str,
-    token: u64,
-    attempt: &str,
-    publish: Publish,
+    r: &KindRelease<'_>,
 ) -> Result<Released, Fault> {
-    let holds = keys.holds(name, kind);
+    let holds = keys.holds(r.name, r.kind);
     let v: Value = SCRIPTS
         .kinds_release
         .key(&holds)
         .key(keys.expiries(&holds))
         .key(keys.queue_of_lock(&holds))
-        .arg(owner)
-        .arg(token)
-        .arg(attempt)
-        .arg(flag(kind))
-        .arg(publish.command())
+        .key(keys.told(&holds))
+        .arg(r.owner)
+        .arg(r.token)
+        .arg(r.attempt)
+        .arg(flag(r.kind))
+        .arg(r.publish.command())
+        .arg(keys.waiter_mark())
+        .arg(r.nonce)
         .invoke_async(conn)
         .await?;
     Ok(parse_release(&v)?)
+}
+
+/// Takes a waiting client out of the line of a semaphore or read-write
+/// lock, telling the entries that lets in (see [`KINDS_LEAVE`]).
+pub(crate) async fn leave<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &Keys,
+    leave: &super::Leaving<'_>,
+) -> Result<(), Fault> {
+    let holds = leave.channel;
+    let _: Value = SCRIPTS
+        .kinds_leave
+        .key(holds)
+        .key(keys.expiries(holds))
+        .key(keys.queue_of_lock(holds))
+        .key(keys.told(holds))
+        .arg(leave.id)
+        .arg(if keys.is_rw(holds) { "r" } else { "p" })
+        .arg(leave.publish.command())
+        .arg(keys.waiter_mark())
+        .arg(nonce())
+        .arg(leave.entry.unwrap_or(""))
+        .invoke_async(conn)
+        .await?;
+    Ok(())
 }
 
 /// Redlock: undoes one failed attempt at a hold of `kind` on one node.
@@ -133,13 +225,22 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
 ) -> Result<bool, Fault> {
     let (name, owner, attempt, kind) = claim;
     let holds = keys.holds(name, kind);
-    let (waiter, place) = then.requeue.map_or(("", String::new()), |(w, p)| (w, p.to_string()));
+    let (waiter, place) = match (then.requeue, then.moved) {
+        (Some((w, p)), _) => (w, p.to_string()),
+        (None, Some((w, _))) => (w, String::new()),
+        (None, None) => ("", String::new()),
+    };
+    let moved = match then.moved {
+        Some((_, LineAfter::Back(back))) => format!("k{back}"),
+        Some((_, LineAfter::Out)) => "x".to_owned(),
+        None => String::new(),
+    };
     let v: Value = SCRIPTS
         .kinds_undo
         .key(&holds)
         .key(keys.expiries(&holds))
         .key(keys.queue_of_lock(&holds))
-        .key(keys.writers(&holds))
+        .key(keys.told(&holds))
         .arg(owner)
         .arg(attempt)
         .arg(flag(kind))
@@ -147,6 +248,9 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
         .arg(waiter)
         .arg(place)
         .arg(if then.announce { "" } else { "s" })
+        .arg(keys.waiter_mark())
+        .arg(then.nonce)
+        .arg(moved)
         .invoke_async(conn)
         .await?;
     Ok(parse_flag("undo", &v)?)

@@ -42,13 +42,13 @@ use crate::layout::Keys;
 pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, TurnOf, acquire, acquire_replicated};
 pub(crate) use extend::{ExtendItem, extend};
 pub(crate) use inspect::{Stored, inspect, scan};
-pub(crate) use kinds::{holders, release as release_kind, undo as undo_kind};
-pub(crate) use release::{Released, UndoThen, force_release, release, undo};
+pub(crate) use kinds::{KindRelease, holders, leave as leave_kind, nonce, release as release_kind, undo as undo_kind};
+pub(crate) use release::{LineAfter, Released, UndoThen, force_release, release, undo};
 
 use acquire::ACQUIRE;
 use extend::EXTEND;
 use inspect::INSPECT;
-use kinds::{KINDS_ACQUIRE, KINDS_EXTEND, KINDS_HOLDERS, KINDS_RELEASE, KINDS_UNDO};
+use kinds::{KINDS_ACQUIRE, KINDS_EXTEND, KINDS_HOLDERS, KINDS_LEAVE, KINDS_RELEASE, KINDS_UNDO};
 use release::{FORCE, RELEASE, UNDO};
 
 /// The scripts, hashed once; [`redis::ScriptInvocation`] sends `EVALSHA` and
@@ -65,6 +65,7 @@ pub(crate) struct Scripts {
     pub kinds_extend: Script,
     pub kinds_holders: Script,
     pub kinds_undo: Script,
+    pub kinds_leave: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -79,6 +80,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     kinds_extend: Script::new(KINDS_EXTEND),
     kinds_holders: Script::new(KINDS_HOLDERS),
     kinds_undo: Script::new(KINDS_UNDO),
+    kinds_leave: Script::new(KINDS_LEAVE),
 });
 
 fn unexpected(what: &str, v: &Value) -> UnexpectedReply {
@@ -191,17 +193,35 @@ async fn pipelined<C: ConnectionLike + Send>(
     Ok((replies, acked))
 }
 
-/// Takes waiting client `id` out of the line of the name whose key (and
-/// channel) is `channel` — and out of its waiting writers, on a
-/// read-write lock — in one round trip. Errors are ignored: a client left
-/// in line is dropped by the next one once its turn passes.
-pub(crate) async fn leave_line<C: ConnectionLike + Send>(conn: &mut C, keys: &Keys, channel: &[u8], id: &str) {
-    let mut pipe = redis::pipe();
-    pipe.cmd("ZREM").arg(keys.queue_of_lock(channel)).arg(id).ignore();
-    if keys.is_rw(channel) {
-        pipe.cmd("HDEL").arg(keys.writers(channel)).arg(id).ignore();
+/// A waiting client leaving a line: see [`leave_line`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Leaving<'a> {
+    /// The name's key (and channel): a lock key, or a semaphore's or
+    /// read-write lock's holds key.
+    pub channel: &'a [u8],
+    /// The client's waiter id.
+    pub id: &'a str,
+    /// Only this entry of a read-write lock's line, and only if it was told
+    /// its turn and nobody came since (`None`: all of the client's).
+    pub entry: Option<&'a str>,
+    /// How turns are told (semaphores and read-write locks).
+    pub publish: Publish,
+}
+
+/// Takes a waiting client out of a line, in one round trip: a mutex's
+/// queue, or a semaphore's or read-write lock's line (telling the entries
+/// that lets in: see [`leave_kind`]). Errors are ignored: a client left in
+/// line is dropped by the next one once its turn passes.
+pub(crate) async fn leave_line<C: ConnectionLike + Send>(conn: &mut C, keys: &Keys, leave: &Leaving<'_>) {
+    if keys.is_family(leave.channel) {
+        let _ = leave_kind(conn, keys, leave).await;
+        return;
     }
-    let _: redis::RedisResult<()> = pipe.query_async(conn).await;
+    let _: redis::RedisResult<()> = redis::cmd("ZREM")
+        .arg(keys.queue_of_lock(leave.channel))
+        .arg(leave.id)
+        .query_async(conn)
+        .await;
 }
 
 /// A remaining lease in ms as a [`Duration`] (negative: zero).
@@ -233,8 +253,21 @@ mod tests {
                 count: 2,
                 pttl: 999,
                 share: Share::Reentered,
+                told: None,
             }
         );
+        let told = Value::Array(vec![
+            Value::Int(1),
+            Value::BulkString(b"7".to_vec()),
+            Value::Int(1),
+            Value::Int(999),
+            Value::BulkString(b"n".to_vec()),
+            Value::BulkString(b"k00|a b".to_vec()),
+        ]);
+        assert!(matches!(
+            parse_acquire(&told).unwrap(),
+            AcquireReply::Acquired { told: Some(m), .. } if m == b"k00|a b"
+        ));
         let new = Value::Array(vec![
             Value::Int(1),
             Value::BulkString(b"7".to_vec()),

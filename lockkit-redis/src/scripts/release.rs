@@ -142,6 +142,23 @@ pub(crate) struct UndoThen<'a> {
     pub requeue: Option<(&'a str, u64)>,
     /// Announce a freed name to the queue (or to everybody).
     pub announce: bool,
+    /// The nonce of the turn messages of semaphores and read-write locks
+    /// (the same on every node; see `kinds::nonce`).
+    pub nonce: &'a str,
+    /// Semaphores and read-write locks: the waiting client whose grant
+    /// stands on a quorum, and where the grant moved its line entry — done
+    /// here too, on a node outside the quorum, so that the nodes' lines
+    /// agree.
+    pub moved: Option<(&'a str, LineAfter)>,
+}
+
+/// Where a grant moved the caller's line entry (see [`UndoThen::moved`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LineAfter {
+    /// To the back, at this place (µs): more of its waiters wait.
+    Back(u64),
+    /// Out of the line.
+    Out,
 }
 
 /// Redlock: undoes one failed attempt on one node.

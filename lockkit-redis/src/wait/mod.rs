@@ -52,7 +52,7 @@ pub(crate) use pubsub::PubSubConn;
 pub(crate) use subscription::Subscription;
 pub(crate) use wait_loop::{Attempt, Turn, wait_loop};
 
-use pubsub::{head_of, local, on_message, on_push};
+use pubsub::{local, on_message, on_push};
 
 /// How long a waiter sleeps without news when the server did not say how
 /// long the holder's lease runs (a key without expiry).
@@ -74,17 +74,44 @@ const RECENT_PAYLOADS: usize = 16;
 /// fraction of a second.
 const FALLBACK: Duration = Duration::from_millis(200);
 
+/// This process's wall clock in µs (places in a line).
+pub(crate) fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 /// The fallback delay, with its jitter.
 fn fallback() -> Duration {
     FALLBACK + Duration::from_micros(rand::random_range(0..=FALLBACK.as_micros() as u64))
 }
 
-/// Removes this client from a lock's waiter queue; given the channel.
-pub(crate) type Leave = Arc<dyn Fn(Vec<u8>) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
+/// Removes this client from a lock's waiter queue; given the channel, and
+/// `Some(entry)` to take out only that entry of a read-write lock's line,
+/// and only if it was told its turn and nobody of this client came since
+/// (`None`: every entry of the client, at once).
+pub(crate) type Leave =
+    Arc<dyn Fn(Vec<u8>, Option<String>) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
 
 struct Slot {
+    /// Wakes a waiter of the name (a read-write lock's: a reader).
     notify: Arc<Notify>,
+    /// Wakes a writer of a read-write lock: a turn given to this client's
+    /// entry for writing wakes a writer, not a reader.
+    notify_write: Arc<Notify>,
     refs: usize,
+    /// How many of the `refs` wait to write.
+    writers: usize,
+    /// How many of the `refs` wait to read (or for a permit, or a lock)
+    /// and have not been granted yet.
+    readers: usize,
+    /// Readers woken by this client's last turn to read that have not
+    /// tried yet (see [`Turn::batch_follows`]).
+    batch: usize,
+    /// This client's place in the name's line, by this process's clock
+    /// (µs): when its first waiter came, or where its last grant sent it
+    /// (the back). Redlock gives it to every node (see [`Turn::place`]).
+    place: u64,
     subscribed: bool,
     recent: VecDeque<Vec<u8>>,
     /// Bumped by every message: a fallback timer fires only if no message
@@ -143,8 +170,25 @@ impl Shared {
 
     fn wake_all(&self) {
         for slot in self.slots().values() {
-            slot.notify.notify_one();
+            slot.wake_any();
         }
+    }
+}
+
+impl Slot {
+    /// Wakes one waiter of each kind (a message that names no kind).
+    fn wake_any(&self) {
+        self.notify.notify_one();
+        self.notify_write.notify_one();
+    }
+}
+
+/// The client whose turn a message's entry (`ID`, or `ID:w` for a
+/// read-write lock's writers) gives, and whether it is to write.
+pub(super) fn entry_client(entry: &[u8]) -> (&[u8], bool) {
+    match entry.strip_suffix(b":w") {
+        Some(id) => (id, true),
+        None => (entry, false),
     }
 }
 
@@ -227,26 +271,34 @@ impl Waiters {
     }
 
     /// A release published `payload` for the waiters of `channel`: the
-    /// client it names (or every client, when it names none) among this
-    /// process's backends on the same keyspace hears it now, without the
-    /// round trip through the server's pub/sub (the server's copy, when it
-    /// comes, is dropped as a duplicate). A hand-off between two clients of
-    /// one process then costs the release and the next holder's claim.
+    /// clients it names (`PREFIX|ID`, or `PREFIX|ID ID …` for a change that
+    /// let several clients in, each of which was sent `PREFIX|ID` — or
+    /// every client, when it names none) among this process's backends on
+    /// the same keyspace hear it now, without the round trip through the
+    /// server's pub/sub (the server's copy, when it comes, is dropped as a
+    /// duplicate). A hand-off between two clients of one process then costs
+    /// the release and the next holder's claim.
     pub fn deliver_locally(&self, channel: &[u8], payload: &[u8]) {
         let Some(keyspace) = self.shared.keyspace.get() else {
             return;
         };
-        let head = head_of(payload);
+        let (prefix, heads) = match payload.iter().rposition(|b| *b == b'|') {
+            Some(at) => (&payload[..=at], &payload[at + 1..]),
+            None => (payload, &[][..]),
+        };
+        let heads: Vec<&[u8]> = heads.split(|b| *b == b' ').filter(|h| !h.is_empty()).collect();
         let group: Vec<Arc<Shared>> = match local().get(keyspace) {
-            Some(group) => group
-                .iter()
-                .filter_map(Weak::upgrade)
-                .filter(|s| head.is_none() || s.waiter_id.as_deref().map(str::as_bytes) == head)
-                .collect(),
+            Some(group) => group.iter().filter_map(Weak::upgrade).collect(),
             None => return,
         };
         for shared in &group {
-            on_message(shared, channel, payload.to_vec(), None);
+            let own = shared.waiter_id.as_deref().map(str::as_bytes);
+            if heads.is_empty() {
+                on_message(shared, channel, payload.to_vec());
+            }
+            for head in heads.iter().filter(|h| own == Some(entry_client(h).0)) {
+                on_message(shared, channel, [prefix, head].concat());
+            }
         }
     }
 
@@ -286,11 +338,12 @@ impl Waiters {
         self.shared.slots().keys().cloned().collect()
     }
 
-    /// Registers a waiter on `channel` and makes sure the channel is
-    /// subscribed (confirmed by the server) before returning. Dropping the
-    /// result, also while this future is pending, unregisters.
-    pub async fn subscribe(&self, channel: Vec<u8>) -> Result<Subscription, Fault> {
-        let sub = self.listen_locally(channel);
+    /// Registers a waiter on `channel` (one that waits to write a
+    /// read-write lock: `writer`) and makes sure the channel is subscribed
+    /// (confirmed by the server) before returning. Dropping the result,
+    /// also while this future is pending, unregisters.
+    pub async fn subscribe(&self, channel: Vec<u8>, writer: bool) -> Result<Subscription, Fault> {
+        let sub = self.listen_locally(channel, writer);
         if self.shared.is_subscribed(&sub.channel) {
             return Ok(sub);
         }
@@ -328,12 +381,17 @@ impl Waiters {
     /// A place on `channel` that hears only what this process's releases
     /// hand over (see [`deliver_locally`](Self::deliver_locally)), not the
     /// server's messages: what a waiter keeps while it cannot subscribe.
-    pub fn listen_locally(&self, channel: Vec<u8>) -> Subscription {
+    pub fn listen_locally(&self, channel: Vec<u8>, writer: bool) -> Subscription {
         let notify = {
             let mut slots = self.shared.slots();
             let slot = slots.entry(channel.clone()).or_insert_with(|| Slot {
                 notify: Arc::new(Notify::new()),
+                notify_write: Arc::new(Notify::new()),
                 refs: 0,
+                writers: 0,
+                readers: 0,
+                batch: 0,
+                place: now_micros(),
                 subscribed: false,
                 recent: VecDeque::new(),
                 epoch: 0,
@@ -343,16 +401,27 @@ impl Waiters {
                 // A lingering slot: forget what came while nobody waited
                 // (a stored wake-up would only cost an extra attempt).
                 slot.notify = Arc::new(Notify::new());
+                slot.notify_write = Arc::new(Notify::new());
                 slot.stale = None;
+                slot.batch = 0;
+                slot.place = now_micros();
             }
             slot.refs += 1;
-            slot.notify.clone()
+            if writer {
+                slot.writers += 1;
+                slot.notify_write.clone()
+            } else {
+                slot.readers += 1;
+                slot.notify.clone()
+            }
         };
         Subscription {
             shared: self.shared.clone(),
             channel,
             notify,
+            writer,
             took: false,
+            last: None,
         }
     }
 }

@@ -12,7 +12,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::time::Instant;
 
-use super::{RECENT_PAYLOADS, Shared, fallback};
+use super::{RECENT_PAYLOADS, Shared, entry_client, fallback};
 
 /// One pub/sub connection.
 #[derive(Clone)]
@@ -73,7 +73,7 @@ pub(super) fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
                 (Some(keys), Some(id)) => keys.lock_of_waiter_channel(channel, id),
                 _ => None,
             };
-            on_message(shared, own.as_deref().unwrap_or(channel), payload, Some(index));
+            on_message(shared, own.as_deref().unwrap_or(channel), payload);
         }
         PushKind::Disconnection => {
             let Some(flag) = shared.recovering.get(index) else {
@@ -92,14 +92,18 @@ pub(super) fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
     }
 }
 
-/// A message on `channel`, from the server (connection `node`) or handed
-/// over in this process (see [`Waiters::deliver_locally`]). A payload seen
-/// lately (the same release again: the server's copy of one delivered
-/// locally, or Redlock's from another node) changes nothing, not even a
-/// pending fallback — except that each Redlock node's copy of this
-/// client's turn wakes a waiter again: an attempt made on the first copy
-/// may have found a node that had not released yet.
-pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>, node: Option<usize>) {
+/// A message on `channel`, from the server or handed over in this process
+/// (see [`Waiters::deliver_locally`]). A payload seen lately (the same
+/// release again: the server's copy of one delivered locally, or Redlock's
+/// from another node) changes nothing, not even a pending fallback.
+///
+/// Redlock's nodes each tell a client its turn; the first copy wakes one
+/// waiter, and the others are dropped. An attempt made on the first copy
+/// that meets a node which has not released yet still holds on the nodes
+/// that have: a split vote, tried again after a millisecond or two — it
+/// needs no wake-up. (Waking one waiter per copy, as before, set up to N
+/// waiters of the client against each other for one turn.)
+pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>) {
     let mut slots = shared.slots();
     let Some(slot) = slots.get_mut(channel) else { return };
     if payload == b"+" {
@@ -108,21 +112,17 @@ pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>,
         slot.stale = None;
         return;
     }
-    // `TOKEN|HEAD` with another client's id: its turn; anything else:
-    // this client's (or everybody's).
-    let other_head = head_of(&payload)
-        .filter(|h| shared.waiter_id.as_deref().map(str::as_bytes) != Some(*h))
-        .map(|h| String::from_utf8_lossy(h).into_owned());
+    // `TOKEN|HEAD` with another client's entry: its turn; this client's
+    // entry (`ID`, or `ID:w` for its writers): this client's turn, for a
+    // waiter of that kind; no `HEAD`: everybody's.
+    let head = head_of(&payload).map(entry_client);
+    let own = shared.waiter_id.as_deref().map(str::as_bytes);
+    let other_head = head
+        .filter(|(id, _)| own != Some(*id))
+        .map(|_| String::from_utf8_lossy(head_of(&payload).unwrap_or_default()).into_owned());
+    let writer = head.map(|(_, writer)| writer);
     let empty = payload.is_empty();
-    let seen = match node {
-        Some(i) if other_head.is_none() && shared.conns().len() > 1 => {
-            let mut per_node = payload;
-            per_node.push(0);
-            per_node.extend_from_slice(&i.to_le_bytes());
-            per_node
-        }
-        _ => payload,
-    };
+    let seen = payload;
     if !empty && slot.recent.contains(&seen) {
         return;
     }
@@ -134,9 +134,10 @@ pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>,
     match other_head {
         Some(head) => {
             slot.stale = Some((head, Instant::now()));
-            let (epoch, notify, weak, channel) = (
+            let (epoch, notify, notify_write, weak, channel) = (
                 slot.epoch,
                 slot.notify.clone(),
+                slot.notify_write.clone(),
                 Arc::downgrade(shared),
                 channel.to_vec(),
             );
@@ -148,15 +149,50 @@ pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>,
                 tokio::time::sleep(delay).await;
                 let Some(shared) = weak.upgrade() else { return };
                 if shared.slots().get(&channel).is_some_and(|s| s.epoch == epoch) {
+                    // (The entry watching may be to read or to write.)
                     notify.notify_one();
+                    notify_write.notify_one();
                 }
             });
         }
         None => {
             slot.stale = None;
-            slot.notify.notify_one();
+            match writer {
+                Some(true) => slot.notify_write.notify_one(),
+                // A turn to read lets every reader of the client in: all
+                // of them come (one line entry, one message).
+                Some(false) if shared.keys.as_ref().is_some_and(|k| k.is_rw(channel)) => {
+                    if slot.readers == 0 {
+                        // A reader's entry left from the last turn, with no
+                        // reader waiting now: out of the line, unless a new
+                        // reader came meanwhile (see `Leave`).
+                        leave_entry(shared, channel);
+                    }
+                    slot.batch = slot.readers;
+                    slot.notify.notify_waiters();
+                }
+                Some(false) => slot.notify.notify_one(),
+                None => slot.wake_any(),
+            }
         }
     }
+}
+
+/// Takes this client's entry to read out of `channel`'s line (in the
+/// background), if it was told its turn and no reader of this client came
+/// since.
+fn leave_entry(shared: &Arc<Shared>, channel: &[u8]) {
+    let (Some(leave), Some(id), Ok(rt)) = (
+        shared.leave.get().cloned(),
+        shared.waiter_id.clone(),
+        tokio::runtime::Handle::try_current(),
+    ) else {
+        return;
+    };
+    let (channel, timeout) = (channel.to_vec(), shared.timeout);
+    rt.spawn(async move {
+        let _ = tokio::time::timeout(timeout, leave(channel, Some(id))).await;
+    });
 }
 
 /// The client whose turn a release message `TOKEN|HEAD` gives, or `None`

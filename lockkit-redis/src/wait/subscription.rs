@@ -7,18 +7,24 @@ use futures_util::future::join_all;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{FALLBACK, LINGER, Shared, Turn};
+use super::{FALLBACK, LINGER, Shared, Turn, now_micros};
 
 /// One waiter's registration on a channel.
 pub(crate) struct Subscription {
     pub(super) shared: Arc<Shared>,
     pub(super) channel: Vec<u8>,
     pub(super) notify: Arc<Notify>,
+    /// It waits to write a read-write lock (and is woken by writers'
+    /// turns).
+    pub(super) writer: bool,
     /// The waiter took the lock: the acquire script already took this
     /// client out of the queue (or moved it to the back for its other
     /// waiters), so the last one leaving does not `leave` again — a late
     /// `ZREM` could take out this client's next waiter, queued meanwhile.
     pub(super) took: bool,
+    /// The last turn's `others_wait`, `batch_follows` and `back`: where
+    /// the grant of that attempt sent the client in line.
+    pub(super) last: Option<(bool, bool, u64)>,
 }
 
 impl Drop for Subscription {
@@ -29,6 +35,8 @@ impl Drop for Subscription {
             match slots.get_mut(&self.channel) {
                 Some(slot) => {
                     slot.refs -= 1;
+                    slot.writers -= usize::from(self.writer);
+                    slot.readers -= usize::from(!self.writer && !took);
                     // A waiter that gave up takes its client out of the queue
                     // at once: the slot goes now, so that a new waiter
                     // subscribes (and queues) only after that.
@@ -64,7 +72,7 @@ impl Drop for Subscription {
                     return; // a new waiter came meanwhile and keeps it
                 }
                 if let Some(leave) = shared.leave.get() {
-                    let _ = tokio::time::timeout(shared.timeout, leave(channel.clone())).await;
+                    let _ = tokio::time::timeout(shared.timeout, leave(channel.clone(), None)).await;
                 }
             }
             let timeout = shared.timeout;
@@ -119,17 +127,29 @@ impl Subscription {
     /// has had its turn (the client took the lock after it): no other
     /// waiter of this client may drop it any more.
     pub(super) fn took(&mut self) {
-        self.took = true;
         if let Some(slot) = self.shared.slots().get_mut(&self.channel) {
             slot.stale = None;
+            slot.readers -= usize::from(!self.writer && !self.took);
+            if let Some((true, false, back)) = self.last {
+                slot.place = back;
+            }
         }
+        self.took = true;
     }
 
-    pub(super) fn turn(&self) -> Turn {
+    pub(super) fn turn(&mut self) -> Turn {
         let mut slots = self.shared.slots();
-        match slots.get_mut(&self.channel) {
+        let turn = match slots.get_mut(&self.channel) {
             Some(slot) => Turn {
-                others_wait: slot.refs > 1,
+                others_wait: if self.writer {
+                    slot.writers > 1
+                } else {
+                    slot.refs - slot.writers > 1
+                },
+                batch_follows: !self.writer && slot.batch > 0 && {
+                    slot.batch -= 1;
+                    slot.batch > 0
+                },
                 // Only once the client given the turn had the fallback
                 // delay to take it: an attempt made for another reason
                 // (a new lock call, a lease running out) must not drop a
@@ -142,8 +162,12 @@ impl Subscription {
                     }
                     _ => None,
                 },
+                place: slot.place,
+                back: now_micros(),
             },
             None => Turn::default(),
-        }
+        };
+        self.last = Some((turn.others_wait, turn.batch_follows, turn.back));
+        turn
     }
 }

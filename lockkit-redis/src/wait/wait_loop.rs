@@ -6,6 +6,7 @@ use std::pin::pin;
 use std::time::Duration;
 
 use lockkit_core::LockError;
+use lockkit_core::backend::LockKind;
 use tokio::time::Instant;
 
 use super::subscription::{Baton, Subscription};
@@ -39,6 +40,17 @@ pub(crate) enum Attempt<T> {
 pub(crate) struct Turn {
     /// More waiters of this client wait for the same name.
     pub others_wait: bool,
+    /// More of this client's readers woken by the same turn are yet to try:
+    /// a reader's turn lets all the client's readers in, so the line entry
+    /// keeps its place until the last of them has come.
+    pub batch_follows: bool,
+    /// The client's place in line (µs, this process's clock): Redlock
+    /// joins every node's line there, so that the nodes' lines agree
+    /// whichever of the client's waiters reaches a node first.
+    pub place: u64,
+    /// Where a grant sends the client when more of its waiters wait: the
+    /// time of this attempt (µs), the same on every Redlock node.
+    pub back: u64,
     /// A client that was given the turn and did not take it (seen before a
     /// fallback wake-up).
     pub stale: Option<String>,
@@ -51,7 +63,7 @@ fn error_backoff(failures: u32) -> Duration {
     Duration::from_millis(rand::random_range(max_ms / 2..=max_ms))
 }
 
-/// Waits for `channel`'s lock: subscribes (before the next attempt), then
+/// Waits for `channel`'s lock (a hold of `kind`): subscribes (before the next attempt), then
 /// tries `attempt` until it succeeds or `deadline` passes, sleeping after a
 /// `Busy` until a release message or the holder's expiry. The attempt that
 /// runs at or after the deadline is the last one.
@@ -65,6 +77,7 @@ fn error_backoff(failures: u32) -> Duration {
 pub(crate) async fn wait_loop<T, F, Fut>(
     waiters: &Waiters,
     channel: &[u8],
+    kind: LockKind,
     deadline: Option<Instant>,
     mut attempt: F,
 ) -> Result<Option<T>, LockError>
@@ -72,28 +85,31 @@ where
     F: FnMut(Turn) -> Fut,
     Fut: Future<Output = Result<Attempt<T>, LockError>>,
 {
+    // A read-write lock's writer is woken by its client's turns to write.
+    let writer = kind == LockKind::Write;
     let mut sub: Option<Subscription> = None;
     let mut baton = Baton(None);
     let mut failures = 0u32;
     loop {
         if !sub.as_ref().is_some_and(Subscription::is_subscribed) {
-            match waiters.subscribe(channel.to_vec()).await {
+            match waiters.subscribe(channel.to_vec(), writer).await {
                 Ok(s) => sub = Some(s),
                 Err(f) => {
                     waiters.subscribe_failed(&f);
                     // Without the server's messages, still hear this
                     // process's releases.
                     if sub.is_none() {
-                        sub = Some(waiters.listen_locally(channel.to_vec()));
+                        sub = Some(waiters.listen_locally(channel.to_vec(), writer));
                     }
                 }
             }
         }
-        let mut notified = sub.as_ref().map(|s| Box::pin(s.notify.notified()));
+        let notify = sub.as_ref().map(|s| s.notify.clone());
+        let mut notified = notify.as_ref().map(|n| Box::pin(n.notified()));
         if let Some(n) = notified.as_mut() {
             n.as_mut().enable();
         }
-        let turn = sub.as_ref().map(Subscription::turn).unwrap_or_default();
+        let turn = sub.as_mut().map(Subscription::turn).unwrap_or_default();
         let (wake_at, listen, last_error) = match attempt(turn).await {
             Ok(Attempt::Done(t)) => {
                 baton.disarm();

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::lane::Lane;
 use crate::config::{Dialect, SqlConfig};
 
 /// A statement argument.
@@ -85,9 +86,18 @@ impl LastId for sqlx::sqlite::SqliteQueryResult {
     }
 }
 
+/// A pool, and the lane its statements take to it (see `lane.rs`):
+/// a backend's operations and its lease renewals are two handles on one
+/// pool.
+#[derive(Debug, Clone)]
+pub(crate) struct Db {
+    pub(super) pool: Pool,
+    pub(super) lane: Lane,
+}
+
 /// The pool of one of the enabled drivers.
 #[derive(Debug, Clone)]
-pub(crate) enum Db {
+pub(crate) enum Pool {
     #[cfg(feature = "mysql")]
     Mysql(sqlx::MySqlPool),
     #[cfg(feature = "postgres")]
@@ -105,15 +115,15 @@ pub(crate) enum Db {
 /// Runs `$body` with `$pool` bound to the concrete pool, for every driver.
 macro_rules! with_pool {
     ($db:expr, $pool:ident => $body:expr) => {
-        match $db {
+        match &$db.pool {
             #[cfg(feature = "mysql")]
-            $crate::conn::Db::Mysql($pool) => $body,
+            $crate::conn::Pool::Mysql($pool) => $body,
             #[cfg(feature = "postgres")]
-            $crate::conn::Db::Postgres($pool) => $body,
+            $crate::conn::Pool::Postgres($pool) => $body,
             #[cfg(feature = "sqlite")]
-            $crate::conn::Db::Sqlite($pool, _) => $body,
+            $crate::conn::Pool::Sqlite($pool, _) => $body,
             #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
-            $crate::conn::Db::None(never) => match *never {},
+            $crate::conn::Pool::None(never) => match *never {},
         }
     };
 }
@@ -204,19 +214,42 @@ impl Db {
     /// second pool: `self`.
     #[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
     pub fn open_line(&self, config: &SqlConfig) -> Result<Self, sqlx::Error> {
-        match self {
+        match &self.pool {
             #[cfg(feature = "sqlite")]
-            Db::Sqlite(..) if config.database == ":memory:" => Ok(self.clone()),
+            Pool::Sqlite(..) if config.database == ":memory:" => Ok(self.clone()),
             #[cfg(feature = "sqlite")]
-            Db::Sqlite(..) => Self::open_with(config, true),
+            Pool::Sqlite(..) => Self::open_with(config, true),
             #[allow(unreachable_patterns)]
             _ => Ok(self.clone()),
         }
     }
 
+    /// A handle on the same pool for lease renewals: its statements may
+    /// take the connections the operations leave free (see `lane.rs`).
+    pub fn renewals(&self) -> Self {
+        Db {
+            pool: self.pool.clone(),
+            lane: Lane::Renewals,
+        }
+    }
+
     /// [`open`](Self::open); `soft`: the line's pool (see [`open_line`](Self::open_line)).
-    #[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
     fn open_with(config: &SqlConfig, soft: bool) -> Result<Self, sqlx::Error> {
+        let pool = Self::open_pool(config, soft)?;
+        let max = match &pool {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(..) if soft => config.max_connections.min(2),
+            _ => config.max_connections,
+        };
+        Ok(Db {
+            pool,
+            lane: Lane::ops(max, config.connect_timeout),
+        })
+    }
+
+    /// The pool of [`open_with`](Self::open_with).
+    #[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
+    fn open_pool(config: &SqlConfig, soft: bool) -> Result<Pool, sqlx::Error> {
         fn options<DB: sqlx::Database>(config: &SqlConfig) -> sqlx::pool::PoolOptions<DB> {
             sqlx::pool::PoolOptions::<DB>::new()
                 .max_connections(config.max_connections)
@@ -251,7 +284,7 @@ impl Db {
                         })
                     })
                     .connect_lazy_with(opts);
-                Ok(Db::Mysql(pool))
+                Ok(Pool::Mysql(pool))
             }
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
@@ -266,7 +299,9 @@ impl Db {
                 let opts = sqlx::postgres::PgConnectOptions::from_str(&config.database)?
                     .application_name("lockkit")
                     .options([("enable_seqscan", "off")]);
-                Ok(Db::Postgres(options::<sqlx::Postgres>(config).connect_lazy_with(opts)))
+                Ok(Pool::Postgres(
+                    options::<sqlx::Postgres>(config).connect_lazy_with(opts),
+                ))
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
@@ -300,7 +335,7 @@ impl Db {
                 } else {
                     sqlite_gate(&config.database)
                 };
-                Ok(Db::Sqlite(pool.connect_lazy_with(opts), gate))
+                Ok(Pool::Sqlite(pool.connect_lazy_with(opts), gate))
             }
             #[allow(unreachable_patterns)]
             other => Err(sqlx::Error::Configuration(
@@ -335,6 +370,7 @@ impl Db {
 
     /// Runs a statement; affected rows and MySQL's insert id.
     pub async fn exec(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
+        let _admitted = self.lane.admit().await?;
         let _turn = self.turn().await;
         with_pool!(self, pool => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
@@ -351,9 +387,9 @@ impl Db {
     /// SQLite: waits for this statement's turn on the file (see
     /// [`sqlite_gate`]); nothing elsewhere.
     async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match self {
+        match &self.pool {
             #[cfg(feature = "sqlite")]
-            Db::Sqlite(_, gate) => Some(gate.lock().await),
+            Pool::Sqlite(_, gate) => Some(gate.lock().await),
             #[allow(unreachable_patterns)]
             _ => None,
         }
@@ -362,6 +398,7 @@ impl Db {
     /// Runs a query; every row decoded as `cols` says.
     pub async fn fetch(&self, sql: &Arc<str>, args: &[Arg<'_>], cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
         use sqlx::Row;
+        let _admitted = self.lane.admit().await?;
         let _turn = self.turn().await;
         with_pool!(self, pool => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
@@ -387,9 +424,10 @@ impl Db {
         use sqlx::Either;
         use sqlx::Row;
         #[allow(irrefutable_let_patterns)]
-        let Db::Mysql(pool) = self else {
+        let Pool::Mysql(pool) = &self.pool else {
             return Err(sqlx::Error::Configuration("a MySQL batch on another database".into()));
         };
+        let _admitted = self.lane.admit().await?;
         let mut conn = pool.acquire().await?;
         super::sent::mark();
         let mut done = Vec::new();
@@ -429,11 +467,12 @@ impl Db {
     ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
         use sqlx::Row;
         #[allow(irrefutable_let_patterns)]
-        let Db::Postgres(pool) = self else {
+        let Pool::Postgres(pool) = &self.pool else {
             return Err(sqlx::Error::Configuration(
                 "a Postgres query on another database".into(),
             ));
         };
+        let _admitted = self.lane.admit().await?;
         let mut conn = pool.acquire().await?;
         super::sent::mark();
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))

@@ -5,6 +5,7 @@
 
 #[macro_use]
 mod db;
+mod lane;
 pub(crate) mod sent;
 mod tx;
 
@@ -19,7 +20,7 @@ use crate::config::{Dialect, SqlConfig};
 use crate::error::backend_error;
 use crate::sql::{KindStatements, Statements};
 use crate::wait::listener::Waiters;
-pub(crate) use db::{Arg, Col, Db, Val};
+pub(crate) use db::{Arg, Col, Db, Pool, Val};
 pub(crate) use tx::Tx;
 
 /// A duration in whole microseconds, as statements take it.
@@ -68,10 +69,12 @@ impl SqlBackend {
                 kind,
                 sql: Statements::new(config.dialect, &config.table),
                 ksql: KindStatements::new(config.dialect, &config.table),
+                renew_db: db.renewals(),
                 db,
                 line_db,
                 waiters: Waiters::shared(shared_key),
                 places: Arc::default(),
+                live: Default::default(),
                 #[cfg(feature = "mysql")]
                 tokens: std::sync::OnceLock::new(),
                 #[cfg(feature = "postgres")]
@@ -88,25 +91,27 @@ impl SqlBackend {
         backend.migrate().await?;
         let inner = &backend.inner;
         if let Some(interval) = inner.config.sweep_interval {
+            let mut sweeps = vec![
+                inner.sql.sweep.clone(),
+                inner.sql.sweep_waiters.clone(),
+                inner.ksql.sweep.clone(),
+            ];
+            sweeps.extend(inner.sql.sweep_live.clone());
             crate::sweeper::spawn(
                 inner.db.clone(),
-                vec![
-                    inner.sql.sweep.clone(),
-                    inner.sql.sweep_waiters.clone(),
-                    inner.ksql.sweep.clone(),
-                ],
+                sweeps,
                 interval,
                 inner.config.sweep_batch,
                 inner.stop.clone(),
             );
         }
-        crate::wait::queue::spawn_renewer(
-            inner.line_db.clone(),
-            inner.sql.clone(),
-            inner.places.clone(),
-            inner.config.queue_lease,
-            inner.stop.clone(),
-        );
+        let renewal = crate::wait::queue::Renewal {
+            db: inner.line_db.clone(),
+            sql: inner.sql.clone(),
+            places: inner.places.clone(),
+            waiters: inner.waiters.clone(),
+        };
+        crate::wait::queue::spawn_renewer(renewal, inner.config.queue_lease, inner.stop.clone());
         #[cfg(feature = "postgres")]
         if inner.config.dialect == Dialect::Postgres {
             use std::str::FromStr;
@@ -117,11 +122,17 @@ impl SqlBackend {
                 .waiters
                 .listen_pg(options.clone(), inner.config.connect_timeout, inner.sql.channel());
             if let (Some(join), Some(leave)) = (&inner.sql.wait_join, &inner.sql.wait_leave) {
+                let statements = crate::wait::waitlist::Statements {
+                    join: join.clone(),
+                    leave: leave.clone(),
+                    live: inner.sql.live_take.clone(),
+                    key: inner.live.key(),
+                    held: inner.live.held_flag(),
+                };
                 let list = crate::wait::waitlist::WaitList::spawn(
                     options.application_name("lockkit-waitlist"),
                     inner.config.connect_timeout,
-                    join.clone(),
-                    leave.clone(),
+                    statements,
                     inner.stop.clone(),
                 );
                 let _ = inner.wait_list.set(list);

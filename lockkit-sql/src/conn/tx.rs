@@ -5,11 +5,19 @@
 
 use std::sync::Arc;
 
-use super::db::{Arg, Col, Db, Done, Val};
+use super::db::{Arg, Col, Db, Done, Pool, Val};
+use super::lane::Admitted;
 
 /// An open transaction; dropped without [`commit`](Self::commit), it rolls
 /// back (a connection lost mid-way rolls back on the server).
-pub(crate) enum Tx {
+pub(crate) struct Tx {
+    conn: TxConn,
+    /// Its admission to the pool, for as long as it is open.
+    _admitted: Admitted,
+}
+
+/// The transaction of one of the enabled drivers.
+enum TxConn {
     #[cfg(feature = "mysql")]
     Mysql(sqlx::Transaction<'static, sqlx::MySql>),
     #[cfg(feature = "postgres")]
@@ -29,24 +37,24 @@ pub(crate) enum Tx {
 /// Runs `$body` with `$conn` bound to the transaction's connection.
 macro_rules! with_tx {
     ($tx:expr, $conn:ident => $body:expr) => {
-        match $tx {
+        match &mut $tx.conn {
             #[cfg(feature = "mysql")]
-            Tx::Mysql(t) => {
+            TxConn::Mysql(t) => {
                 let $conn = &mut **t;
                 $body
             }
             #[cfg(feature = "postgres")]
-            Tx::Postgres(t) => {
+            TxConn::Postgres(t) => {
                 let $conn = &mut **t;
                 $body
             }
             #[cfg(feature = "sqlite")]
-            Tx::Sqlite(t, _) => {
+            TxConn::Sqlite(t, _) => {
                 let $conn = &mut **t;
                 $body
             }
             #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
-            Tx::None(never) => match *never {},
+            TxConn::None(never) => match *never {},
         }
     };
 }
@@ -55,21 +63,25 @@ impl Db {
     /// Opens a transaction (SQLite: `BEGIN IMMEDIATE`, in this process's
     /// turn on the file). Marks the send time (see `sent.rs`).
     pub async fn begin(&self) -> Result<Tx, sqlx::Error> {
-        let tx = match self {
+        let admitted = self.lane.admit().await?;
+        let conn = match &self.pool {
             #[cfg(feature = "mysql")]
-            Db::Mysql(pool) => Tx::Mysql(pool.begin().await?),
+            Pool::Mysql(pool) => TxConn::Mysql(pool.begin().await?),
             #[cfg(feature = "postgres")]
-            Db::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+            Pool::Postgres(pool) => TxConn::Postgres(pool.begin().await?),
             #[cfg(feature = "sqlite")]
-            Db::Sqlite(pool, gate) => {
+            Pool::Sqlite(pool, gate) => {
                 let turn = gate.clone().lock_owned().await;
-                Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?, turn)
+                TxConn::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?, turn)
             }
             #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
-            Db::None(never) => match *never {},
+            Pool::None(never) => match *never {},
         };
         super::sent::mark();
-        Ok(tx)
+        Ok(Tx {
+            conn,
+            _admitted: admitted,
+        })
     }
 }
 
@@ -107,29 +119,29 @@ impl Tx {
 
     /// Commits.
     pub async fn commit(self) -> Result<(), sqlx::Error> {
-        match self {
+        match self.conn {
             #[cfg(feature = "mysql")]
-            Tx::Mysql(t) => t.commit().await,
+            TxConn::Mysql(t) => t.commit().await,
             #[cfg(feature = "postgres")]
-            Tx::Postgres(t) => t.commit().await,
+            TxConn::Postgres(t) => t.commit().await,
             #[cfg(feature = "sqlite")]
-            Tx::Sqlite(t, _turn) => t.commit().await,
+            TxConn::Sqlite(t, _turn) => t.commit().await,
             #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
-            Tx::None(never) => match never {},
+            TxConn::None(never) => match never {},
         }
     }
 
     /// Rolls back (nothing was written, or nothing may be).
     pub async fn rollback(self) -> Result<(), sqlx::Error> {
-        match self {
+        match self.conn {
             #[cfg(feature = "mysql")]
-            Tx::Mysql(t) => t.rollback().await,
+            TxConn::Mysql(t) => t.rollback().await,
             #[cfg(feature = "postgres")]
-            Tx::Postgres(t) => t.rollback().await,
+            TxConn::Postgres(t) => t.rollback().await,
             #[cfg(feature = "sqlite")]
-            Tx::Sqlite(t, _turn) => t.rollback().await,
+            TxConn::Sqlite(t, _turn) => t.rollback().await,
             #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
-            Tx::None(never) => match never {},
+            TxConn::None(never) => match never {},
         }
     }
 }

@@ -1,66 +1,56 @@
 //! One attempt at a semaphore's permit or a read-write lock's hold (one
-//! transaction), a place in the name's line, and leaving it.
+//! transaction).
 
 use std::time::{Duration, Instant};
 
 use lockkit_core::backend::{AcquireRequest, Lease, LockKind, TryAcquire};
 use lockkit_core::{LockError, ttl_millis};
 
-use super::rules::{Grant, Row, decide, permits_of};
-use super::{family, line_key, name_args, share_count};
+use super::rules::{Grant, Line, Row, decide, permits_of};
+use super::{name_args, share_count};
 use crate::backend::Inner;
-use crate::conn::{Arg, Col, Tx, Val, sent, us};
+use crate::conn::{Arg, Col, Tx, Val, sent, text, us};
 use crate::sql::KindStatements;
+use crate::wait::line_key;
 
 /// How often a claim looks again when the hold it was to join went.
 const JOIN_ROUNDS: u32 = 3;
 
 /// What one claim found.
 enum Claimed {
-    /// The request holds it `count` times under `token`, for `remaining`.
+    /// The request holds it `count` times under `token`, for `remaining`;
+    /// `room`: somebody else waits and may be granted beside it.
     Held {
         count: u32,
         token: u64,
         remaining: Duration,
+        room: bool,
     },
-    /// Not now; `placed`: the attempt's place in line still stands (always,
-    /// for an attempt outside the line).
-    Busy { retry_in: Option<Duration>, placed: bool },
+    /// Not now; `head`: it is the request's turn once the holds end.
+    Busy { retry_in: Option<Duration>, head: bool },
 }
 
 /// What the transaction found of the name: its row in `<table>_kinds`
-/// (locked) and its live rows in `<table>_holds`.
+/// (locked), its live holds in `<table>_holds` and its line.
 struct NameState {
     permits: i64,
     last_token: i64,
     last_write: i64,
-    rows: Vec<Row>,
+    holds: Vec<Row>,
+    line: Line,
 }
 
-impl NameState {
-    /// The attempt's place in line, if it has one.
-    fn placed(&self, attempt: &str) -> bool {
-        self.rows.iter().any(|r| r.queued && r.attempts == attempt)
-    }
-}
-
-/// A row that a claim (a new hold) or a join (a place in line) inserts in
-/// `<table>_holds` as the name's next; see [`insert_next`].
+/// A hold that a claim inserts in `<table>_holds`; see [`insert_next`].
 struct NextRow<'a> {
-    /// The hold's token (0 for a place in line).
     token: i64,
     write: bool,
-    /// A place in line, not a hold.
-    queued: bool,
-    /// How long the row lives (`us`): the hold's ttl, or the queue lease.
+    /// How long the hold lives (`us`).
     lease: Arg<'a>,
 }
 
 /// Inserts `row` for `req` under `seq` (one past the name's last token),
 /// after the name's row in `<table>_kinds` records `seq`, `last_write` and
-/// the permits (the request's count if it names one, else the name's). A
-/// claim and a join number their rows the same way, so that the line's
-/// order and the tokens stay one sequence.
+/// the permits (the request's count if it names one, else the name's).
 async fn insert_next(
     tx: &mut Tx,
     k: &KindStatements,
@@ -82,7 +72,7 @@ async fn insert_next(
         Arg::Bytes(req.owner.as_bytes()),
         Arg::Int(row.token),
         Arg::Int(i64::from(row.write)),
-        Arg::Int(i64::from(row.queued)),
+        Arg::Int(0),
         Arg::Text(Some(req.attempt)),
         row.lease,
     ];
@@ -94,18 +84,16 @@ async fn insert_next(
 /// (`(family, name)`); its `(permits, last_token, last_write)`, or `None`
 /// when the name has no row. Claims and releases of a name take it first,
 /// so they change the name's holds one at a time.
-pub(super) async fn lock_name(
-    tx: &mut Tx,
-    k: &KindStatements,
-    args: &[Arg<'_>],
-) -> Result<Option<Vec<Val>>, sqlx::Error> {
+async fn lock_name(tx: &mut Tx, k: &KindStatements, args: &[Arg<'_>]) -> Result<Option<Vec<Val>>, sqlx::Error> {
     Ok(tx.fetch(&k.lock_name, args, &[Col::Int; 3]).await?.pop())
 }
 
 impl Inner {
     /// One attempt of a semaphore or read-write lock request (see
-    /// [`Inner::attempt`]); says whether the attempt's place in line still
-    /// stands (`queued`: the attempt has one; a lost one is taken again).
+    /// [`Inner::attempt`]): busy, whether it is the request's turn once the
+    /// holds end; granted, whether the grant leaves room for the next in
+    /// line. `queued`: the attempt has a place in line (taken out by the
+    /// claim that grants it).
     pub(crate) async fn kind_attempt(
         &self,
         req: &AcquireRequest<'_>,
@@ -124,8 +112,9 @@ impl Inner {
                 count,
                 token,
                 remaining,
-            } => Ok((TryAcquire::Acquired(Lease::ttl(token, count, sent_at, remaining)), true)),
-            Claimed::Busy { retry_in, placed } => Ok((TryAcquire::Busy { retry_in }, placed)),
+                room,
+            } => Ok((TryAcquire::Acquired(Lease::ttl(token, count, sent_at, remaining)), room)),
+            Claimed::Busy { retry_in, head } => Ok((TryAcquire::Busy { retry_in }, head)),
         }
     }
 
@@ -138,8 +127,8 @@ impl Inner {
     }
 
     /// Opens the transaction and reads the name (making its row if it is
-    /// missing).
-    async fn read_name(&self, req: &AcquireRequest<'_>) -> Result<(Tx, NameState), sqlx::Error> {
+    /// missing) and its line (`key`).
+    async fn read_name(&self, req: &AcquireRequest<'_>, key: &[u8]) -> Result<(Tx, NameState), sqlx::Error> {
         let k = &self.ksql;
         let args = name_args(req);
         let mut tx = self.db.begin().await?;
@@ -152,13 +141,19 @@ impl Inner {
             tx.exec(&k.ensure_name, &args).await?;
         }
         let found = found.ok_or(sqlx::Error::RowNotFound)?;
-        let cols = [Col::Int, Col::Bytes, Col::Int, Col::Int, Col::Int, Col::Text, Col::Int];
-        let rows = tx.fetch(&k.rows, &args, &cols).await?;
+        let (key, attempt) = (Arg::Bytes(key), Arg::Text(Some(req.attempt)));
+        let [fam, name] = args;
+        let args = [key, attempt, key, attempt, key, fam, name];
+        let cols = [Col::Int, Col::Bytes, Col::Int, Col::Int, Col::Text, Col::Int];
+        let mut rows = tx.fetch(&k.rows, &args, &cols).await?.into_iter();
+        // The line's row comes first (`seq` -1), then the holds.
+        let line = rows.next().map(Line::from_vals).unwrap_or_default();
         let state = NameState {
             permits: found[0].int(),
             last_token: found[1].int(),
             last_write: found[2].int(),
-            rows: rows.into_iter().map(Row::from_vals).collect(),
+            holds: rows.map(Row::from_vals).collect(),
+            line,
         };
         Ok((tx, state))
     }
@@ -172,7 +167,7 @@ impl Inner {
         }
         Ok(Ok(Claimed::Busy {
             retry_in: None,
-            placed: true,
+            head: true,
         }))
     }
 
@@ -184,51 +179,47 @@ impl Inner {
         queued: bool,
     ) -> Result<Option<Result<Claimed, String>>, sqlx::Error> {
         let k = &self.ksql;
-        let (mut tx, state) = self.read_name(req).await?;
+        let key = line_key(req.name, req.kind);
+        let (mut tx, state) = self.read_name(req, &key).await?;
         let [fam, name] = name_args(req);
         let asked = permits_of(req.kind);
         let ttl = Arg::Int(us(req.ttl));
-        let held = match decide(req, state.permits, &state.rows) {
+        // `seq`: the new hold's, which names it in notifications (0: none);
+        // `written`: the served place and the notification too (Postgres).
+        let (held, seq, room, written) = match decide(req, state.permits, &state.holds, &state.line) {
             Grant::Conflict(reason) => {
                 tx.rollback().await?;
                 return Ok(Some(Err(reason)));
             }
-            Grant::Busy(retry_in) => {
-                let placed = if queued {
-                    let lease = Arg::Int(us(self.config.queue_lease));
-                    let args = [lease, fam, name, Arg::Text(Some(req.attempt))];
-                    tx.exec(&k.renew, &args).await?.rows > 0
-                } else {
-                    true
-                };
+            Grant::Busy { retry_in, turn } => {
+                // The name's row may be new.
                 tx.commit().await?;
-                return Ok(Some(Ok(Claimed::Busy { retry_in, placed })));
+                return Ok(Some(Ok(Claimed::Busy { retry_in, head: turn })));
             }
             Grant::Join(i) => {
-                let row = &state.rows[i];
+                let row = &state.holds[i];
                 // A repeated attempt is the same share, counted once.
-                let attempts = if row.has(req.attempt) {
-                    row.attempts.clone()
-                } else {
-                    format!("{} {}", row.attempts, req.attempt).trim().to_owned()
-                };
-                let args = [Arg::Text(Some(&attempts)), ttl, fam, name, Arg::Int(row.seq)];
-                if tx.exec(&k.join, &args).await?.rows == 0 {
+                let (a, seq) = (Arg::Text(Some(req.attempt)), Arg::Int(row.seq));
+                if tx.exec(&k.join, &[a, a, ttl, fam, name, seq]).await?.rows == 0 {
                     tx.rollback().await?;
                     return Ok(None);
                 }
+                // The shares now (a release may have taken one out since
+                // the read); the row is locked by the update.
+                let shares = tx.fetch(&k.shares_of, &[fam, name, seq], &[Col::Text]).await?;
+                let attempts = shares
+                    .into_iter()
+                    .next()
+                    .map_or_else(String::new, |mut r| text(r.remove(0)));
                 if asked != 0 && asked != state.permits {
                     let (t, w) = (state.last_token, state.last_write);
                     let args = [Arg::Int(asked), Arg::Int(t), Arg::Int(w), fam, name];
                     tx.exec(&k.set_name, &args).await?;
                 }
-                Claimed::Held {
-                    count: share_count(&attempts),
-                    token: row.token as u64,
-                    remaining: row.remaining.max(req.ttl),
-                }
+                let held = (share_count(&attempts), row.token, row.remaining.max(req.ttl));
+                (held, 0, false, false)
             }
-            Grant::New { write } => {
+            Grant::New { write, room } => {
                 let seq = state.last_token + 1;
                 let token = if req.kind == LockKind::Read {
                     state.last_write
@@ -236,87 +227,71 @@ impl Inner {
                     seq
                 };
                 let last_write = if write { seq } else { state.last_write };
+                // Room for another: the next in line looks at once
+                // (Postgres: every process's first waiter, by `NOTIFY`).
+                let room = room && state.line.others;
                 let row = NextRow {
                     token,
                     write,
-                    queued: false,
                     lease: ttl,
                 };
-                insert_next(&mut tx, k, req, &state, seq, last_write, row).await?;
-                Claimed::Held {
-                    count: 1,
-                    token: token as u64,
-                    remaining: req.ttl,
-                }
+                let written = match &k.grant {
+                    Some(grant) => {
+                        let asked = permits_of(req.kind);
+                        let permits = if asked != 0 { asked } else { state.permits };
+                        let args = [
+                            Arg::Int(permits),
+                            Arg::Int(seq),
+                            Arg::Int(last_write),
+                            fam,
+                            name,
+                            Arg::Int(seq),
+                            Arg::Bytes(req.owner.as_bytes()),
+                            Arg::Int(token),
+                            Arg::Int(i64::from(write)),
+                            Arg::Text(Some(req.attempt)),
+                            ttl,
+                            Arg::Int(i64::from(queued)),
+                            Arg::Int(i64::from(room)),
+                            Arg::Bytes(&key),
+                        ];
+                        tx.exec(grant, &args).await?;
+                        true
+                    }
+                    None => {
+                        insert_next(&mut tx, k, req, &state, seq, last_write, row).await?;
+                        false
+                    }
+                };
+                ((1, token, req.ttl), seq, room, written)
             }
         };
         // Served: the place in line goes in the same transaction.
-        if state.placed(req.attempt) {
-            tx.exec(&k.leave, &[fam, name, Arg::Text(Some(req.attempt))]).await?;
+        if queued && !written {
+            tx.exec(&k.served, &[Arg::Text(Some(req.attempt))]).await?;
         }
-        // A permit or a read hold leaves room for more: the next in line
-        // looks at once.
-        let shared = matches!(req.kind, LockKind::Permit { .. } | LockKind::Read);
-        let others = state.rows.iter().any(|r| r.queued && r.attempts != req.attempt);
-        let key = line_key(req.name, req.kind);
-        if shared
-            && others
+        let (count, token, remaining) = held;
+        if room
+            && !written
             && let Some(notify) = &k.notify
         {
-            tx.exec(notify, &[Arg::Bytes(&key), fam, name]).await?;
+            let id = seq.to_string();
+            let args = [Arg::Bytes(&key), Arg::Bytes(&key), Arg::Text(Some(&id))];
+            tx.exec(notify, &args).await?;
         }
         tx.commit().await?;
-        if shared && others {
-            self.waiters.wake(&key);
+        if room {
+            self.waiters.remember(&key, seq);
+            if !queued {
+                // In line, the waiter's place wakes the next as it goes.
+                self.waiters.wake(&key);
+            }
         }
-        Ok(Some(Ok(held)))
-    }
-
-    /// Takes a place at the back of the name's line for `req` (idempotent
-    /// by its attempt id); a request another permit count refuses fails
-    /// with [`LockError::Conflict`].
-    pub(super) async fn kind_join(&self, req: &AcquireRequest<'_>) -> Result<(), LockError> {
-        let joined = self
-            .retry_if("acquire", Some(req.name), true, || self.kind_join_once(req))
-            .await?
-            .0;
-        joined.map_err(|reason| self.conflict(req.name, reason))
-    }
-
-    async fn kind_join_once(&self, req: &AcquireRequest<'_>) -> Result<Result<(), String>, sqlx::Error> {
-        let k = &self.ksql;
-        let (mut tx, state) = self.read_name(req).await?;
-        if state.placed(req.attempt) {
-            tx.commit().await?;
-            return Ok(Ok(()));
-        }
-        if let Grant::Conflict(reason) = decide(req, state.permits, &state.rows) {
-            tx.rollback().await?;
-            return Ok(Err(reason));
-        }
-        let row = NextRow {
-            token: 0,
-            write: req.kind == LockKind::Write,
-            queued: true,
-            lease: Arg::Int(us(self.config.queue_lease)),
-        };
-        let seq = state.last_token + 1;
-        insert_next(&mut tx, k, req, &state, seq, state.last_write, row).await?;
-        tx.commit().await?;
-        Ok(Ok(()))
-    }
-
-    /// Takes `attempt` out of the line of `name` (idempotent); this
-    /// process's other waiters look again (it may have been in their way).
-    pub(super) async fn kind_leave(&self, kind: LockKind, name: &str, attempt: &str) -> Result<(), LockError> {
-        let args = [
-            Arg::Int(family(kind)),
-            Arg::Bytes(name.as_bytes()),
-            Arg::Text(Some(attempt)),
-        ];
-        self.retry_if("acquire", Some(name), true, || self.db.exec(&self.ksql.leave, &args))
-            .await?;
-        self.waiters.wake(&line_key(name, kind));
-        Ok(())
+        Ok(Some(Ok(Claimed::Held {
+            count,
+            token: token as u64,
+            remaining,
+            room,
+        })))
     }
 }

@@ -1,18 +1,18 @@
 //! Semaphores and read-write locks ([`LockKind::Permit`], [`LockKind::Read`],
 //! [`LockKind::Write`]): the rules that grant a request (`rules.rs`), the
-//! claim and the place in line (`claim.rs`), the wait loop (`wait.rs`), and
-//! release, extension and inspection (`release.rs`). The mutex keeps its
-//! own table and statements; these kinds live in `<table>_kinds` and
-//! `<table>_holds` (see `sql/kinds.rs`).
+//! claim (`claim.rs`), and release, extension and inspection
+//! (`release.rs`). The mutex keeps its own table and statements; these
+//! kinds' holds live in `<table>_kinds` and `<table>_holds` (see
+//! `sql/kinds.rs`), and their waiters in the mutex's line (`wait/`).
 //!
 //! # How a hold is taken
 //!
 //! Each attempt is one transaction under a lock on the name's row in
 //! `<table>_kinds` (`SELECT … FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`, the
-//! file's single writer): it reads the name's live holds and its line (the
-//! rows of `<table>_holds`, in `seq` order), decides by the rules of
-//! `rules.rs` (those of the memory backend), and writes the new hold, the
-//! joined share or the renewed place. A new hold draws `seq` from the
+//! file's single writer): it reads the name's live holds (the rows of
+//! `<table>_holds`, in `seq` order) and its line, decides by the rules of
+//! `rules.rs` (those of the memory backend), and writes the new hold or the
+//! joined share, taking a served waiter's place out. A new hold draws `seq` from the
 //! name's counter (`last_token`, which only grows and stays with the
 //! name's row); a permit's or a writer's token is that `seq`, so tokens
 //! strictly grow per name and `seq` order is grant order. A read hold
@@ -28,46 +28,26 @@
 //!
 //! # Waiting
 //!
-//! A `lock` that finds the name busy takes a place in the name's line (a
-//! `queued` row of `<table>_holds`, with a lease of `queue_lease`), and
-//! tries again on a backoff no longer than a third of that lease; each try
-//! renews the place, so a waiter that died leaves the line within the
-//! lease. A release, or a grant that leaves room for more, wakes this
-//! process's waiters of the name at once (Postgres: every process's, by
-//! `NOTIFY`). The order is the database's: a try takes the name only when
-//! the rules say it is its turn.
+//! A `lock` that finds the name busy waits in the same line as a mutex's
+//! waiter, with the same loop (`wait/`): a place in `<table>_waiters`
+//! under the name's line key ([`line_key`](crate::wait::line_key); a
+//! writer's place says so), renewed with every other place of the backend
+//! and skipped once its process is gone. The claim reads the line's live
+//! waiters: a permit or the write hold goes to the first in line, a read
+//! hold to any reader with no writer waiting ahead of it. A release wakes
+//! only the first waiter of the name in each process; a grant that leaves
+//! room (a permit left, a reader in) wakes the next, and so on — so a
+//! release of one permit wakes one waiter, a writer's release the readers
+//! it lets in, one after the other.
 
 mod claim;
 mod release;
 mod rules;
-mod wait;
 
 use lockkit_core::backend::{AcquireRequest, Hold, LockKind};
 
 use crate::conn::Arg;
-
-/// The byte that starts the keys of this process's waiter registry for
-/// semaphores and read-write locks (never the first byte of a UTF-8 name,
-/// so never a mutex's key).
-pub(crate) const KIND_KEY: u8 = 0xFF;
-
-/// A kind family's code in the tables: each family keeps its own names.
-fn family(kind: LockKind) -> i64 {
-    match kind {
-        LockKind::Permit { .. } => 1,
-        _ => 2,
-    }
-}
-
-/// The key of the name's waiters in this process's registry (and of its
-/// Postgres notifications).
-fn line_key(name: &str, kind: LockKind) -> Vec<u8> {
-    let mut key = Vec::with_capacity(name.len() + 2);
-    key.push(KIND_KEY);
-    key.push(family(kind) as u8);
-    key.extend_from_slice(name.as_bytes());
-    key
-}
+use crate::sql::family;
 
 /// The attempt ids of a hold's shares (its `attempts`, space-separated).
 fn shares(attempts: &str) -> impl Iterator<Item = &str> {
@@ -96,7 +76,7 @@ fn name_args<'a>(req: &AcquireRequest<'a>) -> [Arg<'a>; 2] {
 }
 
 #[cfg(all(test, feature = "sqlite"))]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use lockkit_core::backend::{ExtendOutcome, LockBackend, ReleaseOutcome, TryAcquire};
@@ -105,7 +85,9 @@ mod tests {
     use crate::SqlBackend;
     use crate::config::{Dialect, SqlConfig};
 
-    fn req<'a>(kind: LockKind, owner: &'a str, attempt: &'a str) -> AcquireRequest<'a> {
+    /// A fair request of `kind` for the name "n", ttl 30 s (also the
+    /// line's tests').
+    pub(crate) fn req<'a>(kind: LockKind, owner: &'a str, attempt: &'a str) -> AcquireRequest<'a> {
         AcquireRequest {
             name: "n",
             owner,

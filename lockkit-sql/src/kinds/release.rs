@@ -6,63 +6,69 @@ use std::time::{Duration, Instant};
 use lockkit_core::backend::{ExtendOutcome, Hold, LockInfo, LockKind, ReleaseOutcome};
 use lockkit_core::{LockError, lease};
 
-use super::claim::lock_name;
-use super::{family, hold_args, line_key, share_count, shares};
+use super::{hold_args, share_count};
 use crate::backend::Inner;
-use crate::conn::{Arg, Col, Val, count, from_us, sent, text, us};
+use crate::conn::{Arg, Col, Val, from_us, sent, text, us};
+use crate::release::{LastShare, ShareSteps};
+use crate::sql::family;
+use crate::wait::line_key;
 
 impl Inner {
     /// Takes `attempt`'s share out of `hold` (a permit, a read or the write
-    /// hold); at none left the hold goes and the line looks again.
+    /// hold) by the rounds of a mutex's release ([`Inner::release_rounds`]):
+    /// at none left the hold goes, and the first waiter of the name's line
+    /// in this process looks again (Postgres: of every process), which
+    /// wakes the next if there is room for it too.
     pub(crate) async fn kind_release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
-        let n = Some(hold.name.as_str());
-        let (released, unsure) = self
-            .retry_if("release", n, true, || self.kind_release_once(hold, attempt))
-            .await?;
-        Ok(match released {
-            Some((remaining, gone)) => {
-                if gone {
-                    self.waiters.wake(&line_key(&hold.name, hold.kind));
-                }
-                ReleaseOutcome::Released { remaining }
-            }
-            // An earlier try may have taken the last share unseen.
-            None if unsure => ReleaseOutcome::Released { remaining: 0 },
-            None => ReleaseOutcome::NotHeld,
-        })
+        let k = &self.ksql;
+        let key = line_key(&hold.name, hold.kind);
+        let [fam, name, owner, token, writer] = hold_args(hold);
+        let a = Arg::Text(Some(attempt));
+        let last_args = [fam, name, owner, token, writer, a, Arg::Bytes(&key), Arg::Bytes(&key)];
+        // Postgres notifies in the same statement.
+        let last_args = if k.notify.is_some() {
+            &last_args[..]
+        } else {
+            &last_args[..6]
+        };
+        let one_args = [a, fam, name, owner, token, writer, a, a];
+        let steps = ShareSteps {
+            last: LastShare::Kind {
+                args: last_args,
+                key: &key,
+            },
+            one: (&k.release_one, &one_args),
+            returns_rows: k.returns_rows,
+            share: (&k.share, &one_args[..6]),
+        };
+        self.release_rounds(&hold.name, steps).await
     }
 
-    /// One try: the shares left and whether the hold went, or `None` when
-    /// no such hold stands.
-    async fn kind_release_once(&self, hold: &Hold, attempt: &str) -> Result<Option<(u32, bool)>, sqlx::Error> {
-        let k = &self.ksql;
-        let (fam, name) = (Arg::Int(family(hold.kind)), Arg::Bytes(hold.name.as_bytes()));
-        let mut tx = self.db.begin().await?;
-        let found = match lock_name(&mut tx, k, &[fam, name]).await? {
-            Some(_) => tx.fetch(&k.hold, &hold_args(hold), &[Col::Int, Col::Text]).await?.pop(),
-            None => None,
-        };
-        let Some(mut found) = found else {
-            tx.rollback().await?;
-            return Ok(None);
-        };
-        let attempts = text(found.pop().unwrap_or(Val::Int(0)));
-        let seq = Arg::Int(found.pop().map_or(0, |v| v.int()));
-        let left: Vec<&str> = shares(&attempts).filter(|a| *a != attempt).collect();
-        let gone = left.is_empty();
-        if gone {
-            tx.exec(&k.delete, &[fam, name, seq]).await?;
-            if let Some(notify) = &k.notify {
-                let key = line_key(&hold.name, hold.kind);
-                tx.exec(notify, &[Arg::Bytes(&key), fam, name]).await?;
-            }
-        } else if left.len() < shares(&attempts).count() {
-            let joined = left.join(" ");
-            tx.exec(&k.set_attempts, &[Arg::Text(Some(&joined)), fam, name, seq])
+    /// The first step of [`kind_release`](Self::kind_release): deletes the
+    /// hold if `args` name its last share, and wakes the line `key`.
+    /// Whether it did, and whether a lost try may have.
+    pub(crate) async fn kind_release_last(
+        &self,
+        name: &str,
+        args: &[Arg<'_>],
+        key: &[u8],
+    ) -> Result<(bool, bool), LockError> {
+        let (k, n) = (&self.ksql, Some(name));
+        let (gone, lost) = if k.returns_rows {
+            let (rows, lost) = self
+                .retry_if("release", n, true, || self.db.fetch(&k.release_last, args, &[Col::Int]))
                 .await?;
+            (rows.first().map(|r| r[0].int()), lost)
+        } else {
+            let (done, lost) = self
+                .retry_if("release", n, true, || self.db.exec(&k.release_last, args))
+                .await?;
+            ((done.rows > 0).then_some(0), lost)
+        };
+        if let Some(seq) = gone {
+            self.waiters.released(key, seq);
         }
-        tx.commit().await?;
-        Ok(Some((count(left.len() as i64), gone)))
+        Ok((gone.is_some(), lost))
     }
 
     /// Extends semaphore and read-write holds (one ttl) in one statement
@@ -77,10 +83,11 @@ impl Inner {
         let tuples: Vec<Arg<'_>> = holds.iter().flat_map(|h| hold_args(h)).collect();
         let mut args = vec![Arg::Int(us(ttl))];
         args.extend(tuples.iter().copied());
-        self.retry("extend", None, || self.db.exec(&update, &args)).await?;
+        self.retry("extend", None, || self.renew_db.exec(&update, &args))
+            .await?;
         let cols = [Col::Int, Col::Bytes, Col::Bytes, Col::Int, Col::Int, Col::Int];
         let found = self
-            .retry("extend", None, || self.db.fetch(&select, &tuples, &cols))
+            .retry("extend", None, || self.renew_db.fetch(&select, &tuples, &cols))
             .await?;
         Ok(holds
             .iter()
@@ -142,10 +149,11 @@ impl Inner {
 
     /// How many wait in the line of `name` (readers and writers share one).
     pub(crate) async fn kind_waiting(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
-        let args = [Arg::Int(family(kind)), Arg::Bytes(name.as_bytes())];
+        let key = line_key(name, kind);
+        let args = [Arg::Bytes(&key)];
         let row = self
             .retry("waiting", Some(name), || {
-                self.db.fetch_one(&self.ksql.waiting, &args, &[Col::Int])
+                self.db.fetch_one(&self.sql.waiting, &args, &[Col::Int])
             })
             .await?;
         Ok(row.map_or(0, |r| r[0].int().max(0) as usize))

@@ -1,18 +1,18 @@
 //! Acquiring: a try on the primary connection (one statement: the lock
-//! and a token), and a wait on a spare connection of its own, ended
-//! server-side if the caller stops waiting.
+//! and a token), and a wait in the name's line behind the backend's one
+//! server-side wait for it (the `wait` module).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockkit_core::LockError;
 use lockkit_core::backend::{AcquireRequest, Lease, LockBackend, TryAcquire};
 use lockkit_core::detach_acquisition;
-use tokio_util::sync::CancellationToken;
+use lockkit_core::raw::Joined;
+use tokio::time::Instant;
 
-use super::carrier::{Session, Spare};
-use super::conn::{LONGEST_WAIT, Waited};
 use super::key::Key;
+use super::wait::{Turn, Waiter};
 use super::{Inner, SessionBackend};
 use crate::error::{Class, backend_error, classify};
 
@@ -40,37 +40,28 @@ impl SessionBackend {
         .await?
     }
 
-    /// Acquires, waiting server-side up to `wait`.
+    /// Acquires, waiting up to `wait`: at once if this backend can answer
+    /// (re-entry) or the server grants a try; otherwise in the name's line
+    /// (see the `wait` module). A fair acquisition does not try ahead of
+    /// the tasks already in line.
     pub(crate) async fn acquire_waiting(
         &self,
         req: &AcquireRequest<'_>,
         wait: Option<Duration>,
     ) -> Result<Option<Lease>, LockError> {
+        self.check_kind(req.kind)?;
         let deadline = wait.map(|w| Instant::now() + w);
-        // A spare connection that died while idle fails its wait: it is
-        // dropped, and the wait goes once more on another one.
-        let mut failed_waits = 0;
-        loop {
-            if let TryAcquire::Acquired(lease) = self.attempt(req).await? {
-                return Ok(Some(lease));
-            }
-            let left = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()),
-                None => LONGEST_WAIT,
-            };
-            if left.is_zero() {
-                return Ok(None);
-            }
-            match self.inner.clone().wait_on_spare(req, left).await {
-                Ok(Some(lease)) => return Ok(Some(lease)),
-                Ok(None) => {}
-                Err(e) if e.is_retryable() && failed_waits == 0 => failed_waits += 1,
-                Err(e) => return Err(e),
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(None);
-            }
+        if let Some(TryAcquire::Acquired(lease)) = self.inner.local_try(req.name, req.owner, req.attempt) {
+            return Ok(Some(lease));
         }
+        let in_line = req.fair && !self.inner.lines.is_empty(req.name);
+        if !in_line && let TryAcquire::Acquired(lease) = self.attempt(req).await? {
+            return Ok(Some(lease));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        self.inner.wait_in_line(req, deadline).await
     }
 }
 
@@ -123,79 +114,57 @@ impl Inner {
         }
     }
 
-    /// Waits for `req`'s name on a spare connection, at most `left`. The
-    /// statement runs in a task of its own; if this future is dropped, the
-    /// task ends the server-side wait (`KILL` / `pg_terminate_backend`
-    /// from another connection) and drops the connection, so the server
-    /// neither keeps the waiter in line nor grants it the lock later. A
-    /// grant that arrives as the caller leaves is dropped with its
-    /// connection, which frees it at once.
-    async fn wait_on_spare(
-        self: Arc<Self>,
+    /// Waits in `req`'s line until the leader hands this task the name, its
+    /// owner holds it, the wait fails, or `deadline` passes. Cancel safe:
+    /// dropped, the task leaves the line (a grant it did not read goes on).
+    async fn wait_in_line(
+        self: &Arc<Self>,
         req: &AcquireRequest<'_>,
-        left: Duration,
+        deadline: Option<Instant>,
     ) -> Result<Option<Lease>, LockError> {
-        let name = req.name;
-        let Spare { mut conn, id } = self
-            .take_spare()
-            .await
-            .map_err(|e| backend_error(self.kind, "acquire", Some(name), e))?;
-        let cancel = CancellationToken::new();
-        let key = Key::of(self.config.dialect, name);
-        let task = tokio::spawn({
-            let (inner, cancel) = (self.clone(), cancel.clone());
-            async move {
-                let out = tokio::select! {
-                    biased;
-                    out = conn.wait_lock(&inner.sql, &key, left) => out,
-                    () = cancel.cancelled() => {
-                        inner.kill(id).await;
-                        return None;
-                    }
-                };
-                Some((conn, out))
-            }
-        });
-        let on_drop = cancel.drop_guard();
-        let joined = task.await;
-        drop(on_drop.disarm());
-        let (conn, out) = match joined {
-            Ok(Some(done)) => done,
-            Ok(None) => return Ok(None),
-            Err(e) => {
-                return Err(LockError::backend(self.kind, "acquire", Some(name), true, e));
-            }
+        let (name, owner) = (req.name, req.owner);
+        let waiter = Waiter {
+            owner: owner.to_owned(),
+            deadline,
         };
-        match out {
-            Ok(Waited::Granted(token)) => {
-                let session = Session::new(conn, id, false);
-                let lease = self.record(name, req.owner, req.attempt, token, &session);
-                self.carriers.lock().unwrap_or_else(|e| e.into_inner()).push(session);
-                Ok(Some(lease))
-            }
-            Ok(Waited::TimedOut) => {
-                self.put_spare(Spare { conn, id });
-                Ok(None)
-            }
-            // The connection may be broken: drop it (the server then drops
-            // whatever it waited for).
-            Err(e) => Err(backend_error(self.kind, "acquire", Some(name), e)),
+        let Joined { mut place, lead } = self.lines.join(name, waiter);
+        if lead {
+            tokio::spawn(self.clone().lead(name.to_owned()));
         }
-    }
-
-    /// Ends the connection `id` (a wait nobody waits for any more), from
-    /// a spare connection. Logged on failure: the server then drops the
-    /// wait when it finds the connection closed.
-    async fn kill(&self, id: i64) {
-        let result = async {
-            let mut spare = self.take_spare().await?;
-            spare.conn.kill(id).await?;
-            self.put_spare(spare);
-            Ok::<_, sqlx::Error>(())
+        // The owner may have been granted the name since the look before
+        // joining, when the news could not reach this task yet.
+        if let Some(TryAcquire::Acquired(lease)) = self.local_try(name, owner, req.attempt) {
+            return Ok(Some(lease));
         }
-        .await;
-        if let Err(error) = result {
-            tracing::warn!(backend = self.kind, connection = id, %error, "ending an abandoned wait failed");
+        loop {
+            let turn = match deadline {
+                Some(d) => match tokio::time::timeout_at(d, place.recv()).await {
+                    Ok(turn) => turn,
+                    Err(_) => return Ok(None),
+                },
+                None => place.recv().await,
+            };
+            match turn {
+                // The connection died before the task read the grant: the
+                // lock went with it; wait on.
+                Some(Turn::Granted(grant)) if grant.session.is_lost() => {}
+                Some(Turn::Granted(grant)) => {
+                    let lease = self.record(name, owner, req.attempt, grant.token, &grant.session);
+                    self.lines.hand_where(name, |w| w.owner == owner, |_| Turn::OwnerHolds);
+                    return Ok(Some(lease));
+                }
+                Some(Turn::OwnerHolds) => {
+                    if let Some(TryAcquire::Acquired(lease)) = self.local_try(name, owner, req.attempt) {
+                        return Ok(Some(lease));
+                    }
+                    // Released again before this task came to it.
+                }
+                Some(Turn::Failed(e)) => return Err(e.to_error(self.kind, name)),
+                None => {}
+            }
+            if place.rejoin() {
+                tokio::spawn(self.clone().lead(name.to_owned()));
+            }
         }
     }
 }

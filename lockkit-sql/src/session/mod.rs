@@ -20,19 +20,48 @@
 //!   `pg_advisory_unlock`) on the hold's connection. Keys: see the `key`
 //!   module (hashed names; a collision makes two names share one lock,
 //!   never breaks exclusion).
-//! - **Waiting is the server's.** A busy `lock` takes a *spare* connection
-//!   of its own (a connection blocked in a wait can do nothing else) and
-//!   waits there, bounded by the call's wait: `GET_LOCK(key, seconds)`
-//!   (fractional), or Postgres `lock_timeout` set in the same statement.
-//!   The server grants in the order the waits began. A granted wait's
-//!   connection then carries that hold; when its last hold is released it
-//!   is a spare again. Each waiting `lock` and each connection carrying
-//!   holds is one server connection.
-//! - **Cancellation.** A dropped waiting `lock` ends its server-side wait
-//!   from another connection (`KILL <id>` / `pg_terminate_backend(pid)`)
-//!   and drops the connection: no wait stays queued and no lock is granted
-//!   later to nobody. A try whose caller left is read to the end and
-//!   released in the background (`lockkit_core::detach`).
+//! - **Waiting is the server's, once per name and backend.** The tasks of
+//!   a backend (all its clones, and every `LockClient` made from it with
+//!   `with_new_owner`) that wait for one name stand in an in-process line
+//!   behind one server-side wait for it, which a task of the backend runs on
+//!   a *spare* connection (a connection blocked in a wait can do nothing
+//!   else): `GET_LOCK(key, seconds)` (fractional), or `pg_advisory_lock`
+//!   under a Postgres `lock_timeout` set in the same statement, bounded by
+//!   the latest wait bound in line. A grant goes to the first task in line
+//!   (the grant's connection then carries that hold, and is a spare again
+//!   when its last hold is released); the backend then queues again, at the
+//!   end of the server's queue, for the next task. Details in the `wait`
+//!   module.
+//! - **Order.** Within a backend, tasks are served in the order they began
+//!   waiting (a fair `lock` does not try ahead of tasks already in line);
+//!   when an owner is granted the name, its other tasks in line re-enter
+//!   its hold at once. Across backends and processes the server's FIFO
+//!   queue holds one wait per backend and name, so waiting backends take
+//!   turns, one grant each, in the order their waits queued.
+//! - **Connections.** A backend has at most `1 + W + H` server connections
+//!   in use, however many tasks wait: the primary connection, one per name
+//!   it waits for (`W`), and one per name it holds since a wait granted it
+//!   (`H`; a connection whose last hold is being released is taken by the
+//!   next wait when the server's answer comes, rather than a new one
+//!   opened). A crowd of any size on one name uses 3 at a time; a wait
+//!   that finds no spare and no connection coming back (a holder that has
+//!   not begun its release yet) opens one more. Connections without holds
+//!   are kept for later waits, at most `max_connections` (default 10), and
+//!   ending an abandoned wait uses one of them (or opens one): a client has
+//!   at most `1 + W + H + max_connections` open.
+//! - **Cancellation.** A task that leaves the line (its `lock` dropped, or
+//!   its own wait bound passed) just leaves; the server-side wait goes on
+//!   for the others. When the last task leaves, the wait is ended from
+//!   another connection (`KILL <id>` / `pg_terminate_backend(pid)`, and its
+//!   connection dropped): no wait stays queued and no lock is granted later
+//!   to nobody. A grant whose task left before taking it goes to the next
+//!   task in line, or is released. A try whose caller left is read to the
+//!   end and released in the background (`lockkit_core::detach`).
+//! - **A waiter that dies** (its process killed) leaves the server's queue
+//!   with its connection: the server drops the wait, or, if the grant comes
+//!   first, fails to send it and frees the lock with the connection. The
+//!   next waiter is not held up (a few milliseconds measured on both
+//!   databases).
 //! - **The lease is the connection** ([`LeaseKind::Session`], like a
 //!   ZooKeeper session): it lasts until released or until the connection
 //!   is lost. One task per backend pings every connection that carries
@@ -82,9 +111,10 @@
 //!   `performance_schema` / `metadata_lock_info` on MariaDB); no
 //!   semaphores or read-write locks.
 //! - `waiting` (and so [`Capabilities::fair`]) on Postgres only, counted in
-//!   `pg_locks`; MariaDB cannot count waiters without `performance_schema`
-//!   (off by default), so fairness is not declared there although its
-//!   queue is FIFO.
+//!   `pg_locks`: it counts waiting backends (each stands in the queue once
+//!   per name, however many of its tasks wait), not tasks. MariaDB cannot
+//!   count waiters without `performance_schema` (off by default), so
+//!   fairness is not declared there although its queue is FIFO.
 //!
 //! # Privileges
 //!
@@ -104,6 +134,7 @@ mod key;
 mod pinger;
 mod release;
 mod sql;
+mod wait;
 
 pub use key::server_key;
 
@@ -126,6 +157,7 @@ use self::conn::Conn;
 use self::holds::Entry;
 use self::key::Key;
 use self::sql::SessionSql;
+use self::wait::WaitLines;
 use crate::config::{Dialect, SqlConfig};
 use crate::error::{Class, backend_error, classify};
 
@@ -156,6 +188,15 @@ pub(crate) struct Inner {
     carriers: std::sync::Mutex<Vec<Arc<Session>>>,
     /// Connections without holds, for waits.
     spares: std::sync::Mutex<Vec<Spare>>,
+    /// Connections whose last hold is being released: spares again once
+    /// the server answers.
+    returning: std::sync::atomic::AtomicUsize,
+    /// Rung when a connection was put back with the spares, or a returning
+    /// one was not.
+    spare_back: tokio::sync::Notify,
+    /// The tasks waiting for each name, in line behind the one
+    /// server-side wait for it.
+    lines: WaitLines,
     stop: CancellationToken,
 }
 
@@ -174,9 +215,9 @@ impl fmt::Debug for SessionBackend {
 }
 
 impl SessionBackend {
-    /// Connects: opens the primary connection, creates the token sequence
-    /// if missing (and allowed by `create_table`) and draws a token to
-    /// check it, and starts the ping task. Fails with a configuration
+    /// Connects: opens the primary connection, draws a token to check the
+    /// sequence (creating it first if that fails and `create_table`
+    /// allows), and starts the ping task. Fails with a configuration
     /// error on SQLite, on MySQL without sequences, and when the sequence
     /// is missing or not usable by this user.
     pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
@@ -197,13 +238,16 @@ impl SessionBackend {
             .id(&sql)
             .await
             .map_err(|e| backend_error(kind, "connect", None, e))?;
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|weak| Inner {
             kind,
             sql,
             holds: std::sync::Mutex::default(),
             primary: tokio::sync::Mutex::new(Some(Session::new(conn, id, true))),
             carriers: std::sync::Mutex::default(),
             spares: std::sync::Mutex::default(),
+            returning: std::sync::atomic::AtomicUsize::new(0),
+            spare_back: tokio::sync::Notify::new(),
+            lines: wait::lines(weak.clone()),
             stop: CancellationToken::new(),
             config,
         });
@@ -231,13 +275,21 @@ impl SessionBackend {
 /// a missing sequence, missing rights or a server without sequences is a
 /// configuration error that says what to do.
 async fn prepare_sequence(conn: &mut Conn, sql: &SessionSql, config: &SqlConfig) -> Result<(), LockError> {
-    // A user without CREATE may still use an existing sequence.
-    if config.create_table
-        && let Err(e) = conn.execute(&sql.create_seq).await
-    {
-        tracing::debug!(sequence = %sql.seq, error = %e, "creating the token sequence failed; checking it");
+    // The sequence is created only when drawing from it fails: on MariaDB
+    // `CREATE SEQUENCE IF NOT EXISTS` of an existing sequence waits for an
+    // exclusive metadata lock, which every wait in progress (its statement
+    // draws the token) holds off, and which, queued, holds off every token
+    // draw after it: a client connecting while another waits would stall
+    // every acquisition until that wait ended.
+    let mut drawn = conn.next_token(sql).await;
+    if config.create_table && matches!(&drawn, Err(e) if classify(e) == Class::Permanent) {
+        // A user without CREATE may still use an existing sequence.
+        if let Err(e) = conn.execute(&sql.create_seq).await {
+            tracing::debug!(sequence = %sql.seq, error = %e, "creating the token sequence failed; checking it");
+        }
+        drawn = conn.next_token(sql).await;
     }
-    match conn.next_token(sql).await {
+    match drawn {
         Ok(_) => Ok(()),
         Err(e) if classify(&e) == Class::Permanent => {
             let mariadb = if config.dialect == Dialect::Mysql {
@@ -263,43 +315,6 @@ async fn prepare_sequence(conn: &mut Conn, sql: &SessionSql, config: &SqlConfig)
 }
 
 impl Inner {
-    /// The primary connection, opened again if it was lost.
-    async fn primary(&self) -> Result<Arc<Session>, LockError> {
-        let mut primary = self.primary.lock().await;
-        if let Some(session) = primary.as_ref()
-            && !session.is_lost()
-        {
-            return Ok(session.clone());
-        }
-        let spare = self
-            .take_spare()
-            .await
-            .map_err(|e| backend_error(self.kind, "connect", None, e))?;
-        let session = Session::new(spare.conn, spare.id, true);
-        *primary = Some(session.clone());
-        Ok(session)
-    }
-
-    /// A connection without holds: a spare one, or a new one.
-    async fn take_spare(&self) -> Result<Spare, sqlx::Error> {
-        let spare = self.spares.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        if let Some(spare) = spare {
-            return Ok(spare);
-        }
-        let mut conn = Conn::open(&self.config).await?;
-        let id = conn.id(&self.sql).await?;
-        Ok(Spare { conn, id })
-    }
-
-    /// Keeps a connection without holds for the next wait (at most
-    /// `max_connections` of them; more are closed).
-    fn put_spare(&self, spare: Spare) {
-        let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
-        if spares.len() < self.config.max_connections as usize {
-            spares.push(spare);
-        }
-    }
-
     /// A statement on `session` failed: unless the error is the
     /// statement's own (permanent), the connection is dropped and its holds
     /// are lost.

@@ -9,7 +9,7 @@ use lockkit_core::LockError;
 use lockkit_core::backend::{Hold, ReleaseOutcome};
 use lockkit_core::detach;
 
-use super::carrier::{Session, Spare};
+use super::carrier::Session;
 use super::key::Key;
 use super::{Inner, SessionBackend};
 use crate::error::backend_error;
@@ -89,6 +89,7 @@ impl Inner {
         if let Step::Done(outcome) = self.take_share(hold, attempt, Some(session)) {
             return Ok(outcome);
         }
+        let _returning = (!session.primary && session.hold_count() == 0).then(|| self.returning());
         let Some(conn) = guard.as_mut() else {
             return Ok(ReleaseOutcome::NotHeld);
         };
@@ -106,15 +107,7 @@ impl Inner {
                 true
             }
         };
-        if !session.primary && session.hold_count() == 0 {
-            // No holds left on a wait's connection: a spare again.
-            if let Some(conn) = guard.take() {
-                let mut carriers = self.carriers.lock().unwrap_or_else(|e| e.into_inner());
-                carriers.retain(|s| !Arc::ptr_eq(s, session));
-                drop(carriers);
-                self.put_spare(Spare { conn, id: session.id });
-            }
-        }
+        self.retire_if_idle(session, &mut guard);
         Ok(if released {
             ReleaseOutcome::Released { remaining: 0 }
         } else {

@@ -2,8 +2,10 @@
 //! two companion tables, `<table>_kinds` (one row per name of a kind: the
 //! semaphore's permit count, the name's token counter and its last write
 //! token) and `<table>_holds` (one row per hold — a permit, a reader's or
-//! the writer's hold — and per place in the name's line, `queued = 1`).
-//! The mutex's table and statements are not touched.
+//! the writer's hold). Their waiters stand in the mutex's line table,
+//! `<table>_waiters`, under the line key of `wait::line_key`; the
+//! `queued` column of `<table>_holds` is no longer written (an older
+//! lockkit kept places there).
 //!
 //! Statements are written once with `$n` placeholders, each argument used
 //! once and in order, and turned into each dialect's (`?n` for SQLite, `?`
@@ -11,7 +13,18 @@
 
 use std::sync::Arc;
 
+use lockkit_core::backend::LockKind;
+
+use super::alive;
 use crate::config::Dialect;
+
+/// A kind family's code in the tables: each family keeps its own names.
+pub(crate) fn family(kind: LockKind) -> i64 {
+    match kind {
+        LockKind::Permit { .. } => 1,
+        _ => 2,
+    }
+}
 
 /// The statements of semaphores and read-write locks for one lock table.
 #[derive(Debug, Clone)]
@@ -22,38 +35,65 @@ pub(crate) struct KindStatements {
     pub lock_name: Arc<str>,
     /// `(family, name)`: makes the name's row if it is missing.
     pub ensure_name: Arc<str>,
-    /// `(family, name)` → live rows `(seq, owner, token, writer, queued,
-    /// attempts, remaining_us)` in `seq` order: holds in the order granted,
-    /// places in line in the order joined.
+    /// `(family, name)` → the live holds `(seq, owner, token, writer,
+    /// attempts, remaining_us)` in `seq` order (the order granted).
+    ///
+    /// Read in one round trip with the name's line: `(line key, attempt,
+    /// line key, attempt, line key, family, name)` → first a row `(-1, '',
+    /// writer ahead, others, head, 0)` of the name's line in
+    /// `<table>_waiters`, counting only live waiters (see [`alive`]): 1
+    /// when a writer waits ahead of the attempt (anywhere in line for an
+    /// attempt not in it), 1 when anybody else waits, the attempt id first
+    /// in line ('' for none); then the holds.
     pub rows: Arc<str>,
+    /// `(attempt)`: takes a served attempt's place out of the line, in the
+    /// claim's transaction.
+    pub served: Arc<str>,
     /// `(permits, last_token, last_write, family, name)`.
     pub set_name: Arc<str>,
     /// `(family, name, seq, owner, token, writer, queued, attempts,
     /// ttl_us)`: a new hold or place in line.
     pub insert: Arc<str>,
-    /// `(attempts, ttl_us, family, name, seq)`: a share joins a hold; the
-    /// lease never shortens.
+    /// `(attempt, attempt, ttl_us, family, name, seq)`: the share of
+    /// `attempt` joins a hold (once: a repeat changes nothing), in place —
+    /// a release that takes another share out meanwhile (releases take no
+    /// lock on the name) is not undone; the lease never shortens.
     pub join: Arc<str>,
-    /// `(lease_us, family, name, attempt)`: renews a live place in line;
-    /// counts rows.
-    pub renew: Arc<str>,
-    /// `(family, name, seq)`: deletes a hold.
-    pub delete: Arc<str>,
-    /// `(family, name, attempt)`: leaves the line; counts rows.
-    pub leave: Arc<str>,
-    /// `(family, name, owner, token, writer)` → `(seq, attempts)` of the
-    /// live hold, locked to the end of the transaction.
-    pub hold: Arc<str>,
-    /// `(attempts, family, name, seq)`.
-    pub set_attempts: Arc<str>,
+    /// `(family, name, seq)` → `(attempts)` of a hold.
+    pub shares_of: Arc<str>,
+    /// `(family, name, owner, token, writer, attempt)`: deletes the live
+    /// hold whose one share is `attempt`'s (Postgres, SQLite: → its `seq`
+    /// as a row; MySQL: counts rows). Postgres adds `(line key, line key)`
+    /// and notifies as [`notify`](Self::notify) does. Releases take no lock
+    /// on the name: a hold only goes, which no claim can get wrong (one
+    /// that read it still there waits for the wake-up the release sends),
+    /// and a share that joins it meanwhile changes its row, which the
+    /// delete then does not match.
+    pub release_last: Arc<str>,
+    /// `(attempt, family, name, owner, token, writer, attempt, attempt)`:
+    /// takes `attempt`'s share out of a live hold of more than one →
+    /// `(shares left)` as a row (MySQL: the OK packet's insert id).
+    pub release_one: Arc<str>,
+    /// `(attempt, family, name, owner, token, writer)` → `(shares,
+    /// has_share)` of the live hold, `has_share` > 0 while `attempt`'s
+    /// share is in it.
+    pub share: Arc<str>,
+    /// Whether `release_last` and `release_one` return rows.
+    pub returns_rows: bool,
     /// `(family, name, writer)` → `(owner, attempts, token, remaining_us)`
     /// of the live holds, in the order granted.
     pub holders: Arc<str>,
-    /// `(family, name)` → `(count)` of live places in line.
-    pub waiting: Arc<str>,
-    /// Postgres: `(line key, family, name)`: notifies the table's channel
-    /// with the line key when somebody waits in the name's line.
+    /// Postgres: `(line key, line key, seq)`: notifies the table's channel
+    /// with the line key and the `seq` of the hold that came or went,
+    /// unless nobody is on the key's wait list (as a mutex's release does,
+    /// see `wait/waitlist.rs`).
     pub notify: Option<Arc<str>>,
+    /// Postgres: a new hold's writes as one statement — `set_name`,
+    /// `insert`, `served` and `notify` (each round trip is one more the
+    /// name's row stays locked): `(permits, seq, last_write, family, name,
+    /// seq, owner, token, writer, attempt, ttl_us, queued, room, line key)`,
+    /// `queued` and `room` 0 or 1.
+    pub grant: Option<Arc<str>>,
     /// `(batch)`: deletes at most `batch` expired rows; counts rows.
     pub sweep: Arc<str>,
     dialect: Dialect,
@@ -91,6 +131,8 @@ struct Words {
     now: &'static str,
     greatest: &'static str,
     for_update: &'static str,
+    /// What makes an integer expression decode as a 64-bit integer.
+    int8: &'static str,
 }
 
 impl Words {
@@ -101,6 +143,7 @@ impl Words {
                 now: "UTC_TIMESTAMP(6)",
                 greatest: "GREATEST",
                 for_update: " FOR UPDATE",
+                int8: "",
             },
             // The statement's own time, not the transaction's: a
             // transaction that waited for the name's lock must not date
@@ -110,12 +153,14 @@ impl Words {
                 now: "statement_timestamp()",
                 greatest: "GREATEST",
                 for_update: " FOR UPDATE",
+                int8: "::int8",
             },
             Dialect::Sqlite => Words {
                 quote: '"',
                 now: super::SQLITE_NOW,
                 greatest: "MAX",
                 for_update: "",
+                int8: "",
             },
         }
     }
@@ -185,6 +230,20 @@ impl KindStatements {
         let (q, now, upd) = (w.quote, w.now, w.for_update);
         let k = format!("{q}{table}_kinds{q}");
         let h = format!("{q}{table}_holds{q}");
+        let wt = format!("{q}{table}_waiters{q}");
+        let int8 = w.int8;
+        let no_bytes = if dialect == Dialect::Postgres {
+            "''::bytea"
+        } else {
+            "X''"
+        };
+        // A live waiter of the line `$n` (alias `w`).
+        let waiter = |n: u8| {
+            format!(
+                "w.name = ${n} AND w.expires_at > {now} AND {}",
+                alive(dialect, table, "w")
+            )
+        };
         let rem = remaining(dialect);
         let live = format!("expires_at > {now}");
         let p = |text: String| placeholders(dialect, &text);
@@ -192,6 +251,63 @@ impl KindStatements {
             Dialect::Mysql => "INSERT IGNORE INTO",
             Dialect::Postgres => "INSERT INTO",
             Dialect::Sqlite => "INSERT OR IGNORE INTO",
+        };
+        // The hold of `(family, name, owner, token, writer)` from `$n` on.
+        let the_hold = |n: u8| {
+            format!(
+                "family = ${n} AND name = ${} AND owner = ${} AND token = ${} AND writer = ${} AND queued = 0 AND {live}",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4
+            )
+        };
+        // `attempts` without the share `$1`, whether it has the share `$n`,
+        // and how many shares it has.
+        let (left, has, shares) = match dialect {
+            Dialect::Mysql => (
+                "TRIM(REPLACE(CONCAT(' ', attempts, ' '), CONCAT(' ', $1, ' '), ' '))",
+                "LOCATE($n, attempts)",
+                "(LENGTH(attempts) + 1) DIV 17",
+            ),
+            Dialect::Postgres => (
+                "btrim(replace(' ' || attempts || ' ', ' ' || $1 || ' ', ' '))",
+                "strpos(attempts, $n)::int8",
+                "((length(attempts) + 1) / 17)::int8",
+            ),
+            Dialect::Sqlite => (
+                "trim(replace(' ' || attempts || ' ', ' ' || $1 || ' ', ' '))",
+                "instr(attempts, $n)",
+                "((length(attempts) + 1) / 17)",
+            ),
+        };
+        let release_last = match dialect {
+            Dialect::Mysql => format!("DELETE FROM {h} WHERE {} AND attempts = $6", the_hold(1)),
+            Dialect::Postgres => format!(
+                "WITH d AS (DELETE FROM {h} WHERE {} AND attempts = $6 RETURNING seq) \
+                 SELECT d.seq, CASE WHEN pg_try_advisory_xact_lock(hashtext('lockkit-wait:{table}'), \
+                   hashtext(encode($7::bytea, 'hex'))) THEN 0::int8 \
+                 ELSE (SELECT 1::int8 FROM pg_notify('lockkit_{table}', encode($8::bytea, 'hex') || ' ' || d.seq::text)) \
+                 END FROM d",
+                the_hold(1)
+            ),
+            Dialect::Sqlite => format!("DELETE FROM {h} WHERE {} AND attempts = $6 RETURNING seq", the_hold(1)),
+        };
+        let release_one = match dialect {
+            // SET runs left to right: the count is read off the new value.
+            Dialect::Mysql => format!(
+                "UPDATE {h} SET attempts = {left}, writer = writer + 0 * LAST_INSERT_ID({}) \
+                 WHERE {} AND attempts <> $7 AND {} > 0",
+                shares,
+                the_hold(2),
+                has.replace("$n", "$8")
+            ),
+            _ => format!(
+                "UPDATE {h} SET attempts = {left} WHERE {} AND attempts <> $7 AND {} > 0 RETURNING {}",
+                the_hold(2),
+                has.replace("$n", "$8"),
+                shares
+            ),
         };
         let conflict = if dialect == Dialect::Postgres {
             " ON CONFLICT DO NOTHING"
@@ -217,9 +333,20 @@ impl KindStatements {
                 "{ensure} {k} (family, name, permits, last_token, last_write) VALUES ($1, $2, 0, 0, 0){conflict}"
             )),
             rows: p(format!(
-                "SELECT seq, owner, token, writer, queued, attempts, {rem} FROM {h} \
-                 WHERE family = $1 AND name = $2 AND {live} ORDER BY seq"
+                "SELECT -1{int8} AS seq, {no_bytes} AS owner, \
+                   (CASE WHEN EXISTS (SELECT 1 FROM {wt} w WHERE {} AND w.writer = 1 \
+                     AND w.id < COALESCE((SELECT x.id FROM {wt} x WHERE x.attempt = $2), {})) THEN 1 ELSE 0 END){int8}, \
+                   (CASE WHEN EXISTS (SELECT 1 FROM {wt} w WHERE {} AND w.attempt <> $4) THEN 1 ELSE 0 END){int8}, \
+                   COALESCE((SELECT w.attempt FROM {wt} w WHERE {} ORDER BY w.id LIMIT 1), ''), 0{int8} \
+                 UNION ALL \
+                 SELECT seq, owner, token, writer, attempts, {rem} FROM {h} \
+                 WHERE family = $6 AND name = $7 AND queued = 0 AND {live} ORDER BY seq",
+                waiter(1),
+                i64::MAX,
+                waiter(3),
+                waiter(5),
             )),
+            served: p(format!("DELETE FROM {wt} WHERE attempt = $1")),
             set_name: p(format!(
                 "UPDATE {k} SET permits = $1, last_token = $2, last_write = $3 WHERE family = $4 AND name = $5"
             )),
@@ -229,38 +356,52 @@ impl KindStatements {
                 plus(dialect, "$9")
             )),
             join: p(format!(
-                "UPDATE {h} SET attempts = $1, expires_at = {}(expires_at, {}) \
-                 WHERE family = $3 AND name = $4 AND seq = $5",
+                "UPDATE {h} SET attempts = {}, expires_at = {}(expires_at, {}) \
+                 WHERE family = $4 AND name = $5 AND seq = $6 AND queued = 0 AND {live}",
+                match dialect {
+                    Dialect::Mysql => "IF(LOCATE($1, attempts) > 0, attempts, CONCAT(attempts, ' ', $2))",
+                    Dialect::Postgres => "CASE WHEN strpos(attempts, $1) > 0 THEN attempts ELSE attempts || ' ' || $2 END",
+                    Dialect::Sqlite => "CASE WHEN instr(attempts, $1) > 0 THEN attempts ELSE attempts || ' ' || $2 END",
+                },
                 w.greatest,
-                plus(dialect, "$2")
+                plus(dialect, "$3")
             )),
-            renew: p(format!(
-                "UPDATE {h} SET expires_at = {} WHERE family = $2 AND name = $3 AND queued = 1 \
-                 AND attempts = $4 AND {live}",
-                plus(dialect, "$1")
+            shares_of: p(format!(
+                "SELECT attempts FROM {h} WHERE family = $1 AND name = $2 AND seq = $3"
             )),
-            delete: p(format!("DELETE FROM {h} WHERE family = $1 AND name = $2 AND seq = $3")),
-            leave: p(format!(
-                "DELETE FROM {h} WHERE family = $1 AND name = $2 AND queued = 1 AND attempts = $3"
+            release_last: p(release_last),
+            release_one: p(release_one),
+            share: p(format!(
+                "SELECT {}, {} FROM {h} WHERE {}",
+                shares,
+                has.replace("$n", "$1"),
+                the_hold(2)
             )),
-            hold: p(format!(
-                "SELECT seq, attempts FROM {h} WHERE family = $1 AND name = $2 AND owner = $3 AND token = $4 \
-                 AND writer = $5 AND queued = 0 AND {live}{upd}"
-            )),
-            set_attempts: p(format!(
-                "UPDATE {h} SET attempts = $1 WHERE family = $2 AND name = $3 AND seq = $4"
-            )),
+            returns_rows: dialect != Dialect::Mysql,
             holders: p(format!(
                 "SELECT owner, attempts, token, {rem} FROM {h} WHERE family = $1 AND name = $2 AND writer = $3 \
                  AND queued = 0 AND {live} ORDER BY seq"
             )),
-            waiting: p(format!(
-                "SELECT COUNT(*) FROM {h} WHERE family = $1 AND name = $2 AND queued = 1 AND {live}"
-            )),
             notify: (dialect == Dialect::Postgres).then(|| {
                 p(format!(
-                    "SELECT pg_notify('lockkit_{table}', encode($1::bytea, 'hex')) FROM {h} \
-                     WHERE family = $2 AND name = $3 AND queued = 1 AND {live} LIMIT 1"
+                    "SELECT CASE WHEN pg_try_advisory_xact_lock(hashtext('lockkit-wait:{table}'), \
+                       hashtext(encode($1::bytea, 'hex'))) THEN 0::int8 \
+                     ELSE (SELECT 1::int8 FROM pg_notify('lockkit_{table}', encode($2::bytea, 'hex') || ' ' || $3::text)) END"
+                ))
+            }),
+            grant: (dialect == Dialect::Postgres).then(|| {
+                p(format!(
+                    "WITH s AS (UPDATE {k} SET permits = $1, last_token = $2, last_write = $3 \
+                       WHERE family = $4 AND name = $5), \
+                     i AS (INSERT INTO {h} (family, name, seq, owner, token, writer, queued, attempts, expires_at) \
+                       VALUES ($4, $5, $6, $7, $8, $9, 0, $10, {})), \
+                     d AS (DELETE FROM {wt} WHERE attempt = $10 AND $12 = 1) \
+                     SELECT CASE WHEN $13 = 0 THEN 0::int8 \
+                       WHEN pg_try_advisory_xact_lock(hashtext('lockkit-wait:{table}'), \
+                         hashtext(encode($14::bytea, 'hex'))) THEN 0::int8 \
+                       ELSE (SELECT 1::int8 FROM pg_notify('lockkit_{table}', \
+                         encode($14::bytea, 'hex') || ' ' || $6::text)) END",
+                    plus(dialect, "$11")
                 ))
             }),
             sweep: p(sweep),

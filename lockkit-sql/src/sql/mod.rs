@@ -23,7 +23,7 @@ mod sqlite;
 use std::sync::Arc;
 
 use crate::config::Dialect;
-pub(crate) use kinds::KindStatements;
+pub(crate) use kinds::{KindStatements, family};
 use mysql::MY_REMAINING;
 #[cfg(feature = "mysql")]
 pub(crate) use mysql::{MysqlClaim, MysqlTokens, mysql_inline};
@@ -165,16 +165,32 @@ pub(crate) struct Statements {
     /// SQLite, after a fair claim found the name busy: `(name, attempt)` →
     /// `(remaining_us or -1 when free, head)`.
     pub holder_fair: Arc<str>,
-    /// `(name, owner, attempt, lease_us)`: joins the name's line (or, for an
-    /// attempt already in it, renews its lease) → its `id` as a row, and
-    /// marks the name's row `queued` in the same transaction, making a free
-    /// one if there is none (SQLite: by trigger; MySQL: see
-    /// [`mysql_join_batch`](Self::mysql_join_batch)).
+    /// `(name, owner, attempt, lease_us, live)`: joins the name's line (or,
+    /// for an attempt already in it, renews its lease) → its `id` as a row,
+    /// and marks the name's row `queued` in the same transaction, making a
+    /// free one if there is none (SQLite: by trigger; MySQL: see
+    /// [`mysql_join_batch`](Self::mysql_join_batch)). `live`: the process's
+    /// liveness key (see [`alive`]), 0 for none.
     pub join: Arc<str>,
+    /// `(line key, owner, attempt, lease_us, live, writer)`: a semaphore's
+    /// or read-write lock's place in its line (the line key of
+    /// `wait::line_key` in the `name` column, so that every kind's line is
+    /// one table's), or its renewal → its `id` as a row (MySQL: the OK
+    /// packet's insert id). No mark: the kinds' claims always read the line.
+    pub kind_join: Arc<str>,
+    /// `(column, DDL adding it)` for each column a waiter table made by an
+    /// older lockkit lacks: `live`, `writer`. `migrate` adds what is missing.
+    pub waiter_columns: Vec<(&'static str, Arc<str>)>,
+    /// `(key)`: MySQL `GET_LOCK` / Postgres `pg_advisory_lock` of a
+    /// process's liveness key, on the connection that carries it; SQLite
+    /// `(key, lease_us)`: the upsert of its liveness row (see [`alive`]).
+    pub live_take: Arc<str>,
+    /// SQLite: `(batch)`: deletes at most `batch` expired liveness rows.
+    pub sweep_live: Option<Arc<str>>,
     /// `(attempt)`: leaves the line; counts rows. Postgres also notifies
     /// the name's channel when the row left was the head of its line.
     pub leave: Arc<str>,
-    /// `(name)` → `(count)` of live waiter rows.
+    /// `(name)` → `(count)` of live waiter rows (also a kind's line key).
     pub waiting: Arc<str>,
     /// `(batch)`: delete at most `batch` expired waiter rows; counts rows.
     pub sweep_waiters: Arc<str>,
@@ -184,6 +200,26 @@ pub(crate) struct Statements {
 
 fn s(text: String) -> Arc<str> {
     text.into()
+}
+
+/// Whether the waiter row `w` belongs to a live process: each backend that
+/// waits holds a liveness key (`wait/live.rs`) that its rows name in
+/// `live` — MySQL/MariaDB a `GET_LOCK` on a connection of its own, Postgres
+/// an advisory lock on its wait-list connection, both gone the moment the
+/// server sees the connection close; SQLite, which has no server, a row of
+/// `<table>_live` whose short lease the process renews. A row without a key
+/// (an older lockkit's) lives by its lease alone. Postgres: the shared try
+/// fails while the owner's session holds the key; on a dead key it takes a
+/// shared lock to the end of the transaction, which nobody waits for.
+pub(crate) fn alive(dialect: Dialect, table: &str, w: &str) -> String {
+    match dialect {
+        Dialect::Mysql => format!("({w}.live IS NULL OR IS_USED_LOCK(CONCAT('lockkit-live-', {w}.live)) IS NOT NULL)"),
+        Dialect::Postgres => format!("({w}.live IS NULL OR NOT pg_try_advisory_xact_lock_shared({w}.live))"),
+        Dialect::Sqlite => format!(
+            "({w}.live IS NULL OR EXISTS (SELECT 1 FROM \"{table}_live\" v WHERE v.id = {w}.live \
+             AND v.expires_at > {SQLITE_NOW}))"
+        ),
+    }
 }
 
 /// The same for an `attempts` value `x` (Postgres, SQLite).
@@ -255,15 +291,24 @@ impl Statements {
         let t = &self.table;
         match self.dialect {
             Dialect::Mysql => {
-                let triples = vec!["(?, ?, ?)"; n].join(", ");
+                // One hold by equalities: MariaDB plans `(name, owner,
+                // token) IN ((?, ?, ?))` of a single triple as a scan of
+                // the whole primary key, and the update then waits for the
+                // lock of every row a claim has locked (two of them are a
+                // range over the key, probing only those rows).
+                let holds = if n == 1 {
+                    "name = ? AND owner = ? AND token = ?".to_owned()
+                } else {
+                    format!("(name, owner, token) IN ({})", vec!["(?, ?, ?)"; n].join(", "))
+                };
                 (
                     format!(
                         "UPDATE `{t}` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
-                         WHERE (name, owner, token) IN ({triples}) AND expires_at > UTC_TIMESTAMP(6)"
+                         WHERE {holds} AND expires_at > UTC_TIMESTAMP(6)"
                     ),
                     Some(format!(
                         "SELECT name, owner, token, {MY_REMAINING} FROM `{t}` \
-                         WHERE (name, owner, token) IN ({triples}) AND expires_at > UTC_TIMESTAMP(6)"
+                         WHERE {holds} AND expires_at > UTC_TIMESTAMP(6)"
                     )),
                 )
             }

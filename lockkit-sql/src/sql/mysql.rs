@@ -1,7 +1,7 @@
 //! MySQL/MariaDB's statements, and its multi-statement batches (claim,
 //! fair claim, join), whose values are spliced in as literals.
 
-use super::{ClaimShape, Statements, s};
+use super::{ClaimShape, Statements, alive, s};
 use crate::config::Dialect;
 
 /// A MySQL hex literal: `X'…'` (`X''` for no bytes).
@@ -142,6 +142,12 @@ pub(super) const MY_REMAINING: &str = "GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UT
 /// MySQL: a hold's row made free (expired, no owner) for the line.
 const MY_FREE: &str = "owner = X'', hold_count = 0, attempts = '', memo = NULL, expires_at = UTC_TIMESTAMP(6)";
 
+/// MySQL's waiter columns `live` and `writer`.
+const MY_LIVE_COLUMN: &str = "live BIGINT NULL \
+    COMMENT 'the liveness key of the waiting process: GET_LOCK(CONCAT(''lockkit-live-'', live)) while it lives'";
+const MY_WRITER_COLUMN: &str =
+    "writer TINYINT NOT NULL DEFAULT 0 COMMENT '1: a place of a writer in a read-write lock''s line'";
+
 /// MySQL's `queued` column.
 const MY_QUEUED_COLUMN: &str = "queued TINYINT NOT NULL DEFAULT 0 \
     COMMENT '1: a fair waiter joined the line while it was held; a release leaves the row free'";
@@ -231,8 +237,9 @@ impl Statements {
         // `busy`: the insert id of a claim that leaves the name to another;
         // `unmark`: the mark a take leaves.
         let (decide, take, busy, unmark) = if line {
+            let live = alive(Dialect::Mysql, t, "w");
             let head = format!(
-                "(COALESCE((SELECT attempt FROM `{t}_waiters` WHERE name = {n} AND expires_at > {now} \
+                "(COALESCE((SELECT attempt FROM `{t}_waiters` w WHERE name = {n} AND expires_at > {now} AND {live} \
                    ORDER BY id LIMIT 1), {a}) = {a})"
             );
             (
@@ -293,17 +300,18 @@ impl Statements {
     /// lets go at once. A claim between the two that takes the name
     /// without reading the line is one that came before the join (and a
     /// fair claim that finds the name held marks it again). Values spliced
-    /// in as in [`mysql_claim_batch`](Self::mysql_claim_batch).
+    /// in as in [`mysql_claim_batch`](Self::mysql_claim_batch); `live` as
+    /// in [`join`](Self::join).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub fn mysql_join_batch(&self, name: &[u8], owner: &[u8], attempt: &str, lease_us: i64) -> String {
+    pub fn mysql_join_batch(&self, name: &[u8], owner: &[u8], attempt: &str, lease_us: i64, live: i64) -> String {
         let t = &self.table;
         let (n, o, a) = (hex(name), hex(owner), hex(attempt.as_bytes()));
         let now = "UTC_TIMESTAMP(6)";
         format!(
             "BEGIN; \
-             INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at) \
-               VALUES ({n}, {o}, {a}, {now} + INTERVAL {lease_us} MICROSECOND) \
-             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at); \
+             INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at, live) \
+               VALUES ({n}, {o}, {a}, {now} + INTERVAL {lease_us} MICROSECOND, NULLIF({live}, 0)) \
+             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at), live = VALUES(live); \
              COMMIT; \
              INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts, queued) \
                VALUES ({n}, X'', 0, 0, {now}, {now}, NULL, '', 1) ON DUPLICATE KEY UPDATE queued = 1"
@@ -345,6 +353,7 @@ pub(super) fn mysql(t: &str) -> Statements {
                  owner VARBINARY(255) NOT NULL, \
                  attempt VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
                  expires_at DATETIME(6) NOT NULL COMMENT 'UTC, by the database clock; renewed while it waits', \
+                 {MY_LIVE_COLUMN}, {MY_WRITER_COLUMN}, \
                  PRIMARY KEY (id), UNIQUE KEY attempt (attempt), KEY name_id (name, id)) ENGINE=InnoDB \
                  COMMENT='lockkit: acquisitions waiting for a name, served oldest first'"
                 )),
@@ -442,9 +451,27 @@ pub(super) fn mysql(t: &str) -> Statements {
         claim_absent: None,
         holder_fair: s(String::new()),
         join: s(String::new()),
+        kind_join: s(format!(
+            "INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at, live, writer) \
+             VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULLIF(?, 0), ?) \
+             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at), live = VALUES(live)"
+        )),
+        waiter_columns: vec![
+            (
+                "live",
+                s(format!("ALTER TABLE `{t}_waiters` ADD COLUMN {MY_LIVE_COLUMN}")),
+            ),
+            (
+                "writer",
+                s(format!("ALTER TABLE `{t}_waiters` ADD COLUMN {MY_WRITER_COLUMN}")),
+            ),
+        ],
+        live_take: s("SELECT GET_LOCK(CONCAT('lockkit-live-', ?), 0)".to_owned()),
+        sweep_live: None,
         leave: s(format!("DELETE FROM `{t}_waiters` WHERE attempt = ?")),
         waiting: s(format!(
-            "SELECT COUNT(*) FROM `{t}_waiters` WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
+            "SELECT COUNT(*) FROM `{t}_waiters` w WHERE name = ? AND expires_at > UTC_TIMESTAMP(6) AND {}",
+            alive(Dialect::Mysql, t, "w")
         )),
         sweep_waiters: s(format!(
             "DELETE FROM `{t}_waiters` WHERE expires_at <= UTC_TIMESTAMP(6) LIMIT ?"

@@ -1,6 +1,6 @@
 //! PostgreSQL's statements.
 
-use super::{ClaimShape, Statements, s, shares};
+use super::{ClaimShape, Statements, alive, s, shares};
 use crate::config::Dialect;
 
 /// Microseconds of the interval `x` as an int8 (Postgres).
@@ -48,8 +48,9 @@ pub(super) fn postgres(t: &str) -> Statements {
         format!("EXISTS (SELECT 1 FROM \"{t}_waiters\" WHERE name = $1 AND attempt <> $5 AND expires_at > now())");
     // Whether the attempt `$5` may take a free name: it is the oldest live
     // waiter for `$1`, or nobody waits.
+    let live = alive(Dialect::Postgres, t, "w");
     let head = format!(
-        "(COALESCE((SELECT attempt FROM \"{t}_waiters\" WHERE name = $1 AND expires_at > now() \
+        "(COALESCE((SELECT attempt FROM \"{t}_waiters\" w WHERE name = $1 AND expires_at > now() AND {live} \
            ORDER BY id LIMIT 1), $5) = $5)"
     );
     let claim_set = "owner = EXCLUDED.owner, \
@@ -121,6 +122,8 @@ pub(super) fn postgres(t: &str) -> Statements {
                  owner BYTEA NOT NULL, \
                  attempt TEXT NOT NULL UNIQUE, \
                  expires_at TIMESTAMPTZ NOT NULL, \
+                 live BIGINT, \
+                 writer INT NOT NULL DEFAULT 0, \
                  UNIQUE (name, id))"
                 )),
             ),
@@ -234,18 +237,42 @@ pub(super) fn postgres(t: &str) -> Statements {
                  attempts, queued) VALUES ($1, ''::bytea, 0, 0, now(), now(), NULL, '', true) \
                ON CONFLICT (name) DO NOTHING), \
              mark AS (UPDATE \"{t}\" SET queued = true WHERE name = $1 AND NOT queued) \
-             INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at) \
-             SELECT $1, $2, $3::text, now() + $4::int8 * interval '1 microsecond' FROM ({PG_NO_FLUSH}) AS cfg \
-             ON CONFLICT (attempt) DO UPDATE SET expires_at = EXCLUDED.expires_at RETURNING id"
+             INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at, live) \
+             SELECT $1, $2, $3::text, now() + $4::int8 * interval '1 microsecond', NULLIF($5::int8, 0) \
+               FROM ({PG_NO_FLUSH}) AS cfg \
+             ON CONFLICT (attempt) DO UPDATE SET expires_at = EXCLUDED.expires_at, live = EXCLUDED.live RETURNING id"
         )),
+        kind_join: s(format!(
+            "INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at, live, writer) \
+             SELECT $1, $2, $3::text, now() + $4::int8 * interval '1 microsecond', NULLIF($5::int8, 0), $6::int \
+               FROM ({PG_NO_FLUSH}) AS cfg \
+             ON CONFLICT (attempt) DO UPDATE SET expires_at = EXCLUDED.expires_at, live = EXCLUDED.live RETURNING id"
+        )),
+        waiter_columns: vec![
+            (
+                "live",
+                s(format!(
+                    "ALTER TABLE \"{t}_waiters\" ADD COLUMN IF NOT EXISTS live BIGINT"
+                )),
+            ),
+            (
+                "writer",
+                s(format!(
+                    "ALTER TABLE \"{t}_waiters\" ADD COLUMN IF NOT EXISTS writer INT NOT NULL DEFAULT 0"
+                )),
+            ),
+        ],
+        live_take: s("SELECT pg_try_advisory_lock($1)".to_owned()),
+        sweep_live: None,
         // A head that leaves tells the next in line (the name may be free).
         leave: s(format!(
             "WITH d AS (DELETE FROM \"{t}_waiters\" WHERE attempt = $1::text RETURNING name, id) \
              SELECT pg_notify('{chan}', encode(d.name, 'hex')) FROM d, ({PG_NO_FLUSH}) AS cfg WHERE NOT EXISTS \
-               (SELECT 1 FROM \"{t}_waiters\" w WHERE w.name = d.name AND w.id < d.id AND w.expires_at > now())"
+               (SELECT 1 FROM \"{t}_waiters\" w WHERE w.name = d.name AND w.id < d.id AND w.expires_at > now() \
+                 AND {live})"
         )),
         waiting: s(format!(
-            "SELECT COUNT(*)::int8 FROM \"{t}_waiters\" WHERE name = $1 AND expires_at > now()"
+            "SELECT COUNT(*)::int8 FROM \"{t}_waiters\" w WHERE name = $1 AND expires_at > now() AND {live}"
         )),
         sweep_waiters: s(format!(
             "DELETE FROM \"{t}_waiters\" WHERE id IN (SELECT id FROM \"{t}_waiters\" WHERE expires_at <= now() \

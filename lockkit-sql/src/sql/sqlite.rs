@@ -1,6 +1,6 @@
 //! SQLite's statements.
 
-use super::{ClaimShape, Statements, s, shares};
+use super::{ClaimShape, Statements, alive, s, shares};
 use crate::config::Dialect;
 
 /// SQLite's clock in microseconds since the epoch (millisecond resolution).
@@ -16,9 +16,10 @@ pub(super) fn sqlite(t: &str) -> Statements {
     let next = format!("(SELECT last_token + 1 FROM \"{t}_tokens\" WHERE bucket = 0)");
     // Whether the attempt (`?5`, or `?2` in `holder_fair`) may take the free
     // name `?1`: it is the oldest live waiter for it, or nobody waits.
+    let live = alive(Dialect::Sqlite, t, "w");
     let head = |a: &str| {
         format!(
-            "(COALESCE((SELECT attempt FROM \"{t}_waiters\" WHERE name = ?1 AND expires_at > {now} \
+            "(COALESCE((SELECT attempt FROM \"{t}_waiters\" w WHERE name = ?1 AND expires_at > {now} AND {live} \
                ORDER BY id LIMIT 1), {a}) = {a})"
         )
     };
@@ -77,7 +78,15 @@ pub(super) fn sqlite(t: &str) -> Statements {
                  owner BLOB NOT NULL, \
                  attempt TEXT NOT NULL UNIQUE, \
                  expires_at INTEGER NOT NULL, \
+                 live INTEGER, \
+                 writer INTEGER NOT NULL DEFAULT 0, \
                  UNIQUE (name, id))"
+                )),
+            ),
+            (
+                format!("{t}_live"),
+                s(format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}_live\" (id INTEGER PRIMARY KEY, expires_at INTEGER NOT NULL)"
                 )),
             ),
         ],
@@ -112,10 +121,15 @@ pub(super) fn sqlite(t: &str) -> Statements {
                  WHEN length(NEW.attempts) > length(OLD.attempts) OR NEW.token <> OLD.token BEGIN \
                  DELETE FROM \"{t}_waiters\" WHERE attempt = substr(NEW.attempts, -16); END"
             )),
-            // A waiter joining the line marks the name's row `queued` (a
-            // free one if there is none), in the same statement.
+            // A waiter joining a mutex's line marks the name's row `queued`
+            // (a free one if there is none), in the same statement; not a
+            // place in a semaphore's or read-write lock's line, whose key
+            // starts with 0xFF (an older lockkit's trigger marked every
+            // line's: it goes).
+            s(format!("DROP TRIGGER IF EXISTS \"{t}_waiter_joined\"")),
             s(format!(
-                "CREATE TRIGGER IF NOT EXISTS \"{t}_waiter_joined\" AFTER INSERT ON \"{t}_waiters\" BEGIN \
+                "CREATE TRIGGER IF NOT EXISTS \"{t}_waiter_marks\" AFTER INSERT ON \"{t}_waiters\" \
+                 WHEN substr(NEW.name, 1, 1) <> x'FF' BEGIN \
                  INSERT INTO \"{t}\" (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts, queued) \
                  VALUES (NEW.name, x'', 0, 0, {now}, {now}, NULL, '', 1) \
                  ON CONFLICT (name) DO UPDATE SET queued = 1; END"
@@ -209,12 +223,38 @@ pub(super) fn sqlite(t: &str) -> Statements {
             "SELECT COALESCE((SELECT expires_at - {now} FROM \"{t}\" WHERE name = ?1), -1), {head2}"
         )),
         join: s(format!(
-            "INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at) VALUES (?1, ?2, ?3, {now} + ?4) \
-             ON CONFLICT (attempt) DO UPDATE SET expires_at = excluded.expires_at RETURNING id"
+            "INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at, live) \
+             VALUES (?1, ?2, ?3, {now} + ?4, NULLIF(?5, 0)) \
+             ON CONFLICT (attempt) DO UPDATE SET expires_at = excluded.expires_at, live = excluded.live RETURNING id"
         )),
+        kind_join: s(format!(
+            "INSERT INTO \"{t}_waiters\" (name, owner, attempt, expires_at, live, writer) \
+             VALUES (?1, ?2, ?3, {now} + ?4, NULLIF(?5, 0), ?6) \
+             ON CONFLICT (attempt) DO UPDATE SET expires_at = excluded.expires_at, live = excluded.live RETURNING id"
+        )),
+        waiter_columns: vec![
+            (
+                "live",
+                s(format!("ALTER TABLE \"{t}_waiters\" ADD COLUMN live INTEGER")),
+            ),
+            (
+                "writer",
+                s(format!(
+                    "ALTER TABLE \"{t}_waiters\" ADD COLUMN writer INTEGER NOT NULL DEFAULT 0"
+                )),
+            ),
+        ],
+        live_take: s(format!(
+            "INSERT INTO \"{t}_live\" (id, expires_at) VALUES (?1, {now} + ?2) \
+             ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at"
+        )),
+        sweep_live: Some(s(format!(
+            "DELETE FROM \"{t}_live\" WHERE id IN (SELECT id FROM \"{t}_live\" WHERE expires_at <= {now} LIMIT ?1) \
+             AND expires_at <= {now}"
+        ))),
         leave: s(format!("DELETE FROM \"{t}_waiters\" WHERE attempt = ?1")),
         waiting: s(format!(
-            "SELECT COUNT(*) FROM \"{t}_waiters\" WHERE name = ?1 AND expires_at > {now}"
+            "SELECT COUNT(*) FROM \"{t}_waiters\" w WHERE name = ?1 AND expires_at > {now} AND {live}"
         )),
         sweep_waiters: s(format!(
             "DELETE FROM \"{t}_waiters\" WHERE id IN \

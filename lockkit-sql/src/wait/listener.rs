@@ -5,7 +5,9 @@
 //! Fair waiters stand in the registry in their order in the database's line
 //! (`<table>_waiters`), and a release wakes only the first of them: the one
 //! that may take the name, if the head of the line is in this process at
-//! all. Backends of one process on the same database and table share one
+//! all. Semaphores and read-write locks stand in the same registry under
+//! their line keys (`wait::line_key`); a waiter whose grant leaves room for
+//! another (a permit left, a reader in) wakes the next as it goes. Backends of one process on the same database and table share one
 //! registry ([`Waiters::shared`]), so a release by any of them wakes the
 //! next in line among all of them, not one waiter per backend.
 
@@ -28,6 +30,10 @@ pub(crate) struct Waiters {
     /// notifications, when the server delivers them, wake nobody again.
     #[cfg(feature = "postgres")]
     pub(super) released: Mutex<std::collections::VecDeque<(Vec<u8>, i64)>>,
+    /// The owners that hold a name (by line key) through this process, as
+    /// far as it has seen: their next `lock` of it may be a re-entry, taken
+    /// at once, so it tries before queueing behind this process's waiters.
+    holders: Mutex<std::collections::HashSet<(Vec<u8>, Vec<u8>)>>,
 }
 
 /// Releases remembered per registry to drop their own notifications.
@@ -145,14 +151,26 @@ impl Drop for Door {
 
 /// A fair waiter's place in this process's line for a name; dropping it
 /// (served, gave up, cancelled) leaves, and if it was first, wakes the next:
-/// to try the name, unless this one was [`served`](Self::served).
+/// to try the name, unless this one was [`served`](Self::served) without
+/// room for another.
 #[derive(Debug)]
 pub(crate) struct InLine {
     waiters: Arc<Waiters>,
     name: Vec<u8>,
     key: (i64, u64),
     turn: Turn,
-    served: bool,
+    served: Option<Served>,
+}
+
+/// How a waiter left its line having taken the name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// Nobody else may go now (a mutex, the write hold, the last permit):
+    /// the next is only told that it is first.
+    Full,
+    /// Another may be granted beside it (a permit left, a read hold): the
+    /// next tries at once.
+    Room,
 }
 
 impl InLine {
@@ -175,10 +193,10 @@ impl InLine {
         self.turn.moved_up.swap(false, Ordering::SeqCst)
     }
 
-    /// This waiter took the name: the next one, woken as it leaves, finds
-    /// the name held and need not try it.
-    pub fn served(&mut self) {
-        self.served = true;
+    /// This waiter took the name: the next one, woken as it leaves, tries
+    /// it only if the grant left `Room`.
+    pub fn served(&mut self, how: Served) {
+        self.served = Some(how);
     }
 
     /// The waiter's row got a new place in the database's line (it joined
@@ -200,7 +218,7 @@ impl Drop for InLine {
         slot.line.remove(&self.key);
         if slot.is_empty() {
             names.remove(&self.name);
-        } else if was_first && self.served {
+        } else if was_first && self.served == Some(Served::Full) {
             slot.move_up_first();
         } else if was_first {
             slot.wake_first();
@@ -321,7 +339,7 @@ impl Waiters {
             name: name.to_vec(),
             key,
             turn,
-            served: false,
+            served: None,
         }
     }
 
@@ -330,39 +348,60 @@ impl Waiters {
         self.names().get(name).is_some_and(|slot| !slot.line.is_empty())
     }
 
+    fn holders(&self) -> MutexGuard<'_, std::collections::HashSet<(Vec<u8>, Vec<u8>)>> {
+        self.holders.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `owner` holds `name` (a line key) now, or (`held` false) no more.
+    pub fn set_holder(&self, name: &[u8], owner: &str, held: bool) {
+        let key = (name.to_vec(), owner.as_bytes().to_vec());
+        if held {
+            self.holders().insert(key);
+        } else {
+            self.holders().remove(&key);
+        }
+    }
+
+    /// Whether `owner` holds `name` through this process, as far as it saw.
+    pub fn is_holder(&self, name: &[u8], owner: &str) -> bool {
+        self.holders().contains(&(name.to_vec(), owner.as_bytes().to_vec()))
+    }
+
     /// This process released the hold `token` of `name`: wake its waiters
     /// (see [`wake`](Self::wake)) now, and not again for the server's
     /// notification of the same release (Postgres).
     pub fn released(&self, name: &[u8], token: i64) {
+        self.remember(name, token);
+        self.wake(name);
+    }
+
+    /// This process announced `id` (a hold's token or `seq`) of `name`
+    /// and woke whom it had to: the server's notification of it (Postgres)
+    /// wakes nobody again.
+    pub fn remember(&self, name: &[u8], id: i64) {
         #[cfg(feature = "postgres")]
         if self.listener.get().is_some() {
             let mut recent = self.released.lock().unwrap_or_else(|e| e.into_inner());
             if recent.len() == RECENT_RELEASES {
                 recent.pop_front();
             }
-            recent.push_back((name.to_vec(), token));
+            recent.push_back((name.to_vec(), id));
         }
         #[cfg(not(feature = "postgres"))]
-        let _ = token;
-        self.wake(name);
+        let _ = (name, id);
     }
 
-    /// `name` was released: wake its unfair waiters and the first fair one
-    /// — or, for a semaphore or read-write lock (a key of `kinds/`), every
-    /// waiter: more than one may go, and the line's order is kept by the
-    /// database.
+    /// `name` (a mutex's name or a kind's line key) was released: wake one
+    /// unfair waiter and the first fair one.
     pub fn wake(&self, name: &[u8]) {
         if let Some(slot) = self.names().get(name) {
-            match slot.all.upgrade() {
-                Some(all) if name.first() == Some(&crate::kinds::KIND_KEY) => all.notify_waiters(),
-                _ => slot.wake(),
-            }
+            slot.wake();
         }
     }
 
-    /// Releases may have been missed (the listener reconnected): wake all
-    /// unfair waiters and the first fair one of every name.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// Releases may have been missed (the listener reconnected), or a
+    /// waiter ahead may have died: wake one unfair waiter and the first
+    /// fair one of every name.
     pub fn wake_all(&self) {
         for slot in self.names().values() {
             slot.wake();
@@ -432,7 +471,7 @@ mod tests {
         let mut first = waiters.line_up(b"n", 3);
         let second = waiters.line_up(b"n", 7);
         let soon = std::time::Duration::from_millis(50);
-        first.served();
+        first.served(Served::Full);
         drop(first);
         tokio::time::timeout(soon, second.notify_arc().notified())
             .await
@@ -448,6 +487,39 @@ mod tests {
             .await
             .expect("the release wakes the first");
         assert!(!second.take_moved_up(), "a release clears the flag: try");
+        drop((second, third));
+        assert_eq!(waiters.len(), 0, "no entry left behind");
+    }
+
+    /// A grant that leaves room (a permit left, a reader in) wakes the next
+    /// to try; one release wakes one waiter, not the line.
+    #[tokio::test]
+    async fn a_grant_with_room_wakes_the_next_to_try() {
+        let waiters = Arc::new(Waiters::default());
+        let mut first = waiters.line_up(b"\xFFk", 3);
+        let second = waiters.line_up(b"\xFFk", 7);
+        let third = waiters.line_up(b"\xFFk", 9);
+        let soon = std::time::Duration::from_millis(50);
+        waiters.wake(b"\xFFk");
+        tokio::time::timeout(soon, first.notify_arc().notified())
+            .await
+            .expect("the release wakes the first");
+        assert!(
+            tokio::time::timeout(soon, second.notify_arc().notified())
+                .await
+                .is_err(),
+            "and only the first"
+        );
+        first.served(Served::Room);
+        drop(first);
+        tokio::time::timeout(soon, second.notify_arc().notified())
+            .await
+            .expect("room: the next is woken");
+        assert!(!second.take_moved_up(), "to try");
+        assert!(
+            tokio::time::timeout(soon, third.notify_arc().notified()).await.is_err(),
+            "one at a time"
+        );
         drop((second, third));
         assert_eq!(waiters.len(), 0, "no entry left behind");
     }

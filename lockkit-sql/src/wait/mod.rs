@@ -1,8 +1,10 @@
 //! Waiting for a lock: the fair line's loop (`acquire_fair`) and a
-//! waiter's place in it; this process's registry of waiters
-//! (`listener.rs`), the Postgres `LISTEN` connection that feeds it
-//! (`pg_listener.rs`), the Postgres wait lists (`waitlist.rs`), and the
-//! renewal of places in the line (`queue.rs`).
+//! waiter's place in it, one for every kind (a mutex, a semaphore, a
+//! read-write lock); this process's registry of waiters (`listener.rs`),
+//! the Postgres `LISTEN` connection that feeds it (`pg_listener.rs`), the
+//! Postgres wait lists (`waitlist.rs`), the renewal of places in the line
+//! (`queue.rs`), and the liveness key that lets a dead process's places be
+//! skipped at once (`live.rs`).
 //!
 //! # The fair line
 //!
@@ -23,9 +25,17 @@
 //! most one overtaking. A fair `try_lock` claims the same way without a
 //! row, so it takes a free name only when nobody waits.
 //!
+//! A semaphore's or read-write lock's waiter stands in the same table
+//! under the name's [`line_key`], and its claim (`kinds/`) reads the line
+//! in its transaction: the line's order, leases, renewal, liveness and
+//! wake-ups are the mutex's. Only the head of a line is granted (a reader:
+//! any reader with no writer ahead), and a dead process's places are
+//! skipped at once where the server tells (see `live.rs`).
+//!
 //! [`Statements::claim_fair`]: crate::sql::Statements
 
 pub(crate) mod listener;
+pub(crate) mod live;
 mod pg_listener;
 pub(crate) mod queue;
 #[cfg(feature = "postgres")]
@@ -34,16 +44,41 @@ pub(crate) mod waitlist;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::backend::{AcquireRequest, Lease, TryAcquire};
+use lockkit_core::backend::{AcquireRequest, Lease, LockKind, TryAcquire};
 use lockkit_core::backoff::Backoff;
 use lockkit_core::{LockError, detach};
+use sha2::{Digest, Sha256};
 
 use crate::backend::{Inner, SqlBackend};
 #[cfg(feature = "mysql")]
 use crate::config::Dialect;
 use crate::conn::{Arg, Col, us};
-use listener::InLine;
+use crate::sql::family;
+use listener::{InLine, Served};
 use queue::Place;
+
+/// The key of a name's line — in `<table>_waiters`, in this process's
+/// registry and in Postgres notifications: a mutex's name itself; for a
+/// semaphore or a read-write lock 0xFF (never the first byte of a UTF-8
+/// name), the kind family, then the name — or, for a name of more than
+/// 253 bytes, the family + 0x80 and the name's SHA-256, so that every key
+/// fits MySQL's `VARBINARY(255)`.
+pub(crate) fn line_key(name: &str, kind: LockKind) -> Vec<u8> {
+    if kind == LockKind::Mutex {
+        return name.as_bytes().to_vec();
+    }
+    let family = family(kind) as u8;
+    let mut key = Vec::with_capacity(name.len().min(253) + 2);
+    key.push(0xFF);
+    if name.len() <= 253 {
+        key.push(family);
+        key.extend_from_slice(name.as_bytes());
+    } else {
+        key.push(family | 0x80);
+        key.extend_from_slice(&Sha256::digest(name.as_bytes()));
+    }
+    key
+}
 
 /// The longest a fair waiter that is not first in line sleeps without being
 /// woken (its place's renewal wakes it every third of the queue lease).
@@ -61,7 +96,7 @@ const LOOK: Duration = Duration::from_millis(10);
 /// Leaves a line now, after a wait gave up (wait bound, error): `leaving`
 /// takes the place out. A failure is only logged: the place ends with its
 /// lease all the same, and the wait's own outcome is what the caller needs.
-pub(crate) async fn leave_now(backend: &'static str, leaving: impl Future<Output = Result<(), LockError>>) {
+async fn leave_now(backend: &'static str, leaving: impl Future<Output = Result<(), LockError>>) {
     if let Err(e) = leaving.await {
         tracing::debug!(backend, error = %e, "leaving the line failed; the place ends with its lease");
     }
@@ -71,10 +106,7 @@ pub(crate) async fn leave_now(backend: &'static str, leaving: impl Future<Output
 /// place was cancelled (dropped with it): `leaving` takes the place out, if
 /// a runtime still runs to spawn it on (without one, the place ends with
 /// its lease). A failure is only logged, as in [`leave_now`].
-pub(crate) fn leave_later(
-    backend: &'static str,
-    leaving: impl Future<Output = Result<(), LockError>> + Send + 'static,
-) {
+fn leave_later(backend: &'static str, leaving: impl Future<Output = Result<(), LockError>> + Send + 'static) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
             if let Err(e) = leaving.await {
@@ -99,10 +131,11 @@ struct Queued {
 }
 
 impl Queued {
-    /// The claim that gave the name took the row out.
-    fn served(mut self) {
+    /// The claim that gave the name took the row out; `room`: the grant
+    /// leaves room for the next in line, who tries at once.
+    fn served(mut self, room: bool) {
         self.done = true;
-        self.line.served();
+        self.line.served(if room { Served::Room } else { Served::Full });
     }
 
     /// Gave up (wait bound, error): the row goes now, then the next in this
@@ -126,27 +159,30 @@ impl Drop for Queued {
 }
 
 impl SqlBackend {
-    /// A fair `lock` (contract point 12): one attempt; if the name is busy,
-    /// a place at the back of the name's line (`<table>_waiters`), then
-    /// attempts that take the name only when this one heads the line. Only
-    /// the head tries again on its backoff (bounded by the holder's lease);
-    /// the others sleep until a release wakes the first waiter of this
-    /// process (a local release, or on Postgres any release, through the
-    /// listener), the waiter ahead of them in this process leaves, or their
-    /// place is renewed (every third of the queue lease: the line may have
-    /// moved in another process, or a waiter ahead died). A waiter ahead
-    /// that is served (took the name, which is held then) only makes the
-    /// next one the first of this process, without a try. On MySQL and
-    /// SQLite, which cannot push a release to another process, the first
-    /// waiter of each process also looks every [`LOOK`].
+    /// A fair `lock` (contract point 12) of any kind: one attempt; if the
+    /// name is busy, a place at the back of the name's line
+    /// (`<table>_waiters`, under its [`line_key`]), then attempts that take
+    /// the name only when this one heads the line (a reader: when no
+    /// writer waits ahead of it). Only the head tries again on its backoff
+    /// (bounded by the soonest end of a hold in the way); the others sleep
+    /// until a release wakes the first waiter of this process (a local
+    /// release, or on Postgres any release, through the listener), the
+    /// waiter ahead of them in this process leaves or is served with room
+    /// left for another (a permit, a read hold), or their place is renewed
+    /// (every third of the queue lease: the line may have moved in another
+    /// process, or a waiter ahead died). A waiter ahead served without room
+    /// only makes the next one the first of this process, without a try.
+    /// On MySQL and SQLite, which cannot push a release to another
+    /// process, the first waiter of each process also looks every [`LOOK`].
     pub(crate) async fn acquire_fair(
         &self,
         req: &AcquireRequest<'_>,
         wait: Option<Duration>,
     ) -> Result<Option<Lease>, LockError> {
         let inner = &self.inner;
+        let key = line_key(req.name, req.kind);
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-        let door = inner.waiters.door(req.name.as_bytes());
+        let door = inner.waiters.door(&key);
         let passing = match deadline {
             Some(d) => match tokio::time::timeout_at(d, door.pass()).await {
                 Ok(passing) => passing,
@@ -155,9 +191,11 @@ impl SqlBackend {
             None => door.pass().await,
         };
         // With waiters of this process in the name's line, a first attempt
-        // outside the line cannot take it (they are ahead; a re-entry is
-        // taken by the attempt in line as well): straight into the line.
-        if !inner.waiters.has_line(req.name.as_bytes())
+        // outside the line cannot take it (they are ahead): straight into
+        // the line — unless the owner holds the name, when it may be a
+        // re-entry, which is taken at once (in line it would wait behind
+        // waiters that wait for this owner's release).
+        if (!inner.waiters.has_line(&key) || inner.waiters.is_holder(&key, req.owner))
             && let Some(lease) = self.attempt_before_line(req).await?
         {
             return Ok(Some(lease));
@@ -167,7 +205,7 @@ impl SqlBackend {
         #[cfg(feature = "postgres")]
         let _listed = match inner.wait_list.get() {
             Some(list) => {
-                let (joined, confirmed) = list.join(req.name.as_bytes());
+                let (joined, confirmed) = list.join(&key);
                 match deadline {
                     Some(d) => {
                         let _ = tokio::time::timeout_at(d, confirmed).await;
@@ -185,7 +223,7 @@ impl SqlBackend {
         let push = _listed.is_some();
         #[cfg(not(feature = "postgres"))]
         let push = false;
-        let mut queued = self.join_line(req).await?;
+        let mut queued = self.join_line(req, &key).await?;
         drop(passing);
         let mut backoff = Backoff::new(Duration::from_millis(2), inner.config.max_backoff);
         let mut last_error: Option<LockError> = None;
@@ -198,7 +236,8 @@ impl SqlBackend {
             if queued.place.rejoin.swap(false, std::sync::atomic::Ordering::Relaxed) {
                 // The row went (its lease ran out while this task stalled):
                 // join again, at the back.
-                match inner.join(req.name, req.owner, req.attempt).await {
+                let live = inner.live.for_place(inner).await;
+                match inner.join(req, &key, live).await {
                     Ok(id) => queued.line.move_to(id),
                     Err(e) => tracing::debug!(error = %e, "lockkit could not rejoin the line; retrying"),
                 }
@@ -212,8 +251,8 @@ impl SqlBackend {
                 (None, false)
             } else {
                 match self.detached_attempt(req, true).await {
-                    Ok((TryAcquire::Acquired(lease), _)) => {
-                        queued.served();
+                    Ok((TryAcquire::Acquired(lease), room)) => {
+                        queued.served(room);
                         return Ok(Some(lease));
                     }
                     Ok((TryAcquire::Busy { retry_in }, head)) => {
@@ -263,15 +302,28 @@ impl SqlBackend {
         }
     }
 
-    /// Joins the name's line: a row in `<table>_waiters` (idempotent by the
-    /// attempt id) and the matching place in this process's line. Run
-    /// detached: a caller cancelled mid-way leaves no row behind.
-    async fn join_line(&self, req: &AcquireRequest<'_>) -> Result<Queued, LockError> {
+    /// Joins the line `key` of the request's name: a row in
+    /// `<table>_waiters` (idempotent by the attempt id) and the matching
+    /// place in this process's line. Run detached: a caller cancelled
+    /// mid-way leaves no row behind.
+    async fn join_line(&self, req: &AcquireRequest<'_>, key: &[u8]) -> Result<Queued, LockError> {
         let inner = self.inner.clone();
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
+        let (ttl, fair, kind) = (req.ttl, req.fair, req.kind);
         let work = {
-            let (inner, name, attempt) = (inner.clone(), name.clone(), attempt.clone());
-            async move { inner.join(&name, &owner, &attempt).await }
+            let (inner, attempt, key) = (inner.clone(), attempt.clone(), key.to_vec());
+            async move {
+                let req = AcquireRequest {
+                    name: &name,
+                    owner: &owner,
+                    ttl,
+                    attempt: &attempt,
+                    fair,
+                    kind,
+                };
+                let live = inner.live.for_place(&inner).await;
+                inner.join(&req, &key, live).await
+            }
         };
         let orphan = {
             let (inner, attempt) = (inner.clone(), attempt.clone());
@@ -280,7 +332,7 @@ impl SqlBackend {
             }
         };
         let id = detach(inner.kind, work, orphan).await??;
-        let line = inner.waiters.line_up(name.as_bytes(), id);
+        let line = inner.waiters.line_up(key, id);
         let place = Arc::new(Place {
             rejoin: Default::default(),
             notify: line.notify_arc(),
@@ -297,24 +349,34 @@ impl SqlBackend {
 }
 
 impl Inner {
-    /// Puts `attempt` in the line for `name` (or renews its place): its
-    /// row's id, the place in line.
-    pub(crate) async fn join(&self, name: &str, owner: &str, attempt: &str) -> Result<i64, LockError> {
+    /// Puts the request in the line `key` (or renews its place), naming
+    /// the liveness key `live` (0: none): its row's id, the place in line.
+    /// A mutex's join also marks the name's row `queued`.
+    pub(crate) async fn join(&self, req: &AcquireRequest<'_>, key: &[u8], live: i64) -> Result<i64, LockError> {
         let lease = us(self.config.queue_lease);
+        let writer = i64::from(req.kind == LockKind::Write);
         let args = [
-            Arg::Bytes(name.as_bytes()),
-            Arg::Bytes(owner.as_bytes()),
-            Arg::Text(Some(attempt)),
+            Arg::Bytes(key),
+            Arg::Bytes(req.owner.as_bytes()),
+            Arg::Text(Some(req.attempt)),
             Arg::Int(lease),
+            Arg::Int(live),
+            Arg::Int(writer),
         ];
-        let n = Some(name);
+        let n = Some(req.name);
+        let mutex = req.kind == LockKind::Mutex;
         #[cfg(feature = "mysql")]
         if self.config.dialect == Dialect::Mysql {
+            if !mutex {
+                let (done, _) = self
+                    .retry_if("acquire", n, true, || self.line_db.exec(&self.sql.kind_join, &args))
+                    .await?;
+                return Ok(i64::try_from(done.last_id).unwrap_or(i64::MAX));
+            }
             let ((done, _), _) = self
                 .retry_if("acquire", n, true, || {
-                    let batch = self
-                        .sql
-                        .mysql_join_batch(name.as_bytes(), owner.as_bytes(), attempt, lease);
+                    let (owner, attempt) = (req.owner.as_bytes(), req.attempt);
+                    let batch = self.sql.mysql_join_batch(key, owner, attempt, lease, live);
                     self.db.mysql_batch(batch, &[])
                 })
                 .await?;
@@ -322,9 +384,14 @@ impl Inner {
             let id = done.get(1).map_or(u64::MAX, |d| d.last_id);
             return Ok(i64::try_from(id).unwrap_or(i64::MAX));
         }
+        let (statement, args) = if mutex {
+            (&self.sql.join, &args[..5])
+        } else {
+            (&self.sql.kind_join, &args[..])
+        };
         let (row, _) = self
             .retry_if("acquire", n, true, || {
-                self.line_db.fetch_one(&self.sql.join, &args, &[Col::Int])
+                self.line_db.fetch_one(statement, args, &[Col::Int])
             })
             .await?;
         Ok(row.map_or(i64::MAX, |r| r[0].int()))
@@ -345,41 +412,63 @@ mod tests {
     use crate::config::{Dialect, SqlConfig};
     use lockkit_core::backend::LockBackend;
 
+    fn req<'a>(owner: &'a str, attempt: &'a str) -> AcquireRequest<'a> {
+        crate::kinds::tests::req(LockKind::Mutex, owner, attempt)
+    }
+
     /// The line by itself: a join repeated (a retry after a lost reply)
-    /// keeps one place; only the head takes a free name, and its claim
-    /// takes its place out; leaving twice is leaving once.
-    #[cfg(feature = "sqlite")]
+    /// keeps one place; a place whose process is gone (its liveness key
+    /// not renewed) is neither counted nor in the way; only the head takes
+    /// a free name, and its claim takes its place out; leaving twice is
+    /// leaving once.
     #[tokio::test]
     async fn the_line_counts_each_attempt_once() {
         let backend = SqlBackend::connect(SqlConfig::new(Dialect::Sqlite, ":memory:"))
             .await
             .unwrap();
         let inner = &backend.inner;
-        let (first, second) = ("0123456789abcdef", "fedcba9876543210");
-        let a = inner.join("n", "o1", first).await.unwrap();
-        assert_eq!(inner.join("n", "o1", first).await.unwrap(), a, "the same place");
+        let (dead, first, second) = ("00000000000000ff", "0123456789abcdef", "fedcba9876543210");
+        // Ahead of everybody, but its process never renewed key 7.
+        inner.join(&req("o0", dead), b"n", 7).await.unwrap();
+        assert_eq!(backend.waiting("n").await.unwrap(), 0, "a dead place is not counted");
+        let live = inner.live.for_place(inner).await;
+        assert!(live > 0, "the backend carries its liveness key");
+        let a = inner.join(&req("o1", first), b"n", live).await.unwrap();
+        assert_eq!(
+            inner.join(&req("o1", first), b"n", live).await.unwrap(),
+            a,
+            "the same place"
+        );
         assert_eq!(backend.waiting("n").await.unwrap(), 1);
-        let b = inner.join("n", "o2", second).await.unwrap();
+        let b = inner.join(&req("o2", second), b"n", 0).await.unwrap();
         assert!(b > a, "later joins stand behind");
         assert_eq!(backend.waiting("n").await.unwrap(), 2);
-        let req = |owner, attempt| AcquireRequest {
-            name: "n",
-            owner,
-            ttl: Duration::from_secs(30),
-            attempt,
-            fair: true,
-            kind: lockkit_core::backend::LockKind::Mutex,
-        };
         let busy = backend.detached_attempt(&req("o2", second), true).await.unwrap();
         assert!(
             matches!(busy, (TryAcquire::Busy { .. }, false)),
             "the second in line may not take the free name"
         );
         let (taken, _) = backend.detached_attempt(&req("o1", first), true).await.unwrap();
-        assert!(matches!(taken, TryAcquire::Acquired(_)), "the head takes it");
+        assert!(
+            matches!(taken, TryAcquire::Acquired(_)),
+            "the first live place takes it, past the dead one"
+        );
         assert_eq!(backend.waiting("n").await.unwrap(), 1, "the served place is gone");
         inner.leave(second).await.unwrap();
         inner.leave(second).await.unwrap();
         assert_eq!(backend.waiting("n").await.unwrap(), 0);
+    }
+
+    #[test]
+    fn line_keys() {
+        assert_eq!(line_key("n", LockKind::Mutex), b"n");
+        let permit = line_key("n", LockKind::Permit { permits: 2 });
+        assert_eq!(permit, [0xFF, 1, b'n']);
+        assert_eq!(line_key("n", LockKind::Read), line_key("n", LockKind::Write));
+        assert_ne!(line_key("n", LockKind::Read), permit);
+        let long = "x".repeat(255);
+        let key = line_key(&long, LockKind::Read);
+        assert_eq!((key.len(), key[1]), (34, 0x82), "a long name's key fits 255 bytes");
+        assert_eq!(line_key(&"x".repeat(253), LockKind::Read).len(), 255);
     }
 }

@@ -6,10 +6,12 @@
 //! renews the leases of all of its waiters every third of the lease, in one
 //! statement per 256 rows. A waiter whose process dies stops being renewed,
 //! its row expires, and the head checks of the claims skip it from then on
-//! (the sweeper deletes it later). After each renewal every waiter of the
-//! backend is woken, to look again whether it became the head of the line:
-//! the way it learns of a dead waiter ahead of it (also one of this
-//! process, whose task vanished without leaving).
+//! (the sweeper deletes it later) — unless they skipped it already, by its
+//! liveness key (`live.rs`). After each renewal the first waiter of each
+//! name in this process looks again whether it became the head of the
+//! line: the fallback for a wake-up nobody sent (a waiter ahead that died
+//! after it was woken, a notification lost); the others wait their turn
+//! behind it.
 //!
 //! A row can go while its waiter lives (its lease ran out during a long
 //! pause, and it was swept): the renewal finds fewer rows than it renews,
@@ -24,6 +26,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::listener::Waiters;
 use crate::conn::{Arg, Db};
 use crate::sql::Statements;
 
@@ -59,21 +62,48 @@ impl Places {
         self.lock().remove(attempt);
     }
 
+    /// Whether nobody of this backend waits in line.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     fn snapshot(&self) -> Vec<(String, Arc<Place>)> {
         self.lock().iter().map(|(a, p)| (a.clone(), p.clone())).collect()
     }
 }
 
-/// Starts the renewal task; it stops with `stop`, closing `db` (the
-/// line's pool).
-pub(crate) fn spawn_renewer(db: Db, sql: Statements, places: Arc<Places>, lease: Duration, stop: CancellationToken) {
+/// What the renewal task works on: the line's pool, the statements, the
+/// backend's places and the process's registry of waiters.
+pub(crate) struct Renewal {
+    pub db: Db,
+    pub sql: Statements,
+    pub places: Arc<Places>,
+    pub waiters: Arc<Waiters>,
+}
+
+/// Starts the renewal task; it stops with `stop`, closing the line's pool.
+pub(crate) fn spawn_renewer(renewal: Renewal, lease: Duration, stop: CancellationToken) {
     tokio::spawn(async move {
-        renew(&db, &sql, &places, lease, &stop).await;
+        let Renewal {
+            db,
+            sql,
+            places,
+            waiters,
+        } = renewal;
+        renew(&db, &sql, &places, &waiters, lease, &stop).await;
         db.close().await;
     });
 }
 
-async fn renew(db: &Db, sql: &Statements, places: &Places, lease: Duration, stop: &CancellationToken) {
+async fn renew(
+    db: &Db,
+    sql: &Statements,
+    places: &Places,
+    waiters: &Waiters,
+    lease: Duration,
+    stop: &CancellationToken,
+) {
     let every = lease / 3;
     let lease_us = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
     loop {
@@ -106,12 +136,7 @@ async fn renew(db: &Db, sql: &Statements, places: &Places, lease: Duration, stop
                 }
             }
         }
-        // Every waiter looks again (one claim each per renewal): the
-        // first in this process's line may be a waiter whose task is
-        // gone without leaving (its runtime shut down), and a wake-up
-        // sent to it would reach nobody.
-        for (_, place) in &all {
-            place.notify.notify_one();
-        }
+        // The first waiter of each name looks again (see the module docs).
+        waiters.wake_all();
     }
 }

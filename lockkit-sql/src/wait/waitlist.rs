@@ -19,6 +19,11 @@
 //! reconnects. While anybody waits the connection is checked every second
 //! and, when it is gone (a server restart), remade with every place retaken.
 //!
+//! The same connection carries the backend's liveness key (see `live.rs`)
+//! as an exclusive session advisory lock, taken on each new connection
+//! before the places: a claim skips the places in line of a process whose
+//! wait-list session is gone.
+//!
 //! A name's place is kept for [`LINGER`] after its last waiter left: a
 //! client that locks the same contended name again and again (each turn a
 //! new wait) would otherwise take and drop the place twice a turn, two
@@ -29,6 +34,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -63,18 +69,26 @@ impl Drop for Joined {
     }
 }
 
+/// What the wait-list task runs: `join` and `leave` take the name's bytes
+/// (`$1`); `live` tries the liveness key `key` (`$1`), setting `held`.
+pub(crate) struct Statements {
+    pub join: Arc<str>,
+    pub leave: Arc<str>,
+    pub live: Arc<str>,
+    pub key: i64,
+    pub held: Arc<AtomicBool>,
+}
+
 impl WaitList {
-    /// Starts the task; it connects on the first join. `join` and `leave`
-    /// take the name's bytes (`$1`).
+    /// Starts the task; it connects on the first join.
     pub fn spawn(
         options: PgConnectOptions,
         connect_timeout: Duration,
-        join: Arc<str>,
-        leave: Arc<str>,
+        sql: Statements,
         stop: CancellationToken,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(serve(options, connect_timeout, join, leave, rx, stop));
+        tokio::spawn(serve(options, connect_timeout, sql, rx, stop));
         WaitList { tx }
     }
 
@@ -96,11 +110,11 @@ impl WaitList {
 async fn serve(
     options: PgConnectOptions,
     connect_timeout: Duration,
-    join: Arc<str>,
-    leave: Arc<str>,
+    sql: Statements,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
     stop: CancellationToken,
 ) {
+    let (join, leave) = (&sql.join, &sql.leave);
     // Places per name; the server holds one shared lock per listed name
     // (also for those lingering at zero, until their time).
     let mut places: HashMap<Vec<u8>, usize> = HashMap::new();
@@ -121,9 +135,10 @@ async fn serve(
                     lingering.remove(&name);
                     places.remove(&name);
                     if let Some(c) = conn.as_mut()
-                        && run(c, &leave, name).await.is_err()
+                        && run(c, leave, name).await.is_err()
                     {
                         conn = None;
+                        sql.held.store(false, Ordering::SeqCst);
                     }
                 }
                 continue;
@@ -137,7 +152,12 @@ async fn serve(
                     None => false,
                 };
                 if !alive {
-                    conn = reconnect(&options, connect_timeout, &join, &places).await;
+                    conn = reconnect(&options, connect_timeout, &sql, &places).await;
+                } else if !sql.held.load(Ordering::SeqCst)
+                    && let Some(c) = conn.as_mut()
+                {
+                    // An earlier session of ours held the key: try again.
+                    take_live(c, &sql).await;
                 }
                 continue;
             }
@@ -153,13 +173,13 @@ async fn serve(
                 // A lingering place is still held.
                 let first = *count == 1 && lingering.remove(&name).is_none();
                 if conn.is_none() {
-                    conn = reconnect(&options, connect_timeout, &join, &places).await;
+                    conn = reconnect(&options, connect_timeout, &sql, &places).await;
                 } else if first
                     && let Some(c) = conn.as_mut()
-                    && let Err(e) = run(c, &join, name).await
+                    && let Err(e) = run(c, join, name).await
                 {
                     tracing::debug!(error = %e, "lockkit wait list lost its connection; retaking the places");
-                    conn = reconnect(&options, connect_timeout, &join, &places).await;
+                    conn = reconnect(&options, connect_timeout, &sql, &places).await;
                 }
                 let _ = done.send(());
             }
@@ -191,22 +211,41 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// A new connection holding every listed place (a new session has none of
-/// the old one's locks), or `None` if the server cannot be reached.
+/// A new connection holding the liveness key and every listed place (a
+/// new session has none of the old one's locks), or `None` if the server
+/// cannot be reached.
 async fn reconnect(
     options: &PgConnectOptions,
     timeout: Duration,
-    join: &Arc<str>,
+    sql: &Statements,
     places: &HashMap<Vec<u8>, usize>,
 ) -> Option<PgConnection> {
+    sql.held.store(false, Ordering::SeqCst);
     let mut c = connect(options, timeout).await?;
+    take_live(&mut c, sql).await;
     for name in places.keys() {
-        if let Err(e) = run(&mut c, join, name.clone()).await {
+        if let Err(e) = run(&mut c, &sql.join, name.clone()).await {
             tracing::debug!(error = %e, "lockkit wait list cannot retake its places");
+            sql.held.store(false, Ordering::SeqCst);
             return None;
         }
     }
     Some(c)
+}
+
+/// Tries the liveness key on `conn`; `held` says whether it has it.
+async fn take_live(conn: &mut PgConnection, sql: &Statements) {
+    let taken: Result<bool, sqlx::Error> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.live.clone()))
+        .bind(sql.key)
+        .fetch_one(conn)
+        .await;
+    match taken {
+        Ok(held) => sql.held.store(held, Ordering::SeqCst),
+        Err(e) => {
+            tracing::debug!(error = %e, "lockkit wait list cannot take the liveness key");
+            sql.held.store(false, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Runs one wait-list statement on `name`.

@@ -92,6 +92,40 @@ pub struct RunArgs {
     /// default 100).
     #[arg(long, default_value = "mutex")]
     pub kind: crate::kind::RunKind,
+    /// A crowd: at least 4 processes × 64 tasks (each an owner of its own)
+    /// on at most 2 names, every `lock` call waiting up to 120 s (a line
+    /// of 128 per name takes its time on a slow kind), and unless given, short sections and gaps (5 ms) with one
+    /// hold in a hundred outliving a lease; with any `--kind` and every
+    /// fault.
+    #[arg(long)]
+    pub crowd: bool,
+}
+
+/// How long a crowd's `lock` call waits at least.
+pub const CROWD_WAIT: Duration = Duration::from_secs(120);
+
+impl RunArgs {
+    /// The settings with `--crowd` applied.
+    pub fn resolved(&self) -> RunArgs {
+        let mut args = self.clone();
+        if args.crowd {
+            args.procs = args.procs.max(4);
+            args.tasks = args.tasks.max(64);
+            args.names = args.names.min(2);
+            args.short_hold.get_or_insert(Duration::from_millis(5));
+            args.gap.get_or_insert(Duration::from_millis(5));
+            args.long_holds.get_or_insert(0.01);
+        }
+        args
+    }
+
+    /// How long a worker's `lock` call waits: past two bounds (a killed
+    /// holder's name comes free within one), at least 20 s, and for a
+    /// crowd at least [`CROWD_WAIT`].
+    pub(super) fn wait(&self, bound: Duration) -> Duration {
+        let wait = (2 * (bound + self.slack)).max(Duration::from_secs(20));
+        if self.crowd { wait.max(CROWD_WAIT) } else { wait }
+    }
 }
 
 /// The bound and the session timeout the URL implies.

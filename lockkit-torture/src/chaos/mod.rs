@@ -26,6 +26,7 @@ use inspect::inspect;
 
 /// Runs the torture; the checker's report.
 pub fn run(args: &RunArgs) -> Result<Report, String> {
+    let args = &args.resolved();
     let (bound, session) = bounds(args)?;
     let (mut faults, worker_url) = Faults::setup(args)?;
     let seed = args
@@ -41,10 +42,12 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
     let stop_at = end;
     let stop_file = args.log_dir.join("stop");
     let _ = std::fs::remove_file(&stop_file);
-    let wait = (2 * (bound + args.slack)).max(Duration::from_secs(20));
+    let wait = args.wait(bound);
     eprintln!(
-        "torture: seed {seed} backend {} procs {} tasks {} names {} for {:?}, ttl {:?}, bound {:?} + slack {:?}, logs in {}",
+        "torture: seed {seed} backend {} kind {}{} procs {} tasks {} names {} for {:?}, ttl {:?}, bound {:?} + slack {:?}, logs in {}",
         args.backend,
+        args.kind,
+        if args.crowd { " (crowd)" } else { "" },
         args.procs,
         args.tasks,
         args.names,
@@ -185,8 +188,8 @@ fn gap(rng: &mut SplitMix, mean: Duration) -> u64 {
     nanos(mean.mul_f64(0.5 + rng.unit()))
 }
 
-/// Kills or pauses a random holder, unless too few workers are up or none
-/// holds; when to try next.
+/// Kills or pauses a random holder (in a crowd, any live worker when none
+/// holds), unless too few workers are up or none holds; when to try next.
 fn kill_or_pause(
     fleet: &mut Fleet,
     rng: &mut SplitMix,
@@ -201,14 +204,21 @@ fn kill_or_pause(
         .iter()
         .filter(|s| s.child.is_none() || s.paused_until.is_some())
         .count();
-    let mut holders = Vec::new();
+    let (mut holders, mut live) = (Vec::new(), Vec::new());
     for (i, s) in fleet.slots.iter_mut().enumerate() {
         if s.child.is_some() && s.paused_until.is_none() {
             s.tail.refresh(&log_path(&args.log_dir, s.worker, s.incarnation));
+            live.push(i);
             if !s.tail.holding.is_empty() {
                 holders.push(i);
             }
         }
+    }
+    // In a crowd every process has tasks in line: with no holder to hit,
+    // killing or pausing waiters leaves dead or stalled places in the line,
+    // which the others must get past.
+    if args.crowd && holders.is_empty() {
+        holders = live;
     }
     if down + 1 >= args.procs || holders.is_empty() {
         next_chaos = now + 100_000_000;

@@ -106,7 +106,18 @@ impl Checker<'_> {
                             holds[h].unlocked = Some((*t, *remaining));
                         }
                     }
-                    Record::Fail { t, owner, error, .. } => {
+                    Record::Fail {
+                        t,
+                        owner,
+                        error,
+                        timed_out,
+                        ..
+                    } => {
+                        if *timed_out {
+                            report.timeouts += 1;
+                        } else if error != "run ended" {
+                            report.failed_calls += 1;
+                        }
                         if let Some((want_t, name, kind)) = open_calls.remove(owner.as_str()) {
                             if error == "run ended" {
                                 // Cancelled by the run's end: the backend's

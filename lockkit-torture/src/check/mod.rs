@@ -90,6 +90,11 @@ pub struct Report {
     /// holder was killed or lost or its unlock failed (they must be free at
     /// the second).
     pub leftovers_excused: usize,
+    /// `lock` calls that ran out of their wait bound (not a violation: a
+    /// crowd on a slow kind shows here).
+    pub timeouts: usize,
+    /// `lock` calls that failed otherwise (faults, a backend's errors).
+    pub failed_calls: usize,
     pub violations: Vec<String>,
 }
 
@@ -103,7 +108,7 @@ impl Report {
         format!(
             "grants={} holds={} never_held={} lost={} kills={} pauses={} server_restarts={} worker_restarts={} \
              frees_in_time={} frees_excused={} frees_unchecked={} {faults}shared_reentries={} unlocks={} \
-             inspected={} leftovers_excused={} violations={}",
+             inspected={} leftovers_excused={} timeouts={} failed_calls={} violations={}",
             self.grants,
             self.holds,
             self.never_held,
@@ -119,6 +124,8 @@ impl Report {
             self.unlocks,
             self.inspected,
             self.leftovers_excused,
+            self.timeouts,
+            self.failed_calls,
             self.violations.len()
         )
     }

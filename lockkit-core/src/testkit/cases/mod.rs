@@ -35,7 +35,7 @@ pub use exclusion::{mutual_exclusion, stress, try_lock_never_waits};
 pub use fairness::{dead_waiter_skipped, fifo_order, releaser_does_not_overtake, unfair_still_correct};
 pub use fencing::fencing_monotonic;
 pub use jobs::{job_at_most_stops, job_runs_once_and_at_least_holds};
-pub use leases::{crash_release, extend_and_auto_extend, lost_signal};
+pub use leases::{crash_release, extend_and_auto_extend, lost_signal, lost_when_starved};
 pub use multi_lock::{multi_lock_all_or_nothing, multi_lock_no_deadlock};
 pub use names::{invalid_input, names};
 pub use ownership::release_by_non_owner;

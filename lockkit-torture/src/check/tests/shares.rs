@@ -208,6 +208,7 @@ fn a_count_left_behind_is_one_violation_not_one_per_re_entry() {
             name: "n".into(),
             owner: "a".into(),
             error: "timed out".into(),
+            timed_out: true,
         },
     ];
     records.extend(clean(S + S / 10, S + S / 5, "n", "a", 5, 2, 1));
@@ -249,6 +250,7 @@ fn a_failed_call_may_have_had_a_share_while_it_ran() {
         name: "n".into(),
         owner: "s".into(),
         error: "zookeeper: connect failed".into(),
+        timed_out: false,
     };
     let p1 = proc(1, vec![want(S, "n", "s"), fail(3 * S)]);
     let events = [run(4 * S, None)];
@@ -267,12 +269,14 @@ fn a_call_cancelled_by_the_end_excuses_a_leftover_until_the_bound() {
         name: name.into(),
         owner: owner.into(),
         error: "run ended".into(),
+        timed_out: false,
     };
     let timed_out = |t, name: &str, owner: &str| Record::Fail {
         t,
         name: name.into(),
         owner: owner.into(),
         error: "acquire failed".into(),
+        timed_out: false,
     };
     let held = [run(2 * S, None), inspect(5 * S, 0, "n", Some(("a", 1, 7)))];
     let a = proc(0, vec![want(3 * S, "n", "a"), run_ended(4 * S, "n", "a")]);
@@ -284,4 +288,29 @@ fn a_call_cancelled_by_the_end_excuses_a_leftover_until_the_bound() {
     let r = check(&[a], &held);
     assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
     assert!(r.violations[0].starts_with("leftover hold on n"), "{}", r.violations[0]);
+}
+
+#[test]
+fn timed_out_and_failed_calls_are_counted_apart_from_the_end() {
+    let fail = |t, owner: &str, error: &str, timed_out| Record::Fail {
+        t,
+        name: "n".into(),
+        owner: owner.into(),
+        error: error.into(),
+        timed_out,
+    };
+    let a = proc(
+        0,
+        vec![
+            want(S, "n", "a"),
+            fail(2 * S, "a", "sqlite: timed out after 120s waiting for lock \"n\"", true),
+            want(2 * S, "n", "b"),
+            fail(3 * S, "b", "sqlite: acquire failed", false),
+            want(3 * S, "n", "c"),
+            fail(4 * S, "c", "run ended", false),
+        ],
+    );
+    let r = check(&[a], &[run(5 * S, None)]);
+    assert_eq!((r.timeouts, r.failed_calls), (1, 1), "{}", r.summary());
+    assert!(r.summary().contains("timeouts=1 failed_calls=1"), "{}", r.summary());
 }

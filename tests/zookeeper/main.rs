@@ -18,4 +18,5 @@ mod partial_failure;
 mod processes;
 mod restarted_attempt;
 mod session;
+mod stalled;
 mod support;

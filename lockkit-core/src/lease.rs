@@ -2,7 +2,7 @@
 //! the moving deadline of a session lease.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How much a lease is shortened locally to allow for clock-rate drift between
@@ -47,16 +47,6 @@ struct DeadlineInner {
     base: Instant,
     /// The deadline, in nanoseconds after `base`.
     nanos: AtomicU64,
-    /// A deadline made by [`SessionDeadline::capped`]: the earlier of these
-    /// two until the cap is lifted (`base` and `nanos` unused).
-    capped: Option<Capped>,
-}
-
-#[derive(Debug)]
-struct Capped {
-    of: SessionDeadline,
-    cap: SessionDeadline,
-    lifted: AtomicBool,
 }
 
 impl SessionDeadline {
@@ -67,60 +57,18 @@ impl SessionDeadline {
             inner: Arc::new(DeadlineInner {
                 base,
                 nanos: AtomicU64::new(nanos(until.saturating_duration_since(base))),
-                capped: None,
             }),
-        }
-    }
-
-    /// This deadline, but no later than `cap` until [`lift_cap`] is called
-    /// on the result: a lease that rests on its session and, for a while,
-    /// also on something shorter-lived (a ZooKeeper hold that its holder
-    /// has not claimed yet rests on the session's liveness record too).
-    /// Both keep moving; extending the result extends this deadline.
-    ///
-    /// [`lift_cap`]: SessionDeadline::lift_cap
-    pub fn capped(&self, cap: SessionDeadline) -> SessionDeadline {
-        SessionDeadline {
-            inner: Arc::new(DeadlineInner {
-                base: self.inner.base,
-                nanos: AtomicU64::new(0),
-                capped: Some(Capped {
-                    of: self.clone(),
-                    cap,
-                    lifted: AtomicBool::new(false),
-                }),
-            }),
-        }
-    }
-
-    /// Lifts the cap of a deadline made by [`capped`]: from now on it is
-    /// the deadline it was made from. Nothing for any other deadline.
-    ///
-    /// [`capped`]: SessionDeadline::capped
-    pub fn lift_cap(&self) {
-        if let Some(c) = &self.inner.capped {
-            c.lifted.store(true, Ordering::Release);
         }
     }
 
     /// Moves the deadline to `until` if that is later; never back.
     pub fn extend_to(&self, until: Instant) {
-        if let Some(c) = &self.inner.capped {
-            return c.of.extend_to(until);
-        }
         let at = nanos(until.saturating_duration_since(self.inner.base));
         self.inner.nanos.fetch_max(at, Ordering::AcqRel);
     }
 
     /// The deadline now.
     pub fn get(&self) -> Instant {
-        if let Some(c) = &self.inner.capped {
-            let of = c.of.get();
-            return match c.lifted.load(Ordering::Acquire) {
-                true => of,
-                false => of.min(c.cap.get()),
-            };
-        }
         self.inner.base + Duration::from_nanos(self.inner.nanos.load(Ordering::Acquire))
     }
 
@@ -159,34 +107,5 @@ mod tests {
         assert!(!shared.passed());
         let past = SessionDeadline::new(t0.checked_sub(Duration::from_secs(1)).unwrap_or(t0));
         assert!(past.passed());
-    }
-
-    #[test]
-    fn a_capped_deadline_is_the_earlier_until_lifted() {
-        let t0 = Instant::now();
-        let session = SessionDeadline::new(t0 + Duration::from_secs(10));
-        let cap = SessionDeadline::new(t0 + Duration::from_secs(1));
-        let capped = session.capped(cap.clone());
-        assert_eq!(capped.get(), t0 + Duration::from_secs(1));
-        cap.extend_to(t0 + Duration::from_secs(2));
-        assert_eq!(capped.get(), t0 + Duration::from_secs(2), "the cap moves");
-        cap.extend_to(t0 + Duration::from_secs(20));
-        assert_eq!(capped.get(), t0 + Duration::from_secs(10), "never past the session");
-        let capped = session.capped(SessionDeadline::new(t0));
-        assert!(capped.passed());
-        capped.lift_cap();
-        assert!(!capped.passed());
-        capped.extend_to(t0 + Duration::from_secs(30));
-        assert_eq!(
-            session.get(),
-            t0 + Duration::from_secs(30),
-            "extending extends the session's"
-        );
-        session.lift_cap();
-        assert_eq!(
-            session.get(),
-            t0 + Duration::from_secs(30),
-            "lifting an uncapped one does nothing"
-        );
     }
 }

@@ -282,9 +282,16 @@ impl Inner {
                     step!(session, name, None, refresh(session, &mut q).await, cleanup);
                 }
                 Plan::Holder => {
+                    let lease = step!(
+                        session,
+                        name,
+                        None,
+                        self.holder_lease(session, name, owner, &q).await,
+                        cleanup
+                    );
                     cleanup.disarm();
-                    let lease = self.lease_after_wait(session, name, owner, &q);
-                    return Ok(Some(TryAcquire::Acquired(lease)));
+                    // None: deleted as a dead waiter's (the try is over).
+                    return Ok(lease.map(TryAcquire::Acquired));
                 }
                 Plan::Join => match step!(
                     session,

@@ -18,8 +18,8 @@
 //!   lists the parent again when that one goes — it may have given up
 //!   rather than released, so the contender may have a new predecessor
 //!   rather than the lock. One release wakes one waiter, in queue order.
-//!   A contender that holds after it waited claims its node later (see
-//!   [`crate::claim`]); one that waits takes a dead waiter's node ahead of
+//!   A contender that holds after it waited claims its node before it
+//!   takes the hold (see [`crate::claim`]); one that waits takes a dead waiter's node ahead of
 //!   it out of the line (see [`crate::dead`]).
 //!
 //! # Shares of a hold, and sessions

@@ -108,28 +108,6 @@ impl Inner {
         }
     }
 
-    /// This session's node of the hold on `name` at `path` was claimed (as
-    /// `known`): its next versioned write starts from there, unless the
-    /// record knows a later version.
-    pub(crate) fn claimed(&self, name: &str, path: &str, known: Known) {
-        let mut held = self.held();
-        if let Some(h) = held
-            .nodes
-            .get_mut(name)
-            .filter(|h| h.path == path && h.known.version < known.version)
-        {
-            h.known = known;
-        }
-    }
-
-    /// A permit or read-write hold (`key`) was claimed (as `known`).
-    pub(crate) fn claimed_kind(&self, key: &KindKey, known: Known) {
-        let mut held = self.held();
-        if let Some(h) = held.kinds.get_mut(key).filter(|h| h.known.version < known.version) {
-            h.known = known;
-        }
-    }
-
     /// Records this session's node at `path` (as `known`) of the permit or
     /// read-write hold `key`.
     pub(crate) fn remember_kind(&self, key: KindKey, path: &str, known: &Known, session: i64) {

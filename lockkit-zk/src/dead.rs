@@ -22,9 +22,9 @@
 //!   stale. A claim or a refresh that the server runs first makes the
 //!   delete fail.
 //!
-//! So a node is never deleted under a holder: a claimed one has version 1,
-//! and an unclaimed holder's lease ends (see `Session::cap`) before its
-//! record can have looked stale for [`STALE_AFTER`] to anyone. A live but
+//! So a node is never deleted under a holder: a node that came to hold
+//! after it was seen waiting is claimed (version 1) before its holder uses
+//! it, and one that held from its create on was never seen waiting. A live but
 //! slow waiter whose node was taken out finds it gone at its next look and
 //! queues again at the back (`Waited::Restart`): it is never granted on the
 //! deleted node, and never twice.

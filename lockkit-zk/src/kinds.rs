@@ -27,7 +27,7 @@ use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResu
 use crate::acquire::step;
 use crate::backend::Inner;
 use crate::change::{Change, Known, change};
-use crate::claim::{CLAIM_AFTER, PERMIT_CLAIM_AFTER, Unclaimed, claim, defer};
+use crate::claim::claim;
 use crate::conn::{Counters, Session};
 use crate::dead::Suspects;
 use crate::error::{BACKEND, is_connection_loss};
@@ -276,14 +276,10 @@ impl Inner {
                     let Some(me) = &line.entries[i].node else {
                         continue;
                     };
-                    // A hold that came after a wait is claimed (see
-                    // `crate::claim`): a writer's now, any other later.
+                    // A hold that came after a wait is claimed before it
+                    // is handed out (see `crate::claim`).
                     let after_wait = !q.at_creation && me.known.version == 0;
-                    // (A permit's claim moves the next waiter up: without
-                    // a liveness record to rest on meanwhile, it is made
-                    // now as well.)
-                    let now = mark == Mark::Write || (matches!(mark, Mark::Permit(_)) && !session.has_liveness());
-                    let node = match after_wait && now {
+                    let node = match after_wait {
                         true => bounded!(claim(client, &q.path, &me.known)),
                         false => Some(me.known.clone()),
                     };
@@ -297,20 +293,7 @@ impl Inner {
                         return Ok(Waited::Restart);
                     }
                     cleanup.disarm();
-                    let mut lease = self.kind_lease(session, (&q.path, &node), token, &q.epoch);
-                    let unclaimed = after_wait && !now;
-                    if let Some(unclaimed) = unclaimed.then(|| Unclaimed::new(session, q.created)).flatten() {
-                        lease.session_deadline = Some(unclaimed.cap.deadline.clone());
-                        let after = match mark {
-                            Mark::Permit(_) => PERMIT_CLAIM_AFTER,
-                            _ => CLAIM_AFTER,
-                        };
-                        let key = (q.parent.clone(), owner.to_owned(), token, mark == Mark::Read);
-                        let inner = self.clone();
-                        defer(session, &q.path, node, unclaimed, after, move |n| {
-                            inner.claimed_kind(&key, n)
-                        });
-                    }
+                    let lease = self.kind_lease(session, (&q.path, &node), token, &q.epoch);
                     return Ok(Waited::Acquired(lease));
                 }
                 Step::Join(i) => {

@@ -35,8 +35,8 @@
 //! only (a children watch of the node, which has none), not for claims.
 //!
 //! **Claims**: a contender that comes to hold after it queued writes its
-//! node (version 0 to 1; a writer before it takes the hold, any other
-//! soon after, see [`crate::claim`]); only a node that held from its create
+//! node (version 0 to 1) before it takes the hold (see [`crate::claim`]);
+//! only a node that held from its create
 //! on holds unwritten. A semaphore's waiter behind the first one wakes on
 //! that claim.
 

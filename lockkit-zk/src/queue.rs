@@ -35,8 +35,6 @@ pub(crate) struct Queued {
     /// A reader's: the read-write lock's last write token, read right
     /// behind the last listing.
     pub(crate) last_write: Option<i64>,
-    /// When the node's create was first sent: it may stand from then on.
-    pub(crate) created: std::time::Instant,
     /// The connection epoch the listing was made in.
     pub(crate) epoch: CancellationToken,
     /// The listing is the one made right behind the node's create, and
@@ -246,7 +244,6 @@ pub(crate) async fn enqueue(
     let encoded = data.encode();
     let client = &session.client;
     let mut lost = Reconnect::new(client);
-    let first_sent = std::time::Instant::now();
     loop {
         let epoch = session.epoch();
         // Sent now, answered in order: the listing includes our node. The
@@ -342,7 +339,6 @@ pub(crate) async fn enqueue(
             epoch,
             at_creation,
             last_write: None,
-            created: first_sent,
         };
         q.last_write_from(client, reading).await?;
         return Ok(q);
@@ -381,7 +377,6 @@ mod tests {
             shares: Vec::new(),
             beside: Vec::new(),
             last_write: None,
-            created: std::time::Instant::now(),
             epoch: CancellationToken::new(),
             at_creation: false,
         }

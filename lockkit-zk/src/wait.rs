@@ -12,7 +12,7 @@ use zookeeper_client::{Error as ZkError, EventType, WatchedEvent};
 
 use crate::acquire::step;
 use crate::backend::Inner;
-use crate::claim::{CLAIM_AFTER, Unclaimed, defer};
+use crate::claim::claim;
 use crate::conn::{Counters, Session};
 use crate::dead::{CHECK_EVERY, Suspects};
 use crate::error::{BACKEND, is_session_end, zk};
@@ -172,8 +172,10 @@ impl Inner {
                 }
                 Plan::Holder if q.epoch.is_cancelled() => bounded!(refresh(session, &mut q)),
                 Plan::Holder => {
+                    let lease = bounded!(self.holder_lease(session, name, owner, &q));
                     cleanup.disarm();
-                    return Ok(Waited::Acquired(self.lease_after_wait(session, name, owner, &q)));
+                    // None: deleted as a dead waiter's: queue again.
+                    return Ok(lease.map_or(Waited::Restart, Waited::Acquired));
                 }
                 Plan::Join => {
                     let joined = self.join_detached(session, name, owner, attempt, &parent);
@@ -220,29 +222,24 @@ impl Inner {
         }
     }
 
-    /// The lease on `q`'s node, which holds now: claimed later (see
-    /// [`crate::claim`]) if it came to hold after it was listed behind
-    /// others.
-    pub(crate) fn lease_after_wait(
+    /// The lease on `q`'s node, which holds now; a node that came to hold
+    /// after it was listed behind others is claimed first (see
+    /// [`crate::claim`]). `None`: it was deleted as a dead waiter's.
+    pub(crate) async fn holder_lease(
         self: &Arc<Self>,
         session: &Arc<Session>,
         name: &str,
         owner: &str,
         q: &Queued,
-    ) -> Lease {
-        let count = q.node.data.count();
-        let mut lease = self.lease(session, name, owner, &q.path, q.node.clone(), count, &q.epoch);
-        let unclaimed = (!q.at_creation && q.node.version == 0)
-            .then(|| Unclaimed::new(session, q.created))
-            .flatten();
-        if let Some(unclaimed) = unclaimed {
-            lease.session_deadline = Some(unclaimed.cap.deadline.clone());
-            let (inner, n, p) = (self.clone(), name.to_owned(), q.path.clone());
-            defer(session, &q.path, q.node.clone(), unclaimed, CLAIM_AFTER, move |node| {
-                inner.claimed(&n, &p, node)
-            });
-        }
-        lease
+    ) -> ZkResult<Option<Lease>> {
+        let node = match !q.at_creation && q.node.version == 0 {
+            true => claim(&session.client, &q.path, &q.node).await?,
+            false => Some(q.node.clone()),
+        };
+        Ok(node.map(|node| {
+            let count = node.data.count();
+            self.lease(session, name, owner, &q.path, node, count, &q.epoch)
+        }))
     }
 
     /// Joins the hold (see [`Inner::join`]), run to its end even if the

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use lockkit::{LockClient, LockGuard, LockKind, LockOptions};
+use lockkit::{LockClient, LockGuard, LockKind};
 
 use crate::common::unique;
 use crate::support::{BOUND, process, server};
@@ -98,7 +98,13 @@ async fn stalled_holder(want: Want) {
         let (c, name) = (c.clone(), name.clone());
         tokio::spawn(async move { want.around().take(&c, &name).await })
     };
-    until_waiting(&a, &name, want.around().kind(), if want.kind() == want.around().kind() { 2 } else { 1 }).await;
+    until_waiting(
+        &a,
+        &name,
+        want.around().kind(),
+        if want.kind() == want.around().kind() { 2 } else { 1 },
+    )
+    .await;
     first.unlock().await.expect("A lets go");
     let (lost, unlocked) = tokio::time::timeout(BOUND, h)
         .await

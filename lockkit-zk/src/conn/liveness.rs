@@ -1,23 +1,15 @@
 //! The session's liveness record: its marker node (`SESSIONS/<id>`), which
 //! the heartbeat rewrites every [`REFRESH_EVERY`] while the session has a
-//! waiter (or a hold granted after a wait that it has not claimed yet, see
-//! [`crate::claim`]) — one write per session and interval, however many
-//! waiters it has. Other backends read its version: a waiter's node whose
-//! session's record has not changed for [`STALE_AFTER`] is a dead waiter's,
-//! and the waiter behind it takes it out of the line (see [`crate::dead`]).
-//!
-//! A hold granted after a wait rests on this record too until it is
-//! claimed: its lease's deadline is capped ([`Session::cap`]) at the send
-//! time of the last answered refresh (or of the node's create, if later)
-//! plus [`STALE_AFTER`] less the drift allowance, so a holder whose process
-//! stalled that long knows itself lost before another backend could take
-//! its node away.
+//! waiter — one write per session and interval, however many waiters it
+//! has. Other backends read its version: a waiter's node whose session's
+//! record has not changed for [`STALE_AFTER`] is a dead waiter's, and the
+//! waiter behind it takes it out of the line (see [`crate::dead`]). A node
+//! that holds is never taken out: its holder claimed it before using it
+//! (see [`crate::claim`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-
-use lockkit_core::lease::{SessionDeadline, valid_until};
 
 use super::{Session, lock};
 
@@ -46,30 +38,7 @@ impl Drop for LiveGuard {
     }
 }
 
-/// A cap on a lease's deadline (see [`Session::cap`]); dropping it stops
-/// moving it.
-pub(crate) struct Cap {
-    session: Weak<Session>,
-    id: u64,
-    /// The capped deadline the lease carries.
-    pub(crate) deadline: SessionDeadline,
-}
-
-impl Drop for Cap {
-    fn drop(&mut self) {
-        if let Some(s) = self.session.upgrade() {
-            lock(&s.caps).remove(&self.id);
-        }
-    }
-}
-
 impl Session {
-    /// Whether other backends can judge this session's liveness: it has a
-    /// marker (a session without one cannot queue anyway).
-    pub(crate) fn has_liveness(&self) -> bool {
-        self.marker.is_some()
-    }
-
     /// Keeps the liveness record fresh until the guard goes.
     pub(crate) fn live(self: &Arc<Self>) -> LiveGuard {
         if self.live_needed.fetch_add(1, Ordering::AcqRel) == 0 {
@@ -88,36 +57,8 @@ impl Session {
         *lock(&self.last_refresh)
     }
 
-    /// A refresh sent at `sent` was answered: every capped deadline moves
-    /// to `sent` + the staleness bound.
+    /// A refresh sent at `sent` was answered.
     pub(crate) fn refreshed(&self, sent: Instant) {
         *lock(&self.last_refresh) = Some(sent);
-        let until = live_until(sent);
-        for cap in lock(&self.caps).values() {
-            cap.extend_to(until);
-        }
     }
-
-    /// `self.deadline` capped by the liveness record: until the earlier of
-    /// the session's deadline and the staleness bound after the last
-    /// answered refresh or `floor` (the send time of the node's create),
-    /// whichever is later, moving with each refresh until the cap is
-    /// lifted.
-    pub(crate) fn cap(self: &Arc<Self>, floor: Instant) -> Cap {
-        let last = lock(&self.last_refresh).map_or(floor, |t| t.max(floor));
-        let cap = SessionDeadline::new(live_until(last));
-        let id = self.next_watch.fetch_add(1, Ordering::Relaxed);
-        lock(&self.caps).insert(id, cap.clone());
-        Cap {
-            session: Arc::downgrade(self),
-            id,
-            deadline: self.deadline.capped(cap),
-        }
-    }
-}
-
-/// Until when a node of a session whose record was last refreshed (or the
-/// node created) by a request sent at `sent` cannot be taken for dead.
-fn live_until(sent: Instant) -> Instant {
-    valid_until(sent, STALE_AFTER)
 }

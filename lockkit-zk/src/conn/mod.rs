@@ -199,9 +199,6 @@ pub(crate) struct Session {
     live_wake: Arc<Notify>,
     /// The send time of the last answered refresh of the liveness record.
     last_refresh: Mutex<Option<std::time::Instant>>,
-    /// The liveness caps of holds not claimed yet, by id (see
-    /// [`Session::cap`]).
-    caps: Mutex<HashMap<u64, SessionDeadline>>,
 }
 
 impl fmt::Debug for Session {
@@ -303,7 +300,6 @@ impl Session {
             live_needed: std::sync::atomic::AtomicUsize::new(0),
             live_wake: Arc::new(Notify::new()),
             last_refresh: Mutex::new(None),
-            caps: Mutex::new(HashMap::new()),
         });
         Counters::bump(&counters.sessions);
         tracing::debug!(

@@ -44,21 +44,6 @@ impl Session {
         token.child_token()
     }
 
-    /// Whether `path` is a node held in this session (not released).
-    pub fn holds_node(&self, path: &str) -> bool {
-        lock(&self.nodes).get(path).is_some_and(|(_, t)| !t.is_cancelled())
-    }
-
-    /// Fires the loss of every lease on the held node `path`.
-    pub fn node_lost(&self, path: &str, why: &str) {
-        if let Some((_, token)) = lock(&self.nodes).get(path)
-            && !token.is_cancelled()
-        {
-            tracing::debug!(backend = BACKEND, node = %path, %why, "lease signal");
-            token.cancel();
-        }
-    }
-
     /// The holder released `path` (deleted its node): a watch not armed yet
     /// is not needed any more.
     pub fn released(&self, path: &str) {

@@ -420,7 +420,21 @@ pub async fn w4(
     let commands = server_commands(floor).await?.zip(commands_before).map(|(a, b)| a - b);
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     if lost > 0 {
-        return Err(format!("{lost} of {held} held locks were lost while auto-extended").into());
+        // Why, by reason: a lease that ran out (the renewals came late) and
+        // a hold the server no longer had are different failures.
+        let mut why: Vec<(String, usize)> = Vec::new();
+        for reason in guards.iter().filter_map(|g| g.lost_reason()) {
+            match why.iter_mut().find(|(r, _)| *r == reason.to_string()) {
+                Some((_, n)) => *n += 1,
+                None => why.push((reason.to_string(), 1)),
+            }
+        }
+        let why: Vec<String> = why.iter().map(|(r, n)| format!("{n}: {r}")).collect();
+        return Err(format!(
+            "{lost} of {held} held locks were lost while auto-extended ({})",
+            why.join("; ")
+        )
+        .into());
     }
     let rss = rss_bytes();
     for g in guards {

@@ -309,6 +309,7 @@ fn crowd(label: &str, url: &str, extra: &Extra<'_>, short: &'static [&'static st
             url,
             Extra {
                 restart_cmd: extra.restart_cmd,
+                node_restart_cmd: extra.node_restart_cmd,
                 proxy: extra.proxy,
                 kind: Some(kind),
                 crowd: true,
@@ -625,6 +626,23 @@ fn redlock_semaphore() {
             ..Extra::default()
         },
     );
+}
+
+/// Crowds on Redlock: private masters with node kills and wipes (each
+/// rejoining after a lease's worth of outage) and the fault proxy.
+#[cfg(feature = "redis")]
+#[test]
+fn redlock_crowd() {
+    if lockkit_core::testkit::server_url("LOCKKIT_REDLOCK_URL").is_none() {
+        return;
+    }
+    let (nodes, url) = PrivateRedlock::start(20);
+    let extra = Extra {
+        proxy: true,
+        node_restart_cmd: Some(&nodes.restart_cmd()),
+        ..Extra::default()
+    };
+    crowd("redlock", &url, &extra, &["semaphore:3"]);
 }
 
 /// A kind of lock other than the mutex on the shared server of `var`

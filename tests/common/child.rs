@@ -406,10 +406,25 @@ pub async fn crowd(module_path: &str, url: &str, kind: Kind) -> CrowdSeen {
     check_crowd(kind, gate_token, &mut grants, took)
 }
 
+/// The longest a crowd may go without a grant while waiters wait. Its
+/// holds are taken for 60 s, so a waiter that nobody tells its turn (or
+/// that sleeps on a lease it saw) shows as a gap of about a minute;
+/// a healthy hand-off takes milliseconds, and a machine under load a few
+/// hundred.
+const GRANT_GAP: Duration = Duration::from_secs(10);
+
 /// The checks of [`crowd`] on its grants (each logged inside its hold, so
 /// logged intervals that overlap were holds that overlapped).
 fn check_crowd(kind: Kind, gate_token: u64, grants: &mut [Grant], took: Duration) -> CrowdSeen {
     grants.sort_by_key(|g| g.enter);
+    // No waiter waited for a lease to run out: the grants follow each
+    // other without a gap anywhere near the holds' ttl.
+    let gap = grants.windows(2).map(|w| w[1].enter - w[0].enter).max().unwrap_or(0);
+    assert!(
+        gap < GRANT_GAP.as_micros(),
+        "{kind:?}: {:?} without a grant while waiters waited (holds of 60 s)",
+        Duration::from_micros(u64::try_from(gap).unwrap_or(u64::MAX))
+    );
     // Enter +1, leave -1; at equal times leaves first (no false overlap).
     let mut events: Vec<(u128, i32, char)> = grants
         .iter()

@@ -45,10 +45,14 @@ if joins then
   redis.call('HSET', T, me, 'a')
   -- (A line never stands without an expiry: its clients may all die.)
   -- A place the caller gives (Redlock: its client's, the same for every
-  -- node) is its place here too, whatever the node had: the nodes' lines
-  -- agree again after any step one of them missed.
+  -- node) is its place here too when it is later than the node's: the
+  -- nodes' lines agree again after a move to the back one of them missed.
+  -- Never earlier: a waiter that set out before a sibling's grant sent
+  -- the client to the back carries the old place, and would bring the
+  -- client forward again on the nodes it reaches after that grant, not
+  -- on the others — lines that disagree, and turns no quorum agrees on.
   if ARGV[9] ~= '' then
-    redis.call('ZADD', Q, ARGV[9], me)
+    redis.call('ZADD', Q, 'GT', ARGV[9], me)
   else
     redis.call('ZADD', Q, 'NX', place(), me)
   end

@@ -121,6 +121,9 @@ struct Slot {
     /// client learned it: after the fallback delay, an attempt may drop it
     /// from the queue (see [`Turn::stale`]).
     stale: Option<(String, Instant)>,
+    /// Held by the one waiter of this client attempting now, where one
+    /// line entry lets one waiter in at a time (see [`Subscription::one_at_a_time`]).
+    attempting: Arc<tokio::sync::Mutex<()>>,
 }
 
 struct Shared {
@@ -396,6 +399,7 @@ impl Waiters {
                 recent: VecDeque::new(),
                 epoch: 0,
                 stale: None,
+                attempting: Arc::new(tokio::sync::Mutex::new(())),
             });
             if slot.refs == 0 {
                 // A lingering slot: forget what came while nobody waited

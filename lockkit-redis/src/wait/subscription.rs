@@ -137,6 +137,18 @@ impl Subscription {
         self.took = true;
     }
 
+    /// The lock a waiter holds while it attempts, so that this client's
+    /// waiters of a kind whose line entry lets one in at a time (a permit,
+    /// a writer) attempt one after the other, not side by side: each turn
+    /// message wakes one of them, and several in flight at once race each
+    /// other's grants (on Redlock: the client's entry moved to the back by
+    /// one grant and brought forward by a sibling that set out before it,
+    /// on some nodes and not others; slots and tokens contended among
+    /// themselves).
+    pub(super) fn one_at_a_time(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        self.shared.slots().get(&self.channel).map(|s| s.attempting.clone())
+    }
+
     pub(super) fn turn(&mut self) -> Turn {
         let mut slots = self.shared.slots();
         let turn = match slots.get_mut(&self.channel) {

@@ -109,8 +109,17 @@ where
         if let Some(n) = notified.as_mut() {
             n.as_mut().enable();
         }
+        let gate = match kind {
+            LockKind::Permit { .. } | LockKind::Write => sub.as_ref().and_then(Subscription::one_at_a_time),
+            _ => None,
+        };
+        let in_turn = match &gate {
+            Some(g) => Some(g.lock().await),
+            None => None,
+        };
         let turn = sub.as_mut().map(Subscription::turn).unwrap_or_default();
-        let (wake_at, listen, last_error) = match attempt(turn).await {
+        let outcome = attempt(turn).await;
+        let (wake_at, listen, last_error) = match outcome {
             Ok(Attempt::Done(t)) => {
                 baton.disarm();
                 drop(notified);
@@ -152,6 +161,9 @@ where
             }
             Err(e) => return Err(e),
         };
+        // (Released only now: a grant's `took` sets where the client stands
+        // before its next waiter reads it.)
+        drop(in_turn);
         if last_error.is_none() {
             baton.disarm();
         }

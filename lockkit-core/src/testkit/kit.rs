@@ -125,6 +125,14 @@ impl Kit {
         self
     }
 
+    /// Sets how long after a release the waiter behind a dead one may wait
+    /// (see [`dead_waiter_bound`](Self::dead_waiter_bound)), for a backend
+    /// that leaves some dead waiters to their server session.
+    pub fn with_dead_waiter_bound(mut self, bound: Duration) -> Self {
+        self.dead_waiter_bound = bound;
+        self
+    }
+
     /// Sets the crowd cases' size: `clients` clients (at least 1) with
     /// `per_client` waiting owners each (at least 1).
     pub fn with_crowd(mut self, clients: usize, per_client: usize) -> Self {

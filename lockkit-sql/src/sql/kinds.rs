@@ -44,7 +44,8 @@ pub(crate) struct KindStatements {
     /// `<table>_waiters`, counting only live waiters (see [`alive`]): 1
     /// when a writer waits ahead of the attempt (anywhere in line for an
     /// attempt not in it), 1 when anybody else waits, the attempt id first
-    /// in line ('' for none); then the holds.
+    /// in line ('' for none); and the holds. Unsorted: the reader sorts by
+    /// `seq` (a sorted UNION costs MariaDB a temporary table on disk).
     pub rows: Arc<str>,
     /// `(attempt)`: takes a served attempt's place out of the line, in the
     /// claim's transaction.
@@ -340,7 +341,7 @@ impl KindStatements {
                    COALESCE((SELECT w.attempt FROM {wt} w WHERE {} ORDER BY w.id LIMIT 1), ''), 0{int8} \
                  UNION ALL \
                  SELECT seq, owner, token, writer, attempts, {rem} FROM {h} \
-                 WHERE family = $6 AND name = $7 AND queued = 0 AND {live} ORDER BY seq",
+                 WHERE family = $6 AND name = $7 AND queued = 0 AND {live}",
                 waiter(1),
                 i64::MAX,
                 waiter(3),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{ExtendOutcome, Hold, Lease, LockBackend};
@@ -21,6 +21,13 @@ use crate::telemetry;
 fn batch_window(ttl: Duration) -> Duration {
     ttl / 6
 }
+
+/// How many parts of a batch are out at once. More in flight do not make
+/// a busy server finish sooner; they only make every part finish late
+/// together, so a round that takes longer than its leases allow would
+/// lose every hold in it instead of its last parts' (the bench's w4 on a
+/// starved PostgreSQL lost 9,933 of 10,000 holds at once).
+const PARTS_IN_FLIGHT: usize = 2;
 
 /// How soon a failed extension is tried again.
 fn retry_delay(ttl: Duration) -> Duration {
@@ -46,6 +53,9 @@ struct Shared {
     started: AtomicBool,
     /// The round of extensions out now (see [`Round`]).
     round: Mutex<Round>,
+    /// Turns of the parts out ([`PARTS_IN_FLIGHT`]), taken in the order
+    /// the parts were made: the earliest deadlines first.
+    in_flight: Arc<Semaphore>,
 }
 
 /// The extensions sent together, in parts of at most `batch_max`. The next
@@ -108,6 +118,7 @@ impl Watchdog {
                 stop: CancellationToken::new(),
                 started: AtomicBool::new(false),
                 round: Mutex::new(Round::default()),
+                in_flight: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
             }),
         }
     }
@@ -240,13 +251,15 @@ async fn run(shared: Arc<Shared>) {
             round.parts_out += batch.len().div_ceil(shared.batch_max);
             round.hold_back_until = Some(Instant::now() + window);
             drop(round);
-            // Parts the backend extends in one go, sent concurrently.
+            // Parts the backend extends in one go, taking turns.
+            let mut parts = Vec::new();
             while batch.len() > shared.batch_max {
                 let rest = batch.split_off(shared.batch_max);
-                tokio::spawn(extend_batch(shared.clone(), batch));
+                parts.push(batch);
                 batch = rest;
             }
-            tokio::spawn(extend_batch(shared.clone(), batch));
+            parts.push(batch);
+            tokio::spawn(send_parts(shared.clone(), parts));
         }
         let sleep = async {
             match next_wake {
@@ -291,7 +304,7 @@ fn plan(shared: &Shared) -> (Vec<(Hold, Duration)>, Option<Instant>) {
                 Some(until) => wake_at(until),
                 None => {
                     st.in_flight = true;
-                    batch.push((hold.clone(), st.ttl));
+                    batch.push((st.valid_until, hold.clone(), st.ttl));
                 }
             }
         }
@@ -299,12 +312,25 @@ fn plan(shared: &Shared) -> (Vec<(Hold, Duration)>, Option<Instant>) {
     });
     *shared.planned() = next_wake;
     drop(holds);
+    // The holds whose leases end first go in the first part.
+    batch.sort_unstable_by_key(|(valid_until, ..)| (valid_until.is_none(), *valid_until));
+    let batch = batch.into_iter().map(|(_, hold, ttl)| (hold, ttl)).collect();
     (batch, next_wake)
 }
 
-async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>) {
+/// Sends `parts` in order, each when it has a turn.
+async fn send_parts(shared: Arc<Shared>, parts: Vec<Vec<(Hold, Duration)>>) {
+    for part in parts {
+        // The semaphore is never closed.
+        let turn = shared.in_flight.clone().acquire_owned().await.ok();
+        tokio::spawn(extend_batch(shared.clone(), part, turn));
+    }
+}
+
+async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>, turn: Option<OwnedSemaphorePermit>) {
     let sent_at = Instant::now();
     let mut results = shared.backend.extend_many(&batch).await;
+    drop(turn);
     results.truncate(batch.len());
     tracing::debug!(
         backend = shared.backend.kind(),
@@ -453,6 +479,93 @@ mod tests {
             calls <= 4 * 2 * periods as usize + 8,
             "{calls} extension calls in {periods} periods"
         );
+        for g in guards {
+            g.unlock().await.unwrap();
+        }
+    }
+
+    /// The memory backend whose extensions take 50 ms each and may overlap,
+    /// as a server's statements do: how many were out at once, and the
+    /// holds of each call.
+    #[derive(Debug, Default)]
+    struct Overlapping {
+        inner: MemoryBackend,
+        out: AtomicUsize,
+        most_out: AtomicUsize,
+        calls: Mutex<Vec<Vec<String>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl LockBackend for Overlapping {
+        fn kind(&self) -> &'static str {
+            "overlapping"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities().with_extend_batch_max(100)
+        }
+        async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
+            self.inner.try_acquire(req).await
+        }
+        async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
+            self.inner.acquire(req, wait).await
+        }
+        async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
+            self.inner.release(hold, attempt).await
+        }
+        async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
+            self.inner.extend(hold, ttl).await
+        }
+        async fn extend_many(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
+            let out = self.out.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_out.fetch_max(out, Ordering::SeqCst);
+            let names = holds.iter().map(|(h, _)| h.name.clone()).collect();
+            self.calls.lock().unwrap().push(names);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.out.fetch_sub(1, Ordering::SeqCst);
+            self.inner.extend_many(holds).await
+        }
+        async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+            self.inner.inspect(name).await
+        }
+    }
+
+    /// A round's parts take turns, the holds whose leases end first in the
+    /// first part. Sent all at once, the parts of a round shared a starved
+    /// server and all came back late together: the bench's w4 on
+    /// PostgreSQL lost 9,933 of 10,000 holds at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rounds_parts_take_turns_earliest_deadline_first() {
+        let backend = Arc::new(Overlapping::default());
+        let ttl = Duration::from_secs(3);
+        let client = LockClient::from_arc(backend.clone(), LockOptions::new().ttl(ttl)).unwrap();
+        // One after another: each lease ends after the one before.
+        let mut guards = Vec::new();
+        for i in 0..1_000 {
+            guards.push(client.lock(&format!("watchdog/turns/{i:04}")).await.unwrap());
+        }
+        // The first round (1 s after the first hold; ten parts) is back
+        // within 1.5 s even if it went one part at a time.
+        tokio::time::sleep(ttl / 3 + Duration::from_millis(1_500)).await;
+        let most_out = backend.most_out.load(Ordering::SeqCst);
+        assert!(most_out <= PARTS_IN_FLIGHT, "{most_out} parts out at once");
+        let calls = backend.calls.lock().unwrap().clone();
+        assert!(calls.len() >= 10, "{} calls", calls.len());
+        // Each part a slice of the holds in the order their leases end; two
+        // out together may start in either order.
+        let name = |i: usize| format!("watchdog/turns/{i:04}");
+        let mut parts: Vec<usize> = Vec::new();
+        for (i, call) in calls[..10].iter().enumerate() {
+            let part = (0..10).find(|p| {
+                call.iter()
+                    .eq((p * 100..p * 100 + 100).map(name).collect::<Vec<_>>().iter())
+            });
+            let part = part.unwrap_or_else(|| panic!("call {i} is no slice of the holds in lease order: {call:?}"));
+            assert!(part.abs_diff(i) <= 1, "part {part} went out {i}th");
+            parts.push(part);
+        }
+        parts.sort_unstable();
+        assert_eq!(parts, (0..10).collect::<Vec<_>>(), "every part once");
+        assert_eq!(guards.iter().filter(|g| g.is_lost()).count(), 0);
         for g in guards {
             g.unlock().await.unwrap();
         }

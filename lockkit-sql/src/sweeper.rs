@@ -62,3 +62,48 @@ pub(crate) fn spawn(db: Db, sweeps: Vec<Arc<str>>, interval: Duration, batch: u6
         db.close().await;
     });
 }
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    use std::sync::Arc;
+
+    use lockkit_core::testkit::server_url;
+
+    use crate::SqlBackend;
+    use crate::config::{Dialect, SqlConfig};
+    use crate::conn::{Arg, Col, Val};
+
+    /// A sweep costs PostgreSQL no JIT compilation. The sweeps scan the
+    /// table (no index serves them), and with sequential scans disabled
+    /// for every other statement their estimated cost passed the JIT
+    /// thresholds: each sweep spent ~190 ms of server CPU compiling for
+    /// ~7 ms of work, and clients that sweep every second starved the
+    /// server (the bench's w4 lost thousands of holds).
+    #[tokio::test]
+    async fn sweeps_are_not_jit_compiled() {
+        let Some(url) = server_url("LOCKKIT_POSTGRES_URL") else {
+            return;
+        };
+        let backend = SqlBackend::connect(SqlConfig::new(Dialect::Postgres, url))
+            .await
+            .unwrap();
+        let inner = &backend.inner;
+        for sweep in [&inner.sql.sweep, &inner.ksql.sweep] {
+            let explain: Arc<str> = format!("EXPLAIN {sweep}").into();
+            let plan = inner.db.fetch(&explain, &[Arg::Int(1000)], &[Col::Text]).await.unwrap();
+            let lines: Vec<String> = plan
+                .into_iter()
+                .filter_map(|r| match r.into_iter().next() {
+                    Some(Val::Text(line)) => Some(line),
+                    _ => None,
+                })
+                .collect();
+            assert!(!lines.is_empty(), "a plan");
+            assert!(
+                !lines.iter().any(|l| l.trim_start().starts_with("JIT")),
+                "{sweep}\n{}",
+                lines.join("\n")
+            );
+        }
+    }
+}

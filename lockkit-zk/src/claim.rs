@@ -26,12 +26,14 @@ use crate::change::Known;
 use crate::error::is_connection_loss;
 use crate::queue::{ZkResult, read};
 
-/// Claims the node at `path` (as `known`) for its holder. `None`: the node
-/// is gone (deleted as a dead waiter's, or its session ended) — the hold
-/// was never taken. A node written already (claimed, or written by its
-/// owner's other process joining it as a hold) needs no claim.
-pub(crate) async fn claim(client: &Client, path: &str, known: &Known) -> ZkResult<Option<Known>> {
-    if known.version > 0 {
+/// Claims the node at `path` (as `known`) for its holder before the hold
+/// is handed out. `None`: the node is gone (deleted as a dead waiter's, or
+/// its session ended) — the hold was never taken. A node that held from
+/// its create on (`at_creation`) or was written already (claimed, or
+/// written by its owner's other process joining it as a hold) needs no
+/// claim.
+pub(crate) async fn claim(client: &Client, path: &str, known: &Known, at_creation: bool) -> ZkResult<Option<Known>> {
+    if at_creation || known.version > 0 {
         return Ok(Some(known.clone()));
     }
     let encoded = known.data.encode();

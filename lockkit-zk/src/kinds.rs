@@ -276,13 +276,7 @@ impl Inner {
                     let Some(me) = &line.entries[i].node else {
                         continue;
                     };
-                    // A hold that came after a wait is claimed before it
-                    // is handed out (see `crate::claim`).
-                    let after_wait = !q.at_creation && me.known.version == 0;
-                    let node = match after_wait {
-                        true => bounded!(claim(client, &q.path, &me.known)),
-                        false => Some(me.known.clone()),
-                    };
+                    let node = bounded!(claim(client, &q.path, &me.known, q.at_creation));
                     let (Some(node), Some(token)) = (node, line.token(i)) else {
                         // Deleted as a dead waiter's: queue again.
                         cleanup.disarm();

@@ -232,10 +232,7 @@ impl Inner {
         owner: &str,
         q: &Queued,
     ) -> ZkResult<Option<Lease>> {
-        let node = match !q.at_creation && q.node.version == 0 {
-            true => claim(&session.client, &q.path, &q.node).await?,
-            false => Some(q.node.clone()),
-        };
+        let node = claim(&session.client, &q.path, &q.node, q.at_creation).await?;
         Ok(node.map(|node| {
             let count = node.data.count();
             self.lease(session, name, owner, &q.path, node, count, &q.epoch)

@@ -386,38 +386,57 @@ mod tests {
     use crate::memory::MemoryBackend;
     use crate::{LockClient, LockError, LockOptions};
 
-    /// The memory backend, whose calls take turns as the statements of a
-    /// database whose writes go one at a time (SQLite) do: an acquisition
-    /// 2 ms, an extension 10 ms whatever its size.
-    #[derive(Debug)]
-    struct OneAtATime {
+    /// The memory backend with a server's timing: an extension takes
+    /// `extend_took` whatever its size, in parts of at most `batch_max`.
+    /// With `one_at_a_time`, calls take turns as the statements of a database
+    /// whose writes go one at a time (SQLite) do, an acquisition 2 ms;
+    /// without, extensions overlap and acquisitions take no time. It counts the extension calls, how many
+    /// were out at once, and the holds of each.
+    #[derive(Debug, Default)]
+    struct Timed {
         inner: MemoryBackend,
+        one_at_a_time: bool,
+        extend_took: Duration,
+        batch_max: usize,
         turn: tokio::sync::Mutex<()>,
         calls: AtomicUsize,
+        out: AtomicUsize,
+        most_out: AtomicUsize,
+        names: Mutex<Vec<Vec<String>>>,
     }
 
-    impl OneAtATime {
-        async fn turn(&self, took: Duration) -> tokio::sync::MutexGuard<'_, ()> {
-            let turn = self.turn.lock().await;
+    impl Timed {
+        async fn turn(&self, took: Duration) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+            let turn = match self.one_at_a_time {
+                true => Some(self.turn.lock().await),
+                false => None,
+            };
             tokio::time::sleep(took).await;
             turn
+        }
+
+        async fn acquisition(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+            match self.one_at_a_time {
+                true => self.turn(Duration::from_millis(2)).await,
+                false => None,
+            }
         }
     }
 
     #[async_trait::async_trait]
-    impl LockBackend for OneAtATime {
+    impl LockBackend for Timed {
         fn kind(&self) -> &'static str {
-            "one-at-a-time"
+            "timed"
         }
         fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities().with_extend_batch_max(256)
+            self.inner.capabilities().with_extend_batch_max(self.batch_max)
         }
         async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-            let _turn = self.turn(Duration::from_millis(2)).await;
+            let _turn = self.acquisition().await;
             self.inner.try_acquire(req).await
         }
         async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
-            let _turn = self.turn(Duration::from_millis(2)).await;
+            let _turn = self.acquisition().await;
             self.inner.acquire(req, wait).await
         }
         async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
@@ -427,8 +446,14 @@ mod tests {
             self.inner.extend(hold, ttl).await
         }
         async fn extend_many(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
-            let _turn = self.turn(Duration::from_millis(10)).await;
+            let out = self.out.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_out.fetch_max(out, Ordering::SeqCst);
+            let names = holds.iter().map(|(h, _)| h.name.clone()).collect();
+            self.names.lock().unwrap().push(names);
+            let turn = self.turn(self.extend_took).await;
             self.calls.fetch_add(1, Ordering::Relaxed);
+            self.out.fetch_sub(1, Ordering::SeqCst);
+            drop(turn);
             self.inner.extend_many(holds).await
         }
         async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
@@ -446,10 +471,11 @@ mod tests {
     /// sixth of the ttl), so the holds due meanwhile go out together.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn extensions_that_take_turns_go_out_in_rounds_and_keep_every_hold() {
-        let backend = Arc::new(OneAtATime {
-            inner: MemoryBackend::new(),
-            turn: tokio::sync::Mutex::new(()),
-            calls: AtomicUsize::new(0),
+        let backend = Arc::new(Timed {
+            one_at_a_time: true,
+            extend_took: Duration::from_millis(10),
+            batch_max: 256,
+            ..Timed::default()
         });
         let ttl = Duration::from_millis(900);
         let client = LockClient::from_arc(backend.clone(), LockOptions::new().ttl(ttl)).unwrap();
@@ -484,58 +510,17 @@ mod tests {
         }
     }
 
-    /// The memory backend whose extensions take 50 ms each and may overlap,
-    /// as a server's statements do: how many were out at once, and the
-    /// holds of each call.
-    #[derive(Debug, Default)]
-    struct Overlapping {
-        inner: MemoryBackend,
-        out: AtomicUsize,
-        most_out: AtomicUsize,
-        calls: Mutex<Vec<Vec<String>>>,
-    }
-
-    #[async_trait::async_trait]
-    impl LockBackend for Overlapping {
-        fn kind(&self) -> &'static str {
-            "overlapping"
-        }
-        fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities().with_extend_batch_max(100)
-        }
-        async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-            self.inner.try_acquire(req).await
-        }
-        async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
-            self.inner.acquire(req, wait).await
-        }
-        async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
-            self.inner.release(hold, attempt).await
-        }
-        async fn extend(&self, hold: &Hold, ttl: Duration) -> Result<ExtendOutcome, LockError> {
-            self.inner.extend(hold, ttl).await
-        }
-        async fn extend_many(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
-            let out = self.out.fetch_add(1, Ordering::SeqCst) + 1;
-            self.most_out.fetch_max(out, Ordering::SeqCst);
-            let names = holds.iter().map(|(h, _)| h.name.clone()).collect();
-            self.calls.lock().unwrap().push(names);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            self.out.fetch_sub(1, Ordering::SeqCst);
-            self.inner.extend_many(holds).await
-        }
-        async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-            self.inner.inspect(name).await
-        }
-    }
-
     /// A round's parts take turns, the holds whose leases end first in the
     /// first part. Sent all at once, the parts of a round shared a starved
     /// server and all came back late together: the bench's w4 on
     /// PostgreSQL lost 9,933 of 10,000 holds at once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rounds_parts_take_turns_earliest_deadline_first() {
-        let backend = Arc::new(Overlapping::default());
+        let backend = Arc::new(Timed {
+            extend_took: Duration::from_millis(50),
+            batch_max: 100,
+            ..Timed::default()
+        });
         let ttl = Duration::from_secs(3);
         let client = LockClient::from_arc(backend.clone(), LockOptions::new().ttl(ttl)).unwrap();
         // One after another: each lease ends after the one before.
@@ -548,7 +533,7 @@ mod tests {
         tokio::time::sleep(ttl / 3 + Duration::from_millis(1_500)).await;
         let most_out = backend.most_out.load(Ordering::SeqCst);
         assert!(most_out <= PARTS_IN_FLIGHT, "{most_out} parts out at once");
-        let calls = backend.calls.lock().unwrap().clone();
+        let calls = backend.names.lock().unwrap().clone();
         assert!(calls.len() >= 10, "{} calls", calls.len());
         // Each part a slice of the holds in the order their leases end; two
         // out together may start in either order.

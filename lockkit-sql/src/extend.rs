@@ -236,7 +236,7 @@ mod tests {
 
     use crate::SqlBackend;
     use crate::config::{Dialect, SqlConfig};
-    use crate::conn::{Col, Val};
+    use crate::conn::{Col, text};
 
     /// A name renewed twice in one batch (a lost hold beside the one that
     /// followed it) goes to a second statement.
@@ -303,10 +303,8 @@ mod tests {
         run(format!("DROP SEQUENCE IF EXISTS \"{t}_token_seq\"")).await;
         let plan: Vec<String> = plan
             .into_iter()
-            .filter_map(|r| match r.into_iter().next() {
-                Some(Val::Text(line)) => Some(line),
-                _ => None,
-            })
+            .filter_map(|r| r.into_iter().next())
+            .map(text)
             .collect();
         let text = plan.join("\n");
         // "… Scan … on <table> l (actual time=… rows=R loops=L)": R × L

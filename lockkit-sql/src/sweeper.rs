@@ -71,7 +71,7 @@ mod tests {
 
     use crate::SqlBackend;
     use crate::config::{Dialect, SqlConfig};
-    use crate::conn::{Arg, Col, Val};
+    use crate::conn::{Arg, Col, text};
 
     /// A sweep costs PostgreSQL no JIT compilation. The sweeps scan the
     /// table (no index serves them), and with sequential scans disabled
@@ -93,10 +93,8 @@ mod tests {
             let plan = inner.db.fetch(&explain, &[Arg::Int(1000)], &[Col::Text]).await.unwrap();
             let lines: Vec<String> = plan
                 .into_iter()
-                .filter_map(|r| match r.into_iter().next() {
-                    Some(Val::Text(line)) => Some(line),
-                    _ => None,
-                })
+                .filter_map(|r| r.into_iter().next())
+                .map(text)
                 .collect();
             assert!(!lines.is_empty(), "a plan");
             assert!(

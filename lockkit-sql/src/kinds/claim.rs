@@ -141,16 +141,7 @@ impl Inner {
             tx.exec(&k.ensure_name, &args).await?;
         }
         let found = found.ok_or(sqlx::Error::RowNotFound)?;
-        let (key, attempt) = (Arg::Bytes(key), Arg::Text(Some(req.attempt)));
-        let [fam, name] = args;
-        let args = [key, attempt, key, attempt, key, fam, name];
-        let cols = [Col::Int, Col::Bytes, Col::Int, Col::Int, Col::Text, Col::Int];
-        let mut rows = tx.fetch(&k.rows, &args, &cols).await?;
-        // The line's row first (`seq` -1), then the holds. Sorted here: a
-        // sorted UNION makes MariaDB write a temporary table per read (on
-        // disk, for the TEXT column).
-        rows.sort_by_key(|r| r.first().map_or(0, Val::int));
-        let mut rows = rows.into_iter();
+        let mut rows = self.line_and_holds(&mut tx, req, key).await?.into_iter();
         let line = rows.next().map(Line::from_vals).unwrap_or_default();
         let state = NameState {
             permits: found[0].int(),
@@ -160,6 +151,24 @@ impl Inner {
             line,
         };
         Ok((tx, state))
+    }
+
+    /// The rows of `req`'s name in `tx`: its line's (`key`) first (`seq`
+    /// -1), then the holds. Sorted here: a sorted UNION makes MariaDB write
+    /// a temporary table per read (on disk, for the TEXT column).
+    async fn line_and_holds(
+        &self,
+        tx: &mut Tx,
+        req: &AcquireRequest<'_>,
+        key: &[u8],
+    ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+        let (key, attempt) = (Arg::Bytes(key), Arg::Text(Some(req.attempt)));
+        let [fam, name] = name_args(req);
+        let args = [key, attempt, key, attempt, key, fam, name];
+        let cols = [Col::Int, Col::Bytes, Col::Int, Col::Int, Col::Text, Col::Int];
+        let mut rows = tx.fetch(&self.ksql.rows, &args, &cols).await?;
+        rows.sort_by_key(|r| r.first().map_or(0, Val::int));
+        Ok(rows)
     }
 
     /// The claim: `Err` with the reason of a conflict.
@@ -308,19 +317,15 @@ mod tests {
     use lockkit_core::backend::{AcquireRequest, LockBackend, LockKind};
     use lockkit_core::testkit::server_url;
 
-    use super::name_args;
     use crate::SqlBackend;
     use crate::config::{Dialect, SqlConfig};
-    use crate::conn::{Arg, Col, Tx};
+    use crate::conn::{Col, Tx, text};
     use crate::wait::line_key;
 
     async fn temporary_tables(tx: &mut Tx) -> i64 {
         let status: Arc<str> = "SHOW SESSION STATUS LIKE 'Created_tmp_tables'".into();
-        let rows = tx.fetch(&status, &[], &[Col::Text, Col::Text]).await.unwrap();
-        match &rows[0][1] {
-            crate::conn::Val::Text(n) => n.parse().unwrap(),
-            other => panic!("status value {other:?}"),
-        }
+        let mut rows = tx.fetch(&status, &[], &[Col::Text, Col::Text]).await.unwrap();
+        text(rows.remove(0).remove(1)).parse().unwrap()
     }
 
     /// Reading a name's state makes no temporary table on MariaDB. With a
@@ -349,11 +354,7 @@ mod tests {
         let (mut tx, state) = inner.read_name(&req, &key).await.unwrap();
         assert_eq!(state.holds.len(), 1, "the permit taken is read back");
         let before = temporary_tables(&mut tx).await;
-        let [fam, n] = name_args(&req);
-        let (key, attempt) = (Arg::Bytes(&key), Arg::Text(Some(req.attempt)));
-        let args = [key, attempt, key, attempt, key, fam, n];
-        let cols = [Col::Int, Col::Bytes, Col::Int, Col::Int, Col::Text, Col::Int];
-        let rows = tx.fetch(&inner.ksql.rows, &args, &cols).await.unwrap();
+        let rows = inner.line_and_holds(&mut tx, &req, &key).await.unwrap();
         assert_eq!(rows.len(), 2, "the line's row and the hold");
         assert_eq!(temporary_tables(&mut tx).await, before, "no temporary table per read");
         tx.rollback().await.unwrap();

@@ -1,26 +1,29 @@
 //! Worker processes on one lock, for the binaries whose backends are
-//! shared between processes through a server (Redis, Redlock): a waiter
-//! killed with SIGKILL while it waits, and crowds of waiters in several
-//! processes on one semaphore or read-write lock.
+//! shared between processes through a server (Redis, Redlock, ZooKeeper):
+//! a waiter killed with SIGKILL while it waits, and crowds of waiters in
+//! several processes on one semaphore or read-write lock.
 //!
 //! The children are the test binary again: each binary has a test
 //! `child_process` that calls [`child_main`] (which returns at once
 //! without [`ROLE`] in the environment), and the tests start it with
-//! [`spawn`].
+//! [`Worker::spawn`].
 
+use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{ChildStdout, Stdio};
-use std::sync::Arc;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockkit::{LockClient, LockGuard, LockKind, LockOptions};
 
 use crate::common::{Reaper, spawn_child, unique};
 
-/// What a child does: `wait:KIND` (wait for the name until killed) or
-/// `crowd:KIND` (run [`PER_CHILD`] waiters that take the name once each).
+/// What a child does: `wait:KIND` (wait for the name until killed),
+/// `serve:KIND` (wait for the name as long as it takes, print `GOT TOKEN`
+/// once served, release it, print `DONE`) or `crowd:KIND` (run
+/// [`PER_CHILD`] waiters that take the name once each).
 pub const ROLE: &str = "LOCKKIT_CHILD_ROLE";
 const URL: &str = "LOCKKIT_CHILD_URL";
 const NAME: &str = "LOCKKIT_CHILD_NAME";
@@ -151,6 +154,17 @@ pub async fn child_main() {
             let _never = dead_want(kind).take(&locks, &name, &opts).await;
             panic!("the dead waiter was served before it was killed");
         }
+        "serve" => {
+            println!("ASKING");
+            let opts = locks.options().wait_forever();
+            let g = dead_want(kind)
+                .take(&locks, &name, &opts)
+                .await
+                .expect("the waiter is served");
+            println!("GOT {}", g.fencing_token());
+            g.unlock().await.expect("unlock");
+            println!("DONE");
+        }
         "crowd" => crowd_child(&locks, &name, kind).await,
         other => panic!("unknown child role {other}"),
     }
@@ -215,40 +229,65 @@ async fn crowd_child(locks: &LockClient, name: &str, kind: Kind) {
     println!("DONE {}", lines.len());
 }
 
-/// Starts this test binary again as a child with `role` on `name`; its
-/// `child_process` test is at `module_path` (the caller's
-/// `module_path!()`).
-pub fn spawn(module_path: &str, role: &str, url: &str, name: &str, dir: &Path, index: usize) -> Reaper {
-    let (dir, index) = (dir.to_string_lossy(), index.to_string());
-    let env = [(ROLE, role), (URL, url), (NAME, name), (DIR, &*dir), (INDEX, &*index)];
-    spawn_child(module_path, "child_process", &env, Stdio::piped())
+/// The words a child's lines start with (libtest may print `test NAME
+/// ... ` before the first on its line).
+const WORDS: [&str; 4] = ["ASKING", "STARTED", "GOT ", "DONE"];
+
+/// A child process and the lines it prints, from the first of [`WORDS`]
+/// on each.
+pub struct Worker {
+    pub process: Reaper,
+    lines: mpsc::Receiver<String>,
 }
 
-/// Waits (in a thread) until the child prints `what`, and returns its line
-/// from there.
-async fn expect_line(stdout: &mut Option<BufReader<ChildStdout>>, what: &'static str) -> String {
-    let mut reader = stdout.take().expect("the child's stdout");
-    let (reader, line) = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return (reader, None);
+impl Worker {
+    /// Starts this test binary again as a child with `role` on `name`; its
+    /// `child_process` test is at `module_path` (the caller's
+    /// `module_path!()`).
+    pub fn spawn(module_path: &str, role: &str, url: &str, name: &str, dir: &Path, index: usize) -> Worker {
+        let (dir, index) = (dir.to_string_lossy(), index.to_string());
+        let env = [(ROLE, role), (URL, url), (NAME, name), (DIR, &*dir), (INDEX, &*index)];
+        let mut process = spawn_child(module_path, "child_process", &env, Stdio::piped());
+        let stdout = process.0.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(at) = WORDS.iter().filter_map(|w| line.find(w)).min() {
+                    let _ = tx.send(line[at..].trim().to_owned());
+                }
             }
-            // (libtest may print `test NAME ... ` before it on the line.)
-            if let Some(at) = line.find(what) {
-                return (reader, Some(line[at..].trim().to_owned()));
+        });
+        Worker { process, lines }
+    }
+
+    /// The next line the child prints, within `within`; `None` when it
+    /// printed none (or ended).
+    pub fn next_line(&self, within: Duration) -> Option<String> {
+        tokio::task::block_in_place(|| self.lines.recv_timeout(within).ok())
+    }
+
+    /// Waits (up to `within`) until the child prints a line starting with
+    /// `what`, and returns that line.
+    pub fn expect(&self, what: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.next_line(left) {
+                Some(line) if line.starts_with(what) => return line,
+                Some(_) => {}
+                None => panic!("the child printed no {what} within {within:?}"),
             }
         }
-    })
-    .await
-    .unwrap();
-    *stdout = Some(reader);
-    line.unwrap_or_else(|| panic!("the child ended before it printed {what}"))
+    }
+
+    /// A line the child has printed and nobody read yet.
+    pub fn printed(&self) -> Option<String> {
+        self.lines.try_recv().ok()
+    }
 }
 
 /// Waits until `kind`'s line of `name` has `n` clients (within 30 s).
-async fn until_waiting(client: &LockClient, name: &str, kind: LockKind, n: usize) {
+pub async fn until_waiting(client: &LockClient, name: &str, kind: LockKind, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let waiting = client.backend().waiting_for(name, kind).await.expect("waiting");
@@ -263,24 +302,37 @@ async fn until_waiting(client: &LockClient, name: &str, kind: LockKind, n: usize
     }
 }
 
+/// How long a child may take to print that it asks, or that it started.
+const STARTUP: Duration = Duration::from_secs(30);
+
+/// What a dead waiter, and the live one behind it, ask for: `kind`'s
+/// request (a semaphore of one).
+pub fn dead_kind(kind: Kind) -> LockKind {
+    dead_want(kind).kind()
+}
+
 /// A waiter in a child process, queued behind a holder, is killed with
-/// SIGKILL while a live waiter (this process) queues behind it; the
-/// holder releases. Returns how long after the release the live waiter
-/// got the name (printed by the caller).
-pub async fn dead_waiter_killed(module_path: &str, url: &str, kind: Kind) -> Duration {
+/// SIGKILL while a live waiter (of `live`) queues behind it; the holder
+/// releases once `ready` (awaited once the live waiter is in line) is
+/// done. Returns how long after the release the live waiter got the name
+/// (printed by the caller).
+pub async fn dead_waiter_killed(
+    module_path: &str,
+    url: &str,
+    kind: Kind,
+    live: LockClient,
+    ready: impl Future<Output = ()>,
+) -> Duration {
     let name = unique(&format!("dead_waiter_killed_{}", kind.as_str()));
     let dir = tempfile::tempdir().unwrap();
     let want = dead_want(kind);
-    let (holder, live) = (
-        lockkit::connect(url).await.expect("connect"),
-        lockkit::connect(url).await.expect("connect"),
-    );
+    let holder = lockkit::connect(url).await.expect("connect");
     let opts = holder
         .options()
         .ttl(Duration::from_secs(60))
         .wait(Duration::from_secs(30));
     let held = want.take(&holder, &name, &opts).await.expect("the holder takes it");
-    let mut child = spawn(
+    let mut child = Worker::spawn(
         module_path,
         &format!("wait:{}", kind.as_str()),
         url,
@@ -288,16 +340,16 @@ pub async fn dead_waiter_killed(module_path: &str, url: &str, kind: Kind) -> Dur
         dir.path(),
         0,
     );
-    let mut stdout = child.0.stdout.take().map(BufReader::new);
-    expect_line(&mut stdout, "ASKING").await;
+    child.expect("ASKING", STARTUP);
     until_waiting(&holder, &name, want.kind(), 1).await;
     let waiter = tokio::spawn({
         let (live, name, opts) = (live.clone(), name.clone(), opts.clone());
         async move { want.take(&live, &name, &opts).await }
     });
     until_waiting(&holder, &name, want.kind(), 2).await;
-    child.0.kill().expect("SIGKILL the waiting child");
-    child.0.wait().expect("reap the child");
+    ready.await;
+    child.process.0.kill().expect("SIGKILL the waiting child");
+    child.process.0.wait().expect("reap the child");
     let released = Instant::now();
     held.unlock().await.expect("the holder releases");
     let got = tokio::time::timeout(Duration::from_secs(15), waiter)
@@ -356,38 +408,40 @@ pub async fn crowd(module_path: &str, url: &str, kind: Kind) -> CrowdSeen {
         held.push(gate_want.take(&gate, &name, &opts).await.expect("the gate takes it"));
     }
     let gate_token = held[0].fencing_token();
-    let mut children: Vec<(Reaper, Option<BufReader<ChildStdout>>)> = (0..CHILDREN)
+    let mut children: Vec<Worker> = (0..CHILDREN)
         .map(|i| {
-            let mut c = spawn(
-                module_path,
-                &format!("crowd:{}", kind.as_str()),
-                url,
-                &name,
-                dir.path(),
-                i,
-            );
-            let out = c.0.stdout.take().map(BufReader::new);
-            (c, out)
+            let role = format!("crowd:{}", kind.as_str());
+            Worker::spawn(module_path, &role, url, &name, dir.path(), i)
         })
         .collect();
-    for (_, out) in &mut children {
-        expect_line(out, "STARTED").await;
+    for child in &children {
+        child.expect("STARTED", STARTUP);
     }
     until_waiting(&gate, &name, gate_want.kind(), CHILDREN).await;
     let opened = Instant::now();
     for g in held {
         g.unlock().await.expect("the gate opens");
     }
-    for (_, out) in &mut children {
-        let done = tokio::time::timeout(CROWD_WAIT + Duration::from_secs(30), expect_line(out, "DONE"))
-            .await
-            .expect("the children's waiters are all served");
-        assert_eq!(done, format!("DONE {PER_CHILD}"));
+    for child in &children {
+        let done = child.expect("DONE", CROWD_WAIT + Duration::from_secs(30));
+        assert_eq!(
+            done,
+            format!("DONE {PER_CHILD}"),
+            "the children's waiters are all served"
+        );
     }
     let took = opened.elapsed();
-    for (c, _) in &mut children {
-        assert!(c.0.wait().expect("reap").success(), "a child failed");
+    for child in &mut children {
+        assert!(child.process.0.wait().expect("reap").success(), "a child failed");
     }
+    assert_eq!(
+        gate.backend()
+            .waiting_for(&name, gate_want.kind())
+            .await
+            .expect("waiting"),
+        0,
+        "nobody left in line"
+    );
     let mut grants = Vec::new();
     for i in 0..CHILDREN {
         let log = std::fs::read_to_string(dir.path().join(format!("child-{i}.log"))).expect("a child's log");
@@ -492,7 +546,7 @@ fn check_crowd(kind: Kind, gate_token: u64, grants: &mut [Grant], took: Duration
 }
 
 /// The bound the kit's `dead_waiter_skipped` uses (the goal is 500 ms).
-const DEAD_WAITER_BOUND: Duration = Duration::from_millis(1500);
+pub const DEAD_WAITER_BOUND: Duration = Duration::from_millis(1500);
 
 /// The test of a binary: on the server in the environment variable `var`
 /// (skipped without it, unless services are required), a waiter of every
@@ -503,7 +557,8 @@ pub async fn waiter_killed_while_waiting(module_path: &str, var: &str, label: &s
         return;
     };
     for kind in [Kind::Mutex, Kind::Semaphore, Kind::RwLock] {
-        let delay = dead_waiter_killed(module_path, &url, kind).await;
+        let live = lockkit::connect(&url).await.expect("connect");
+        let delay = dead_waiter_killed(module_path, &url, kind, live, async {}).await;
         eprintln!("{label}: a {kind:?} waiter killed with SIGKILL: the next served {delay:?} after the release");
         assert!(
             delay <= DEAD_WAITER_BOUND,

@@ -2,11 +2,11 @@
 //! `#[path = "../common/mod.rs"] mod common;` and uses what it needs: unique
 //! lock names, URL parameters, the libtest name of a test (for the tests that
 //! run their own binary again as a child process) and, with the `redis`
-//! feature, private `redis-server` processes and worker processes on one
-//! lock (`child`).
+//! feature, private `redis-server` processes, and worker processes on one
+//! lock (`child`, with `redis` or `zookeeper`).
 #![allow(dead_code)]
 
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "zookeeper"))]
 pub mod child;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -456,3 +456,109 @@ fn read_hold(g: &lockkit::LockGuard) -> lockkit::backend::Hold {
         kind: lockkit::LockKind::Read,
     }
 }
+
+/// The clients in `name`'s mutex line on one node, first to last.
+fn node_line(node: &Server, name: &str) -> Vec<String> {
+    let queue = redis::lock_key(name).replacen("}:", "}q:", 1);
+    node.cli(&["ZRANGE", &queue, "0", "-1"])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The places (µs) of `name`'s mutex line on one node, first to last.
+fn node_places(node: &Server, name: &str) -> Vec<String> {
+    let queue = redis::lock_key(name).replacen("}:", "}q:", 1);
+    let line = node.cli(&["ZRANGE", &queue, "0", "-1", "WITHSCORES"]);
+    line.lines().skip(1).step_by(2).map(str::to_owned).collect()
+}
+
+/// Waits until `node`'s line of `name` shows `n` clients.
+async fn until_node_line(node: &Server, name: &str, n: usize) {
+    redis::eventually("the waiters in the node's line", || async {
+        (node_line(node, name).len() == n).then_some(())
+    })
+    .await;
+}
+
+/// A waiter granted on a quorum moves in the line of every node, not only
+/// of the nodes that granted it, and to the same place on each: to the
+/// back, when more of its client's waiters wait. Here two nodes put the
+/// client behind it ahead of it and answer "its turn". Before, they kept
+/// the granted one where it stood, ahead of the third client (the other
+/// nodes have it behind), until one of its waiters came again, and each
+/// node sent it to the back at its own time: lines that disagree on who
+/// comes next, the split hand-offs of a Redlock crowd across processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_moves_the_waiter_in_every_nodes_line() {
+    if !redis::available("a_grant_moves_the_waiter_in_every_nodes_line") {
+        return;
+    }
+    let nodes = five();
+    let (h, a, c, d) = (
+        client(&nodes).await,
+        client(&nodes).await,
+        client(&nodes).await,
+        client(&nodes).await,
+    );
+    let name = "line";
+    let held = h.lock_with(name, &long()).await.expect("lock");
+    // Client A waits twice (two owners); clients C and D once, behind A.
+    let wait = |client: LockClient| tokio::spawn(async move { client.lock_with(name, &long()).await });
+    let a_first = wait(a.clone());
+    for node in &nodes {
+        until_node_line(node, name, 1).await;
+    }
+    let a_second = wait(a.with_new_owner());
+    let c_waits = wait(c.clone());
+    for node in &nodes {
+        until_node_line(node, name, 2).await;
+    }
+    let d_waits = wait(d.clone());
+    for node in &nodes {
+        until_node_line(node, name, 3).await;
+    }
+    let (a_id, c_id, d_id) = {
+        let line = node_line(&nodes[0], name);
+        (line[0].clone(), line[1].clone(), line[2].clone())
+    };
+    // Nodes 3 and 4 see C ahead of A.
+    let queue = redis::lock_key(name).replacen("}:", "}q:", 1);
+    for node in &nodes[3..] {
+        let a_at: i64 = node.cli(&["ZSCORE", &queue, &a_id]).trim().parse().unwrap();
+        node.cli(&["ZADD", &queue, "XX", &(a_at - 1).to_string(), &c_id]);
+        assert_eq!(node_line(node, name), [c_id.clone(), a_id.clone(), d_id.clone()]);
+    }
+    held.unlock().await.expect("unlock");
+    // A, first on three nodes, is served, and goes to the back on every
+    // node.
+    let mut a_waits = vec![a_first, a_second];
+    let (ga, _, rest) = futures_util::future::select_all(a_waits.drain(..)).await;
+    let ga = ga.expect("task").expect("A is served");
+    let places = node_places(&nodes[0], name);
+    for (i, node) in nodes.iter().enumerate() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while node_line(node, name) != [c_id.clone(), d_id.clone(), a_id.clone()] || node_places(node, name) != places {
+            assert!(
+                Instant::now() < deadline,
+                "node {i}'s line is {:?} at {:?} after A's grant, node 0's at {places:?} (A {a_id}, C {c_id}, D {d_id})",
+                node_line(node, name),
+                node_places(node, name)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    ga.unlock().await.expect("unlock");
+    let gc = tokio::time::timeout(Duration::from_secs(10), c_waits)
+        .await
+        .expect("C is served next")
+        .expect("task")
+        .expect("lock");
+    gc.unlock().await.expect("unlock");
+    let gd = d_waits.await.expect("task").expect("D is served after C");
+    gd.unlock().await.expect("unlock");
+    for a_waits in rest {
+        let g = a_waits.await.expect("task").expect("A's other waiter is served");
+        g.unlock().await.expect("unlock");
+    }
+}

@@ -56,8 +56,11 @@ if not h[1] then
   elseif queued == nil then
     queued = redis.call('EXISTS', KEYS[3]) == 1
   end
+  -- The share records where the caller's entry stood, for an undo (`1`:
+  -- not in line, or not moved).
+  local was_at = queued and ARGV[5] ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[5]) or '1'
   if queued then
-    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1', 'w', '1')
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, was_at, 'w', '1')
   else
     redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1')
   end
@@ -66,9 +69,14 @@ if not h[1] then
     if ARGV[7] ~= '' then redis.call('ZREM', KEYS[3], ARGV[7]) end
     if ARGV[5] ~= '' then
       if string.find(ARGV[6], 'k', 1, true) then
-        -- More of this client's waiters wait: to the back of the line.
-        local us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-        redis.call('ZADD', KEYS[3], 'XX', string.format('%.0f', us), ARGV[5])
+        -- More of this client's waiters wait: to the back of the line, at
+        -- the caller's time (ARGV[11], Redlock: the same on every node, so
+        -- that their lines agree) or the server's.
+        local back = ARGV[11]
+        if not back or back == '' then
+          back = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+        end
+        redis.call('ZADD', KEYS[3], 'XX', back, ARGV[5])
       else
         redis.call('ZREM', KEYS[3], ARGV[5])
       end

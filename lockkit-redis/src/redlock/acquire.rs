@@ -190,10 +190,10 @@ impl Inner {
                     // answer in time, or that did not agree: take them back in
                     // the background. A waiting caller's line entry moves on
                     // every node outside the quorum as the grant moved it on
-                    // the quorum (semaphores and read-write locks), so that
-                    // the nodes' lines agree on who comes next.
+                    // the quorum, so that the nodes' lines agree on who comes
+                    // next.
                     let agreed = |node: usize| held.iter().any(|h| h.node == node && h.agreed);
-                    let moved = self.moved(queueing, kind);
+                    let moved = self.moved(queueing);
                     let stray: Vec<usize> = (0..self.n())
                         .filter(|&node| !agreed(node))
                         .filter(|&node| {
@@ -309,14 +309,10 @@ impl Inner {
         .await;
     }
 
-    /// Where a grant of `kind` by a waiting caller moved its line entry
-    /// (semaphores and read-write locks; see [`UndoThen::moved`]), with
-    /// the caller's waiter id.
-    fn moved(&self, queueing: &Queueing, kind: LockKind) -> Option<(String, LineAfter)> {
-        let waiter = queueing
-            .waiter
-            .as_ref()
-            .filter(|_| queueing.join && kind != LockKind::Mutex)?;
+    /// Where a grant by a waiting caller moved its line entry (see
+    /// [`UndoThen::moved`]), with the caller's waiter id.
+    fn moved(&self, queueing: &Queueing) -> Option<(String, LineAfter)> {
+        let waiter = queueing.waiter.as_ref().filter(|_| queueing.join)?;
         let after = match (queueing.in_place, queueing.stay, queueing.back) {
             (true, _, _) => return None,
             (false, true, Some(back)) => LineAfter::Back(back),

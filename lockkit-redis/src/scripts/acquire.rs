@@ -193,8 +193,7 @@ pub(crate) struct Queueing {
     /// time).
     pub place: Option<u64>,
     /// The back of the line, in µs, where a client whose other waiters
-    /// wait goes after a grant (semaphores and read-write locks; `None`:
-    /// the server's time). Redlock gives every node the time of the
+    /// wait goes after a grant (`None`: the server's time). Redlock gives every node the time of the
     /// attempt, so that their lines agree.
     pub back: Option<u64>,
 }
@@ -295,7 +294,9 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
         .arg(queueing.place.map(|p| p.to_string()).unwrap_or_default())
         .arg(keys.waiter_mark());
     match claim.kind {
-        LockKind::Mutex => {}
+        LockKind::Mutex => {
+            inv.arg(queueing.back.map(|p| p.to_string()).unwrap_or_default());
+        }
         LockKind::Permit { permits } => {
             inv.arg(kinds::flag(claim.kind))
                 .arg(permits)

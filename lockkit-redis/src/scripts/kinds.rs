@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 use redis::{ScriptInvocation, Value};
 
 use super::release::parse_release;
-use super::{LineAfter, Publish, Released, SCRIPTS, UndoThen, int, parse_flag, text, unexpected};
+use super::{Publish, Released, SCRIPTS, UndoThen, int, parse_flag, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 
@@ -230,11 +230,7 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
         (None, Some((w, _))) => (w, String::new()),
         (None, None) => ("", String::new()),
     };
-    let moved = match then.moved {
-        Some((_, LineAfter::Back(back))) => format!("k{back}"),
-        Some((_, LineAfter::Out)) => "x".to_owned(),
-        None => String::new(),
-    };
+    let moved = then.moved.map(|(_, after)| after.arg()).unwrap_or_default();
     let v: Value = SCRIPTS
         .kinds_undo
         .key(&holds)

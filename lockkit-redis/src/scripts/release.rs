@@ -145,10 +145,9 @@ pub(crate) struct UndoThen<'a> {
     /// The nonce of the turn messages of semaphores and read-write locks
     /// (the same on every node; see `kinds::nonce`).
     pub nonce: &'a str,
-    /// Semaphores and read-write locks: the waiting client whose grant
-    /// stands on a quorum, and where the grant moved its line entry — done
-    /// here too, on a node outside the quorum, so that the nodes' lines
-    /// agree.
+    /// The waiting client whose grant stands on a quorum, and where the
+    /// grant moved its line entry — done here too, on a node outside the
+    /// quorum, so that the nodes' lines agree.
     pub moved: Option<(&'a str, LineAfter)>,
 }
 
@@ -161,6 +160,16 @@ pub(crate) enum LineAfter {
     Out,
 }
 
+impl LineAfter {
+    /// The undo scripts' argument: `x` out, `kPLACE` to the back.
+    pub(crate) fn arg(self) -> String {
+        match self {
+            LineAfter::Back(back) => format!("k{back}"),
+            LineAfter::Out => "x".to_owned(),
+        }
+    }
+}
+
 /// Redlock: undoes one failed attempt on one node.
 pub(crate) async fn undo<C: ConnectionLike + Send>(
     conn: &mut C,
@@ -171,7 +180,11 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
     then: UndoThen<'_>,
 ) -> Result<bool, Fault> {
     let key = keys.lock(name);
-    let (waiter, place) = then.requeue.map_or(("", String::new()), |(w, p)| (w, p.to_string()));
+    let (waiter, place) = match (then.requeue, then.moved) {
+        (Some((w, p)), _) => (w, p.to_string()),
+        (None, Some((w, _))) => (w, String::new()),
+        (None, None) => ("", String::new()),
+    };
     let v: Value = SCRIPTS
         .undo
         .key(&key)
@@ -184,6 +197,7 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
         .arg(place)
         .arg(keys.waiter_mark())
         .arg(if then.announce { "" } else { "s" })
+        .arg(then.moved.map(|(_, after)| after.arg()).unwrap_or_default())
         .invoke_async(conn)
         .await?;
     Ok(parse_flag("undo", &v)?)

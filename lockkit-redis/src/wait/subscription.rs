@@ -138,8 +138,8 @@ impl Subscription {
     }
 
     /// The lock a waiter holds while it attempts, so that this client's
-    /// waiters of a kind whose line entry lets one in at a time (a permit,
-    /// a writer) attempt one after the other, not side by side: each turn
+    /// waiters of a kind whose line entry lets one in at a time (a lock, a
+    /// permit, a writer) attempt one after the other, not side by side: each turn
     /// message wakes one of them, and several in flight at once race each
     /// other's grants (on Redlock: the client's entry moved to the back by
     /// one grant and brought forward by a sibling that set out before it,

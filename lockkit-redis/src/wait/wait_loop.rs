@@ -110,7 +110,9 @@ where
             n.as_mut().enable();
         }
         let gate = match kind {
-            LockKind::Permit { .. } | LockKind::Write => sub.as_ref().and_then(Subscription::one_at_a_time),
+            LockKind::Mutex | LockKind::Permit { .. } | LockKind::Write => {
+                sub.as_ref().and_then(Subscription::one_at_a_time)
+            }
             _ => None,
         };
         let in_turn = match &gate {

@@ -562,3 +562,103 @@ async fn a_grant_moves_the_waiter_in_every_nodes_line() {
         g.unlock().await.expect("unlock");
     }
 }
+
+/// Waits until `name`'s read-write line has `n` entries (a quorum's view).
+async fn until_rw_line(client: &LockClient, name: &str, n: usize) {
+    redis::eventually("the waiters in the read-write line", || async {
+        let waiting = client.backend().waiting_for(name, lockkit::LockKind::Write).await;
+        (waiting.expect("waiting") == n).then_some(())
+    })
+    .await;
+}
+
+/// A client that waits to read and to write stands in line twice, each
+/// entry at the place its first waiter of that kind came: a grant to its
+/// readers sends its reader entry to the back, not its writer entry.
+/// (Before, both took the one place the client kept, which every grant to
+/// its readers moved back: a client whose readers kept coming never let
+/// its writer reach the front — writers starved in a Redlock crowd.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_reads_do_not_send_its_writer_to_the_back() {
+    if !redis::available("a_clients_reads_do_not_send_its_writer_to_the_back") {
+        return;
+    }
+    let nodes = five();
+    let (h, a, b) = (client(&nodes).await, client(&nodes).await, client(&nodes).await);
+    let name = "writer-place";
+    let held = h.rw_lock(name).unwrap().write_with(&long()).await.expect("write");
+    let read = |c: LockClient| tokio::spawn(async move { c.rw_lock(name).unwrap().read_with(&long()).await });
+    let write = |c: LockClient| tokio::spawn(async move { c.rw_lock(name).unwrap().write_with(&long()).await });
+    // A's two readers, then A's writer, then B's writer.
+    let readers = [read(a.with_new_owner()), read(a.with_new_owner())];
+    until_rw_line(&h, name, 1).await;
+    let a_writes = write(a.with_new_owner());
+    until_rw_line(&h, name, 2).await;
+    let b_writes = write(b.clone());
+    until_rw_line(&h, name, 3).await;
+    held.unlock().await.expect("unlock");
+    // Each holder gives the lock back at once; whoever wrote first has the
+    // lower token.
+    let took = |w: tokio::task::JoinHandle<Result<lockkit::LockGuard, LockError>>| async move {
+        let g = w.await.expect("task").expect("served");
+        let token = g.fencing_token();
+        g.unlock().await.expect("unlock");
+        token
+    };
+    let [r1, r2] = readers;
+    let (_, _, a_token, b_token) = tokio::join!(took(r1), took(r2), took(a_writes), took(b_writes));
+    assert!(
+        a_token < b_token,
+        "A's writer, in line before B's, writes first ({a_token} < {b_token})"
+    );
+}
+
+/// A waiter whose entry moves back in line when it comes (its client's
+/// place is later than the entry a node kept) lets in those it stood
+/// before, and they are told. Here a reader stands before a waiting writer
+/// on every node (put there by hand: the nodes kept the reader's entry
+/// from before its client's place moved back). The release lets the reader
+/// in; the reader comes with its later place, which puts it behind the
+/// writer, and the writer is let in. (Before, nobody told the writer: it
+/// came only when the fallback timer it armed on hearing the reader's
+/// turn fired, 200-400 ms later — a wait a Redlock crowd's writers kept
+/// paying, and this test does not time.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_that_moves_back_lets_the_writer_behind_it_in() {
+    if !redis::available("an_entry_that_moves_back_lets_the_writer_behind_it_in") {
+        return;
+    }
+    let nodes = five();
+    let (h, w, r) = (client(&nodes).await, client(&nodes).await, client(&nodes).await);
+    let name = "moved-back";
+    let held = h.rw_lock(name).unwrap().write_with(&long()).await.expect("write");
+    let writer = tokio::spawn({
+        let w = w.clone();
+        async move { w.rw_lock(name).unwrap().write_with(&long()).await }
+    });
+    until_rw_line(&h, name, 1).await;
+    let reader = tokio::spawn({
+        let r = r.clone();
+        async move { r.rw_lock(name).unwrap().read_with(&long()).await }
+    });
+    until_rw_line(&h, name, 2).await;
+    let queue = redis::lock_key(name).replacen("}:", "}qr:", 1);
+    for node in &nodes {
+        let line = node.cli(&["ZRANGE", &queue, "0", "-1", "WITHSCORES"]);
+        let line: Vec<&str> = line.lines().collect();
+        assert!(line[0].ends_with(":w"), "the writer first: {line:?}");
+        let before: i64 = line[1].parse().unwrap();
+        node.cli(&["ZADD", &queue, "XX", &(before - 1).to_string(), line[2]]);
+    }
+    held.unlock().await.expect("unlock");
+    let g = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("the writer is told its turn once the reader moved behind it")
+        .expect("task")
+        .expect("write");
+    let token = g.fencing_token();
+    g.unlock().await.expect("unlock");
+    let read = reader.await.expect("task").expect("the reader reads after the writer");
+    assert_eq!(read.fencing_token(), token, "the reader carries the writer's token");
+    read.unlock().await.expect("unlock");
+}

@@ -52,7 +52,10 @@ if joins then
   -- client forward again on the nodes it reaches after that grant, not
   -- on the others — lines that disagree, and turns no quorum agrees on.
   if ARGV[9] ~= '' then
+    -- An entry that moves back may let in those it stood before.
+    local was = tonumber(redis.call('ZSCORE', Q, me) or '')
     redis.call('ZADD', Q, 'GT', ARGV[9], me)
+    if was and was < tonumber(ARGV[9]) then changed = true end
   else
     redis.call('ZADD', Q, 'NX', place(), me)
   end

@@ -112,6 +112,9 @@ struct Slot {
     /// (µs): when its first waiter came, or where its last grant sent it
     /// (the back). Redlock gives it to every node (see [`Turn::place`]).
     place: u64,
+    /// The place of this client's entry for writing (a read-write lock),
+    /// kept apart: a grant to its readers does not move its writers.
+    write_place: u64,
     subscribed: bool,
     recent: VecDeque<Vec<u8>>,
     /// Bumped by every message: a fallback timer fires only if no message
@@ -395,6 +398,7 @@ impl Waiters {
                 readers: 0,
                 batch: 0,
                 place: now_micros(),
+                write_place: now_micros(),
                 subscribed: false,
                 recent: VecDeque::new(),
                 epoch: 0,
@@ -408,6 +412,11 @@ impl Waiters {
                 slot.notify_write = Arc::new(Notify::new());
                 slot.stale = None;
                 slot.batch = 0;
+            }
+            // An entry's place is when the first waiter of its kind came.
+            if writer && slot.writers == 0 {
+                slot.write_place = now_micros();
+            } else if !writer && slot.refs == slot.writers {
                 slot.place = now_micros();
             }
             slot.refs += 1;

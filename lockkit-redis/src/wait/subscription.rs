@@ -131,7 +131,11 @@ impl Subscription {
             slot.stale = None;
             slot.readers -= usize::from(!self.writer && !self.took);
             if let Some((true, false, back)) = self.last {
-                slot.place = back;
+                if self.writer {
+                    slot.write_place = back;
+                } else {
+                    slot.place = back;
+                }
             }
         }
         self.took = true;
@@ -174,7 +178,7 @@ impl Subscription {
                     }
                     _ => None,
                 },
-                place: slot.place,
+                place: if self.writer { slot.write_place } else { slot.place },
                 back: now_micros(),
             },
             None => Turn::default(),

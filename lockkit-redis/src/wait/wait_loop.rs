@@ -44,9 +44,10 @@ pub(crate) struct Turn {
     /// a reader's turn lets all the client's readers in, so the line entry
     /// keeps its place until the last of them has come.
     pub batch_follows: bool,
-    /// The client's place in line (µs, this process's clock): Redlock
-    /// joins every node's line there, so that the nodes' lines agree
-    /// whichever of the client's waiters reaches a node first.
+    /// The place in line of the client's entry this waiter stands for (to
+    /// write, or not; µs, this process's clock): Redlock joins every node's
+    /// line there, so that the nodes' lines agree whichever of the
+    /// client's waiters reaches a node first.
     pub place: u64,
     /// Where a grant sends the client when more of its waiters wait: the
     /// time of this attempt (µs), the same on every Redlock node.

@@ -19,7 +19,7 @@ use lockkit_zk::ZkBackend;
 
 use crate::common::child::{self, DEAD_WAITER_BOUND, Kind, Worker};
 use crate::common::unique;
-use crate::support::{BOUND, server};
+use crate::support::{BOUND, Server, server};
 
 /// The entry point of the child processes the other tests start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,6 +71,19 @@ async fn waiter_killed_while_waiting() {
     }
 }
 
+/// The nodes of `name`'s mutex line, first to last, as a raw session of
+/// `server` lists them.
+async fn line_nodes(server: &Server, name: &str) -> Vec<String> {
+    let raw = zookeeper_client::Client::connector()
+        .connect(&format!("{}{}", server.addr, server.chroot))
+        .await
+        .expect("raw session");
+    let parent = format!("/{}", lockkit_zk::encode_name(name));
+    let mut nodes = raw.list_children(&parent).await.expect("the line");
+    nodes.sort_by_key(|n| n.rsplit('-').next().and_then(|s| s.parse::<u64>().ok()));
+    nodes
+}
+
 fn signal(worker: &Worker, sig: &str) {
     let status = std::process::Command::new("kill")
         .args([sig, &worker.process.0.id().to_string()])
@@ -94,6 +107,7 @@ async fn a_stopped_waiter_process_queues_again_behind_the_one_that_passed_it() {
     let child = Worker::spawn(module_path!(), "serve:mutex", &server.url, &name, dir.path(), 0);
     child.expect("ASKING", BOUND);
     child::until_waiting(&holder, &name, kind, 1).await;
+    let before_behind = line_nodes(&server, &name).await;
     let behind = ZkBackend::from_url(&server.url).await.expect("connect");
     let waiter = LockClient::new(behind.clone(), LockOptions::new()).unwrap();
     let (n, opts) = (name.clone(), waiter.options().wait(BOUND));
@@ -101,6 +115,15 @@ async fn a_stopped_waiter_process_queues_again_behind_the_one_that_passed_it() {
     child::until_waiting(&holder, &name, kind, 2).await;
     until_watching(&behind).await;
     signal(&child, "-STOP");
+    // The line as the child stopped: the holder's node, the child's, the
+    // live waiter's. (A child that queued again meanwhile would stand
+    // behind the live waiter, and nothing would be taken out.)
+    let stopped = line_nodes(&server, &name).await;
+    assert_eq!(
+        stopped.get(..2),
+        Some(&before_behind[..]),
+        "the child's node changed before it stopped (line {stopped:?}, before the live waiter {before_behind:?})"
+    );
     held.unlock().await.expect("release");
     let passed = tokio::time::timeout(BOUND, live)
         .await
@@ -110,7 +133,8 @@ async fn a_stopped_waiter_process_queues_again_behind_the_one_that_passed_it() {
     assert_eq!(
         behind.stats().dead_waiters,
         1,
-        "the stopped waiter's node was taken out"
+        "the stopped waiter's node was taken out (line as it stopped: {stopped:?}; now {:?})",
+        line_nodes(&server, &name).await
     );
     signal(&child, "-CONT");
     // It runs again, finds its node gone, and queues behind the holder.

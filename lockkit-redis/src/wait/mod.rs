@@ -72,7 +72,7 @@ const RECENT_PAYLOADS: usize = 16;
 /// or gone): long enough that a live client on a loaded machine takes its
 /// turn first, short enough that a dead one delays a hand-off once by a
 /// fraction of a second.
-const FALLBACK: Duration = Duration::from_millis(200);
+pub(crate) const FALLBACK: Duration = Duration::from_millis(200);
 
 /// This process's wall clock in µs (places in a line).
 pub(crate) fn now_micros() -> u64 {
@@ -116,7 +116,11 @@ struct Slot {
     /// kept apart: a grant to its readers does not move its writers.
     write_place: u64,
     subscribed: bool,
-    recent: VecDeque<Vec<u8>>,
+    /// The payloads seen lately, each with the `attempts` count when it
+    /// was last delivered (see `pubsub::on_message`).
+    recent: VecDeque<(Vec<u8>, u64)>,
+    /// Attempts this client's waiters on the name have set out on.
+    attempts: u64,
     /// Bumped by every message: a fallback timer fires only if no message
     /// came after the one that armed it.
     epoch: u64,
@@ -401,6 +405,7 @@ impl Waiters {
                 write_place: now_micros(),
                 subscribed: false,
                 recent: VecDeque::new(),
+                attempts: 0,
                 epoch: 0,
                 stale: None,
                 attempting: Arc::new(tokio::sync::Mutex::new(())),

@@ -95,14 +95,18 @@ pub(super) fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
 /// A message on `channel`, from the server or handed over in this process
 /// (see [`Waiters::deliver_locally`]). A payload seen lately (the same
 /// release again: the server's copy of one delivered locally, or Redlock's
-/// from another node) changes nothing, not even a pending fallback.
+/// from another node) changes nothing, not even a pending fallback —
+/// except as below.
 ///
 /// Redlock's nodes each tell a client its turn; the first copy wakes one
-/// waiter, and the others are dropped. An attempt made on the first copy
-/// that meets a node which has not released yet still holds on the nodes
-/// that have: a split vote, tried again after a millisecond or two — it
-/// needs no wake-up. (Waking one waiter per copy, as before, set up to N
-/// waiters of the client against each other for one turn.)
+/// waiter, and copies that come before it sets out are dropped (waking one
+/// waiter per copy set up to N waiters of the client against each other
+/// for one turn). A copy that comes after an attempt set out on an earlier
+/// one wakes a waiter again, once per attempt: that attempt may have
+/// reached this copy's node before the release did, and then found no
+/// quorum and slept as another client's turn (the node that named another
+/// head) — while that client, told "not yours" by this client's nodes,
+/// dropped this client from the line after its fallback delay.
 pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>) {
     let mut slots = shared.slots();
     let Some(slot) = slots.get_mut(channel) else { return };
@@ -121,16 +125,24 @@ pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>)
         .filter(|(id, _)| own != Some(*id))
         .map(|_| String::from_utf8_lossy(head_of(&payload).unwrap_or_default()).into_owned());
     let writer = head.map(|(_, writer)| writer);
-    let empty = payload.is_empty();
-    let seen = payload;
-    if !empty && slot.recent.contains(&seen) {
-        return;
+    // (Redlock: one pub/sub connection per node.)
+    let again = other_head.is_none() && shared.recovering.len() > 1;
+    let attempts = slot.attempts;
+    match slot
+        .recent
+        .iter_mut()
+        .find(|(seen, _)| !payload.is_empty() && *seen == payload)
+    {
+        Some((_, delivered)) if again && attempts > *delivered => *delivered = attempts,
+        Some(_) => return,
+        None => {
+            if slot.recent.len() == RECENT_PAYLOADS {
+                slot.recent.pop_front();
+            }
+            slot.recent.push_back((payload, attempts));
+        }
     }
     slot.epoch += 1;
-    if slot.recent.len() == RECENT_PAYLOADS {
-        slot.recent.pop_front();
-    }
-    slot.recent.push_back(seen);
     match other_head {
         Some(head) => {
             slot.stale = Some((head, Instant::now()));

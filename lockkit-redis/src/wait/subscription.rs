@@ -156,31 +156,34 @@ impl Subscription {
     pub(super) fn turn(&mut self) -> Turn {
         let mut slots = self.shared.slots();
         let turn = match slots.get_mut(&self.channel) {
-            Some(slot) => Turn {
-                others_wait: if self.writer {
-                    slot.writers > 1
-                } else {
-                    slot.refs - slot.writers > 1
-                },
-                batch_follows: !self.writer && slot.batch > 0 && {
-                    slot.batch -= 1;
-                    slot.batch > 0
-                },
-                // Only once the client given the turn had the fallback
-                // delay to take it: an attempt made for another reason
-                // (a new lock call, a lease running out) must not drop a
-                // client that is about to take its turn.
-                stale: match &slot.stale {
-                    Some((head, since)) if since.elapsed() >= FALLBACK => {
-                        let head = head.clone();
-                        slot.stale = None;
-                        Some(head)
-                    }
-                    _ => None,
-                },
-                place: if self.writer { slot.write_place } else { slot.place },
-                back: now_micros(),
-            },
+            Some(slot) => {
+                slot.attempts += 1;
+                Turn {
+                    others_wait: if self.writer {
+                        slot.writers > 1
+                    } else {
+                        slot.refs - slot.writers > 1
+                    },
+                    batch_follows: !self.writer && slot.batch > 0 && {
+                        slot.batch -= 1;
+                        slot.batch > 0
+                    },
+                    // Only once the client given the turn had the fallback
+                    // delay to take it: an attempt made for another reason
+                    // (a new lock call, a lease running out) must not drop a
+                    // client that is about to take its turn.
+                    stale: match &slot.stale {
+                        Some((head, since)) if since.elapsed() >= FALLBACK => {
+                            let head = head.clone();
+                            slot.stale = None;
+                            Some(head)
+                        }
+                        _ => None,
+                    },
+                    place: if self.writer { slot.write_place } else { slot.place },
+                    back: now_micros(),
+                }
+            }
             None => Turn::default(),
         };
         self.last = Some((turn.others_wait, turn.batch_follows, turn.back));

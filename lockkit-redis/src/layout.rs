@@ -7,6 +7,7 @@
 //! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token, `w` present once a client queued for this hold, `a:ID` one field per share of the hold: the attempt id of the acquisition that made it, its value where that acquisition's line entry stood before the grant moved it (`1`: none; for an undo) |
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
 //! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, by the server time (µs) they joined: oldest first |
+//! | `P{TAG}t:N` | string, expires after 10 s; gone once the name is taken | `ID\|MS`: the waiting client last told its turn on the free name, and when (server time, ms) |
 //!
 //! Semaphores and read-write locks keep their names apart from the mutex's
 //! (and from each other's) by a family letter `F` after the tag: `s` for a
@@ -146,6 +147,14 @@ impl Keys {
         k
     }
 
+    /// `P{TAG}t:NAME`, the waiting client last told its turn on `name`'s
+    /// mutex and when (see the layout table).
+    pub fn turn(&self, name: &str) -> Vec<u8> {
+        let mut k = self.lock(name);
+        k.splice(self.prefix.len() + 5..self.prefix.len() + 5, [b't']);
+        k
+    }
+
     /// The queue key of a lock key (see [`queue`](Self::queue)).
     pub fn queue_of_lock(&self, lock_key: &[u8]) -> Vec<u8> {
         let mut k = lock_key.to_vec();
@@ -250,6 +259,7 @@ mod tests {
         assert_eq!(k.counter("a"), b"lockkit:{92c}fence");
         assert_eq!(k.queue("a"), b"lockkit:{92c}q:a");
         assert_eq!(k.queue_of_lock(&k.lock("a")), k.queue("a"));
+        assert_eq!(k.turn("a"), b"lockkit:{92c}t:a");
         assert_eq!(k.lock("foobar"), b"lockkit:{968}:foobar");
         // Braces and NUL in a name stay after the tag and change nothing.
         let odd = "x{y}z\0{";
@@ -262,6 +272,7 @@ mod tests {
         assert_eq!(k.name_of(b"lockkit:{92c}:b"), None, "wrong tag for the name");
         assert_eq!(k.name_of(&k.counter("a")), None);
         assert_eq!(k.name_of(&k.queue("a")), None);
+        assert_eq!(k.name_of(&k.turn("a")), None);
         assert_eq!(k.scan_pattern("a*[b]"), b"lockkit:{???}:a\\*\\[b\\]*");
         let sem = k.holds("a", LockKind::Permit { permits: 2 });
         assert_eq!(sem, b"lockkit:{92c}s:a");

@@ -400,3 +400,93 @@ async fn only_releases_somebody_waits_for_publish() {
         .expect("lock");
     gb.unlock().await.expect("unlock");
 }
+
+/// The mutex's acquire script as `lockkit-redis` builds it.
+const ACQUIRE_SCRIPT: &str = concat!(
+    include_str!("../../lockkit-redis/src/lua/waiter_channel.lua"),
+    include_str!("../../lockkit-redis/src/lua/announce.lua"),
+    include_str!("../../lockkit-redis/src/lua/token.lua"),
+    include_str!("../../lockkit-redis/src/lua/acquire.lua")
+);
+
+/// A fair attempt by waiting client `waiter` on the free name `lock` that
+/// names `stale` as a head that let its turn pass; the script's reply.
+fn attempt_dropping(server: &Server, lock: &str, waiter: &str, stale: &str) -> String {
+    let (counter, queue, turn) = (
+        format!("{}fence", &lock[..lock.find('}').expect("tag") + 1]),
+        lock.replacen("}:", "}q:", 1),
+        lock.replacen("}:", "}t:", 1),
+    );
+    let mark = "lockkit:".len() + 5;
+    server.cli(&[
+        "EVAL",
+        ACQUIRE_SCRIPT,
+        "4",
+        lock,
+        &counter,
+        &queue,
+        &turn,
+        "owner-w",
+        "60000",
+        "attempt-w",
+        "",
+        waiter,
+        "wf",
+        stale,
+        "PUBLISH",
+        "",
+        &mark.to_string(),
+        "",
+        "200",
+    ])
+}
+
+/// A head is dropped as one that let its turn pass only once it was told
+/// its turn on this server at least the fallback delay ago. A waiter's
+/// record of a head's turn may be older than the turn that head has now:
+/// on Redlock a client told "C's turn" by one node (then moved behind C
+/// there by its own grant) released the name on another node, which told C
+/// its turn; the client's next attempt, its fallback delay after the old
+/// message, dropped C there 14 ms after C was told — a live head overtaken,
+/// and in `a_grant_moves_the_waiter_in_every_nodes_line` C never served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_told_its_turn_just_now_is_not_dropped() {
+    if !redis::available("a_head_told_its_turn_just_now_is_not_dropped") {
+        return;
+    }
+    let server = Server::start();
+    let lock = redis::lock_key("turn");
+    let (queue, turn) = (lock.replacen("}:", "}q:", 1), lock.replacen("}:", "}t:", 1));
+    let (head, waiter) = ("c0c0c0c0c0c0c0c0", "a0a0a0a0a0a0a0a0");
+    server.cli(&["ZADD", &queue, "1", head, "2", waiter]);
+    // The head is told its turn now (a release's announcement).
+    let time = server.cli(&["TIME"]);
+    let mut time = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
+    let now_ms = time.next().expect("s") * 1000 + time.next().expect("µs") / 1000;
+    server.cli(&["SET", &turn, &format!("{head}|{now_ms}"), "PX", "10000"]);
+    let reply = attempt_dropping(&server, &lock, waiter, head);
+    assert_eq!(
+        reply.lines().next().map(str::trim),
+        Some("0"),
+        "not taken past a head told just now: {reply}"
+    );
+    assert_eq!(
+        server.cli(&["ZRANGE", &queue, "0", "-1"]).lines().collect::<Vec<_>>(),
+        [head, waiter],
+        "the head stays in line"
+    );
+    // Told a second ago, and not come: dropped, and the waiter takes it.
+    server.cli(&["SET", &turn, &format!("{head}|{}", now_ms - 1000), "PX", "10000"]);
+    let reply = attempt_dropping(&server, &lock, waiter, head);
+    assert_eq!(reply.lines().next().map(str::trim), Some("1"), "taken: {reply}");
+    assert_eq!(
+        server.cli(&["ZRANGE", &queue, "0", "-1"]).trim(),
+        "",
+        "the head was dropped"
+    );
+    assert_eq!(
+        server.cli(&["EXISTS", &turn]).trim(),
+        "0",
+        "the turn is over once taken"
+    );
+}

@@ -490,8 +490,6 @@ async fn until_node_line(node: &Server, name: &str, n: usize) {
 /// node sent it to the back at its own time: lines that disagree on who
 /// comes next, the split hand-offs of a Redlock crowd across processes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails 19 of 40 runs beside two CPU hogs (A not served in 10 s; C's hand-set place \
-            compared): a finding, mechanism not found yet (issue 29 note)"]
 async fn a_grant_moves_the_waiter_in_every_nodes_line() {
     if !redis::available("a_grant_moves_the_waiter_in_every_nodes_line") {
         return;
@@ -537,13 +535,15 @@ async fn a_grant_moves_the_waiter_in_every_nodes_line() {
     let mut a_waits = vec![a_first, a_second];
     let (ga, _, rest) = futures_util::future::select_all(a_waits.drain(..)).await;
     let ga = ga.expect("task").expect("A is served");
-    let places = node_places(&nodes[0], name);
+    // (C's place differs on nodes 3 and 4: set by hand above.)
+    let a_place = |node: &Server| node_places(node, name).get(2).cloned();
+    let back = a_place(&nodes[0]);
     for (i, node) in nodes.iter().enumerate() {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while node_line(node, name) != [c_id.clone(), d_id.clone(), a_id.clone()] || node_places(node, name) != places {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while node_line(node, name) != [c_id.clone(), d_id.clone(), a_id.clone()] || a_place(node) != back {
             assert!(
                 Instant::now() < deadline,
-                "node {i}'s line is {:?} at {:?} after A's grant, node 0's at {places:?} (A {a_id}, C {c_id}, D {d_id})",
+                "node {i}'s line is {:?} at {:?} after A's grant, A at {back:?} on node 0 (A {a_id}, C {c_id}, D {d_id})",
                 node_line(node, name),
                 node_places(node, name)
             );

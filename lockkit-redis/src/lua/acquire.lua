@@ -23,21 +23,22 @@ if not h[1] then
     -- Fair: a free name is the queue head's. A waiting caller takes its
     -- place first (it may have left this queue by taking the lock here in an
     -- attempt that failed on other nodes: Redlock); then a head that was
-    -- given its turn and let it pass (ARGV[7]: dead, or gone) is dropped.
+    -- given its turn and let it pass (ARGV[7]: dead, or gone; told its turn
+    -- here at least ARGV[12] ms ago) is dropped.
     if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
       if redis.call('ZADD', KEYS[3], 'NX', place(), ARGV[5]) == 1 then
         redis.call('PEXPIRE', KEYS[3], 60000)
       end
     end
     local q = redis.call('ZRANGE', KEYS[3], 0, 2)
-    if q[1] and q[1] == ARGV[7] then
+    if q[1] and q[1] == ARGV[7] and had_turn(KEYS[4], q[1], tonumber(ARGV[12])) then
       redis.call('ZREM', KEYS[3], q[1])
       q = redis.call('ZRANGE', KEYS[3], 0, 1)
       if q[1] and q[1] ~= ARGV[5] and ARGV[8] ~= '' then
         -- Tell the next in line that it is its turn now, and the one after
         -- it (to drop it in turn, should it not come either).
         local now = redis.call('TIME')
-        announce(ARGV[8], KEYS[1], tonumber(ARGV[10]), KEYS[3], ARGV[5], 's' .. now[1] .. now[2])
+        announce(ARGV[8], KEYS[1], tonumber(ARGV[10]), KEYS[3], ARGV[5], 's' .. now[1] .. now[2], KEYS[4])
       end
       q = redis.call('ZRANGE', KEYS[3], 0, 2)
     end
@@ -66,6 +67,8 @@ if not h[1] then
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if queued then
+    -- A turn told on the free name is over.
+    redis.call('DEL', KEYS[4])
     if ARGV[7] ~= '' then redis.call('ZREM', KEYS[3], ARGV[7]) end
     if ARGV[5] ~= '' then
       if string.find(ARGV[6], 'k', 1, true) then

@@ -3,8 +3,11 @@
 -- to the head of `queue` and the next in line (never to `except`), or
 -- `PREFIX|` on `lock` to everybody when nobody queued. A head or next
 -- that nobody listens for is dropped from the queue (see `tell_or_drop`)
--- and the one after it told instead. Returns the message.
-local function announce(cmd, lock, at, queue, except, prefix)
+-- and the one after it told instead. The head told (not `except`) and
+-- when (server ms) go to `turn`, so that it is dropped as one that let its turn pass only
+-- once it had the fallback delay here (see `had_turn`). Returns the
+-- message.
+local function announce(cmd, lock, at, queue, except, prefix, turn)
   for _ = 1, 100 do
     local q = redis.call('ZRANGE', queue, 0, 1)
     if not q[1] then break end
@@ -16,9 +19,29 @@ local function announce(cmd, lock, at, queue, except, prefix)
         break
       end
     end
-    if live then return m end
+    if live then
+      if q[1] ~= except then
+        local t = redis.call('TIME')
+        local ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+        -- (Kept well past any fallback delay; taking the name ends it.)
+        redis.call('SET', turn, q[1] .. '|' .. ms, 'PX', 10000)
+      end
+      return m
+    end
   end
   local m = prefix .. '|'
   redis.pcall(cmd, lock, m)
   return m
+end
+-- Whether waiting client `head` has had its turn for `grace` ms by `turn`
+-- (see `announce`): true also when no turn of it is recorded (none was
+-- announced here, or the record is gone).
+local function had_turn(turn, head, grace)
+  local r = redis.call('GET', turn)
+  if not r then return true end
+  local at = string.find(r, '|', 1, true)
+  if not at or string.sub(r, 1, at - 1) ~= head then return true end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return now - tonumber(string.sub(r, at + 1)) >= grace
 end

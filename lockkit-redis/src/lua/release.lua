@@ -9,4 +9,4 @@ if c > 0 then
 end
 redis.call('DEL', KEYS[1])
 if not h[4] and ARGV[5] == 'q' then return 0 end
-return announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], '', ARGV[2])
+return announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], '', ARGV[2], KEYS[3])

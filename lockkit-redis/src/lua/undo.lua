@@ -26,5 +26,5 @@ if ARGV[5] ~= '' and ARGV[6] ~= '' then
   end
 end
 if ARGV[8] == 's' then return 1 end
-announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], ARGV[5], 'u' .. ARGV[2])
+announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], ARGV[5], 'u' .. ARGV[2], KEYS[3])
 return 1

@@ -8,11 +8,11 @@ use redis::{Script, ScriptInvocation, Value};
 use super::{Publish, Replicas, SCRIPTS, int, kinds, pipelined, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
-use crate::wait::Turn;
+use crate::wait::{FALLBACK, Turn};
 
 /// Acquire, re-enter, or report the holder's remaining lease.
 ///
-/// KEYS: lock, counter, queue. ARGV:
+/// KEYS: lock, counter, queue, turn. ARGV:
 /// 1. owner, 2. ttl ms,
 /// 3. the attempt id (its share is recorded as the field `a:ID`; a repeat
 ///    of the attempt is recognised by it and changes nothing),
@@ -32,7 +32,10 @@ use crate::wait::Turn;
 ///    (µs; `''`: the server's time — Redlock gives every node the same
 ///    place, the time its waiting began, so that the nodes' queues agree),
 ///    10. where a waiting client's channel differs from the lock key (see
-///    [`Keys::waiter_mark`]).
+///    [`Keys::waiter_mark`]), 11. where a grant sends the caller when more
+///    of its waiters wait (µs; `''`: the server's time), 12. the fallback
+///    delay (ms): the head named in 7 is dropped only once it was told its
+///    turn here at least that long ago (the turn key).
 ///
 /// Returns `{1, token, count, pttl, KIND}` when the caller holds it (`KIND`
 /// `n`: a new hold, `r`: this attempt re-entered the owner's hold, `p`: this
@@ -278,7 +281,7 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
     let mut inv = match claim.kind {
         LockKind::Mutex => {
             let mut inv = SCRIPTS.acquire.key(keys.lock(name));
-            inv.key(keys.counter(name)).key(keys.queue(name));
+            inv.key(keys.counter(name)).key(keys.queue(name)).key(keys.turn(name));
             inv
         }
         kind => kinds::acquire_call(keys, name, kind),
@@ -295,7 +298,8 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
         .arg(keys.waiter_mark());
     match claim.kind {
         LockKind::Mutex => {
-            inv.arg(queueing.back.map(|p| p.to_string()).unwrap_or_default());
+            inv.arg(queueing.back.map(|p| p.to_string()).unwrap_or_default())
+                .arg(FALLBACK.as_millis().to_string());
         }
         LockKind::Permit { permits } => {
             inv.arg(kinds::flag(claim.kind))

@@ -20,7 +20,7 @@ use crate::layout::Keys;
 /// Publishing uses `pcall`: a user without pub/sub permission still
 /// releases.
 ///
-/// KEYS: lock, queue. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`,
+/// KEYS: lock, queue, turn. ARGV: owner, token, channel, `PUBLISH` or `SPUBLISH`,
 /// `q` when every waiter queues (then an unmarked hold publishes nothing;
 /// `''`: publish even so, for Redlock, whose nodes may have missed the
 /// mark), 6. the attempt id whose share this is, 7. where a waiting
@@ -79,6 +79,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
         .release
         .key(&key)
         .key(keys.queue(name))
+        .key(keys.turn(name))
         .arg(owner)
         .arg(token)
         .arg(&key)
@@ -125,7 +126,7 @@ pub(crate) async fn force_release<C: ConnectionLike + Send>(
 /// ARGV[8] is `s` (silent: the caller holds the name on a quorum, or tries
 /// again at once).
 ///
-/// KEYS: lock, queue. ARGV: owner, attempt id, channel, `PUBLISH`, waiter id
+/// KEYS: lock, queue, turn. ARGV: owner, attempt id, channel, `PUBLISH`, waiter id
 /// (`''`: none), place, where a waiting client's channel differs from the
 /// lock channel (see [`Keys::waiter_mark`]), `s` or `''`.
 /// Returns 1 when something was undone.
@@ -189,6 +190,7 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
         .undo
         .key(&key)
         .key(keys.queue(name))
+        .key(keys.turn(name))
         .arg(owner)
         .arg(attempt)
         .arg(&key)

@@ -74,6 +74,13 @@ const RECENT_PAYLOADS: usize = 16;
 /// fraction of a second.
 pub(crate) const FALLBACK: Duration = Duration::from_millis(200);
 
+/// Redlock: how long a waiter told its turn by one node waits for a
+/// quorum of nodes to tell it too before it tries anyway. The copies of
+/// one release come from the nodes within a round trip of each other; a
+/// turn fewer nodes give (their lines or holds differ) is tried after
+/// this.
+const QUORUM_WAIT: Duration = Duration::from_millis(50);
+
 /// This process's wall clock in µs (places in a line).
 pub(crate) fn now_micros() -> u64 {
     std::time::SystemTime::now()
@@ -116,11 +123,13 @@ struct Slot {
     /// kept apart: a grant to its readers does not move its writers.
     write_place: u64,
     subscribed: bool,
-    /// The payloads seen lately, each with the `attempts` count when it
-    /// was last delivered (see `pubsub::on_message`).
-    recent: VecDeque<(Vec<u8>, u64)>,
-    /// Attempts this client's waiters on the name have set out on.
-    attempts: u64,
+    recent: VecDeque<Vec<u8>>,
+    /// Redlock: the nodes (bits by connection) that told this client its
+    /// turn since its last attempt set out (see `pubsub::on_message`).
+    told_by: u64,
+    /// Bumped whenever `told_by` starts over: a [`QUORUM_WAIT`] timer
+    /// fires only if it did not.
+    told_epoch: u64,
     /// Bumped by every message: a fallback timer fires only if no message
     /// came after the one that armed it.
     epoch: u64,
@@ -304,10 +313,10 @@ impl Waiters {
         for shared in &group {
             let own = shared.waiter_id.as_deref().map(str::as_bytes);
             if heads.is_empty() {
-                on_message(shared, channel, payload.to_vec());
+                on_message(shared, channel, payload.to_vec(), None);
             }
             for head in heads.iter().filter(|h| own == Some(entry_client(h).0)) {
-                on_message(shared, channel, [prefix, head].concat());
+                on_message(shared, channel, [prefix, head].concat(), None);
             }
         }
     }
@@ -405,7 +414,8 @@ impl Waiters {
                 write_place: now_micros(),
                 subscribed: false,
                 recent: VecDeque::new(),
-                attempts: 0,
+                told_by: 0,
+                told_epoch: 0,
                 epoch: 0,
                 stale: None,
                 attempting: Arc::new(tokio::sync::Mutex::new(())),

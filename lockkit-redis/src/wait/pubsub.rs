@@ -12,7 +12,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::time::Instant;
 
-use super::{RECENT_PAYLOADS, Shared, entry_client, fallback};
+use super::{QUORUM_WAIT, RECENT_PAYLOADS, Shared, Slot, entry_client, fallback};
 
 /// One pub/sub connection.
 #[derive(Clone)]
@@ -73,7 +73,7 @@ pub(super) fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
                 (Some(keys), Some(id)) => keys.lock_of_waiter_channel(channel, id),
                 _ => None,
             };
-            on_message(shared, own.as_deref().unwrap_or(channel), payload);
+            on_message(shared, own.as_deref().unwrap_or(channel), payload, Some(index));
         }
         PushKind::Disconnection => {
             let Some(flag) = shared.recovering.get(index) else {
@@ -92,22 +92,22 @@ pub(super) fn on_push(shared: &Arc<Shared>, index: usize, info: PushInfo) {
     }
 }
 
-/// A message on `channel`, from the server or handed over in this process
-/// (see [`Waiters::deliver_locally`]). A payload seen lately (the same
-/// release again: the server's copy of one delivered locally, or Redlock's
-/// from another node) changes nothing, not even a pending fallback —
-/// except as below.
+/// A message on `channel`, from the server (`node`: the connection it came
+/// on) or handed over in this process (`None`; see
+/// [`Waiters::deliver_locally`]). A payload seen lately (the same release
+/// again: the server's copy of one delivered locally, or Redlock's from
+/// another node) changes nothing, not even a pending fallback.
 ///
-/// Redlock's nodes each tell a client its turn; the first copy wakes one
-/// waiter, and copies that come before it sets out are dropped (waking one
-/// waiter per copy set up to N waiters of the client against each other
-/// for one turn). A copy that comes after an attempt set out on an earlier
-/// one wakes a waiter again, once per attempt: that attempt may have
-/// reached this copy's node before the release did, and then found no
-/// quorum and slept as another client's turn (the node that named another
-/// head) — while that client, told "not yours" by this client's nodes,
-/// dropped this client from the line after its fallback delay.
-pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>) {
+/// Redlock's nodes each tell a client its turn, and the turn is real only
+/// where a quorum of them agrees: a waiter is woken once a quorum of nodes
+/// told it (since its client's last attempt set out), or [`QUORUM_WAIT`]
+/// after the first of them did. Woken at the first copy, an attempt could
+/// reach the slower nodes before their release, find no quorum, and sleep
+/// its fallback delay as another client's turn (the node that named another
+/// head) while the copies it needed were dropped as duplicates; woken at
+/// every copy, up to N waiters of the client raced each other for one
+/// turn.
+pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>, node: Option<usize>) {
     let mut slots = shared.slots();
     let Some(slot) = slots.get_mut(channel) else { return };
     if payload == b"+" {
@@ -125,24 +125,21 @@ pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>)
         .filter(|(id, _)| own != Some(*id))
         .map(|_| String::from_utf8_lossy(head_of(&payload).unwrap_or_default()).into_owned());
     let writer = head.map(|(_, writer)| writer);
-    // (Redlock: one pub/sub connection per node.)
-    let again = other_head.is_none() && shared.recovering.len() > 1;
-    let attempts = slot.attempts;
-    match slot
-        .recent
-        .iter_mut()
-        .find(|(seen, _)| !payload.is_empty() && *seen == payload)
-    {
-        Some((_, delivered)) if again && attempts > *delivered => *delivered = attempts,
-        Some(_) => return,
-        None => {
-            if slot.recent.len() == RECENT_PAYLOADS {
-                slot.recent.pop_front();
+    if !payload.is_empty() && slot.recent.contains(&payload) {
+        return;
+    }
+    if let Some(node) = node.filter(|_| head.is_some() && other_head.is_none() && shared.required > 1) {
+        let first = slot.told_by == 0;
+        slot.told_by |= 1 << node.min(63);
+        if (slot.told_by.count_ones() as usize) < shared.required {
+            if first {
+                wake_later(shared, channel, slot.told_epoch, payload, writer);
             }
-            slot.recent.push_back((payload, attempts));
+            return;
         }
     }
     slot.epoch += 1;
+    remember(slot, payload);
     match other_head {
         Some(head) => {
             slot.stale = Some((head, Instant::now()));
@@ -167,27 +164,64 @@ pub(super) fn on_message(shared: &Arc<Shared>, channel: &[u8], payload: Vec<u8>)
                 }
             });
         }
-        None => {
-            slot.stale = None;
-            match writer {
-                Some(true) => slot.notify_write.notify_one(),
-                // A turn to read lets every reader of the client in: all
-                // of them come (one line entry, one message).
-                Some(false) if shared.keys.as_ref().is_some_and(|k| k.is_rw(channel)) => {
-                    if slot.readers == 0 {
-                        // A reader's entry left from the last turn, with no
-                        // reader waiting now: out of the line, unless a new
-                        // reader came meanwhile (see `Leave`).
-                        leave_entry(shared, channel);
-                    }
-                    slot.batch = slot.readers;
-                    slot.notify.notify_waiters();
-                }
-                Some(false) => slot.notify.notify_one(),
-                None => slot.wake_any(),
-            }
-        }
+        None => wake(shared, slot, channel, writer),
     }
+}
+
+/// Notes `payload` as seen.
+fn remember(slot: &mut Slot, payload: Vec<u8>) {
+    if slot.recent.len() == RECENT_PAYLOADS {
+        slot.recent.pop_front();
+    }
+    slot.recent.push_back(payload);
+}
+
+/// Wakes the waiters of this client's turn: a writer (`Some(true)`), the
+/// readers, one waiter of the name, or (`None`: everybody's turn) one of
+/// each kind. (Another client's turn leaves the count of nodes that told
+/// this client its own as it is.)
+fn wake(shared: &Arc<Shared>, slot: &mut Slot, channel: &[u8], writer: Option<bool>) {
+    slot.told_by = 0;
+    slot.told_epoch += 1;
+    slot.stale = None;
+    match writer {
+        Some(true) => slot.notify_write.notify_one(),
+        // A turn to read lets every reader of the client in: all
+        // of them come (one line entry, one message).
+        Some(false) if shared.keys.as_ref().is_some_and(|k| k.is_rw(channel)) => {
+            if slot.readers == 0 {
+                // A reader's entry left from the last turn, with no
+                // reader waiting now: out of the line, unless a new
+                // reader came meanwhile (see `Leave`).
+                leave_entry(shared, channel);
+            }
+            slot.batch = slot.readers;
+            slot.notify.notify_waiters();
+        }
+        Some(false) => slot.notify.notify_one(),
+        None => slot.wake_any(),
+    }
+}
+
+/// Redlock: wakes this client's waiters [`QUORUM_WAIT`] after one node told
+/// it its turn (`payload`), unless a quorum of nodes told it, or one of its
+/// attempts set out, first (`told_epoch` moved on).
+fn wake_later(shared: &Arc<Shared>, channel: &[u8], told_epoch: u64, payload: Vec<u8>, writer: Option<bool>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (weak, channel) = (Arc::downgrade(shared), channel.to_vec());
+    rt.spawn(async move {
+        tokio::time::sleep(QUORUM_WAIT).await;
+        let Some(shared) = weak.upgrade() else { return };
+        let mut slots = shared.slots();
+        let Some(slot) = slots.get_mut(&channel).filter(|s| s.told_epoch == told_epoch) else {
+            return;
+        };
+        slot.epoch += 1;
+        remember(slot, payload);
+        wake(&shared, slot, &channel, writer);
+    });
 }
 
 /// Takes this client's entry to read out of `channel`'s line (in the

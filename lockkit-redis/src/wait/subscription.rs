@@ -157,7 +157,9 @@ impl Subscription {
         let mut slots = self.shared.slots();
         let turn = match slots.get_mut(&self.channel) {
             Some(slot) => {
-                slot.attempts += 1;
+                // This attempt sees what the nodes say now.
+                slot.told_by = 0;
+                slot.told_epoch += 1;
                 Turn {
                     others_wait: if self.writer {
                         slot.writers > 1

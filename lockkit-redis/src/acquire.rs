@@ -122,7 +122,7 @@ impl RedisBackend {
             }
             // Only asked for a slot (Redlock), which this claim is not.
             AcquireReply::OtherSlot { .. } => (TryAcquire::Busy { retry_in: None }, None),
-            AcquireReply::Busy { pttl, turn_of } => (
+            AcquireReply::Busy { pttl, turn_of, .. } => (
                 TryAcquire::Busy {
                     retry_in: (pttl >= 0).then(|| millis(pttl)),
                 },

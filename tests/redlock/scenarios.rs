@@ -448,6 +448,58 @@ async fn a_reader_on_nodes_with_different_last_writes_releases_everywhere() {
     write.unlock().await.expect("unlock");
 }
 
+/// A reader's token is the greatest last write any answering node has,
+/// also the nodes that refuse it. Here the last write stands on nodes 0-2
+/// (3 and 4 keep the older one, set by hand), node 1 then loses its keys,
+/// and nodes 0 and 2 refuse the reader (a writer holds there, set by
+/// hand): the reader holds on nodes 1, 3 and 4, none of which keeps the
+/// last write. Before, it carried the older write's token — the token
+/// order the Redlock read-write crowd torture broke after a node wipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_carries_the_last_write_that_only_refusing_nodes_keep() {
+    if !redis::available("a_reader_carries_the_last_write_that_only_refusing_nodes_keep") {
+        return;
+    }
+    let nodes = five();
+    let (w, r) = (client(&nodes).await, client(&nodes).await);
+    let name = "kept-by-refusers";
+    let older = w.rw_lock(name).unwrap().write_with(&long()).await.expect("write");
+    let older_token = older.fencing_token();
+    older.unlock().await.expect("unlock");
+    let newer = w.rw_lock(name).unwrap().write_with(&long()).await.expect("write");
+    let token = newer.fencing_token();
+    assert!(token > older_token);
+    newer.unlock().await.expect("unlock");
+    // Nodes 3 and 4 were outside the newer write's quorum; node 1 loses
+    // its keys.
+    let holds = redis::lock_key(name).replacen("}:", "}r:", 1);
+    let ends = holds.replacen("}r:", "}er:", 1);
+    for node in &nodes[3..] {
+        node.cli(&["HSET", &holds, "lw", &older_token.to_string()]);
+    }
+    nodes[1].cli(&["FLUSHALL"]);
+    // A writer of another owner holds on nodes 0 and 2 for a minute.
+    for node in [&nodes[0], &nodes[2]] {
+        let time = node.cli(&["TIME"]);
+        let mut time = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
+        let until = time.next().expect("s") * 1000 + time.next().expect("µs") / 1000 + 60_000;
+        node.cli(&["HSET", &holds, "o|w", "someone", "t|w", "1", "a|w", "0123456789abcdef"]);
+        node.cli(&["ZADD", &ends, &until.to_string(), "w"]);
+    }
+    let read = r
+        .rw_lock(name)
+        .unwrap()
+        .read_with(&long())
+        .await
+        .expect("read on nodes 1, 3, 4");
+    assert_eq!(
+        read.fencing_token(),
+        token,
+        "the reader carries the last write (the older one: {older_token})"
+    );
+    read.unlock().await.expect("unlock");
+}
+
 fn read_hold(g: &lockkit::LockGuard) -> lockkit::backend::Hold {
     lockkit::backend::Hold {
         name: g.name().to_owned(),

@@ -147,6 +147,9 @@ if not new and not x then
     local first = redis.call('ZRANGE', Z, 0, 0, 'WITHSCORES')
     reply = {0, '', 0, first[1] and (tonumber(first[2]) - now) or -1}
   end
+  -- A reader refused here still learns this node's last write token
+  -- (Redlock: a reader's token is the greatest any answering node has).
+  if kind == 'r' then reply[2] = redis.call('HGET', H, 'lw') or '' end
   if joins then
     local keep = fmt(math.max(reply[4], 0) + 60000)
     redis.call('PEXPIRE', Q, keep)

@@ -137,6 +137,8 @@ impl Inner {
             let mut conflicts = Vec::new();
             let mut heads: HashMap<&str, (usize, u32)> = HashMap::new();
             let mut free_slots: HashMap<u32, usize> = HashMap::new();
+            // The greatest last write token a refusing node told a reader.
+            let mut last_write = 0;
             for (node, r) in replies.iter().enumerate() {
                 match r {
                     Ok(AcquireReply::Acquired {
@@ -153,8 +155,13 @@ impl Inner {
                         share: *share,
                         agreed: false,
                     }),
-                    Ok(AcquireReply::Busy { pttl, turn_of }) => {
+                    Ok(AcquireReply::Busy {
+                        pttl,
+                        turn_of,
+                        last_write: lw,
+                    }) => {
                         busy.push(*pttl);
+                        last_write = last_write.max(lw.unwrap_or(0));
                         if let Some(t) = turn_of {
                             let (named, behind) = heads.entry(t.head.as_str()).or_insert((0, t.behind));
                             *named += 1;
@@ -173,7 +180,7 @@ impl Inner {
                 }
             }
             let settled = if held.len() >= self.quorum {
-                self.settle(sent_at, &mut held, kind)
+                self.settle(sent_at, &mut held, kind, last_write)
             } else {
                 Settled::NoQuorum
             };

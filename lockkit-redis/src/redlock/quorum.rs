@@ -101,11 +101,14 @@ impl Inner {
     /// A reader's token is each node's last write token, which a write
     /// attempt that failed on some nodes may have left raised there: a read
     /// hold stands on any quorum of nodes that hold it, with the greatest
-    /// of their tokens (every granted writer's quorum meets it, so it is at
-    /// least the last granted writer's).
-    pub(super) fn settle(&self, sent_at: Instant, held: &mut [NodeHold], kind: LockKind) -> Settled {
+    /// of their tokens and of `last_write`, the greatest the nodes that
+    /// refused it told (every granted writer's quorum meets the holding
+    /// nodes, so it is at least the last granted writer's — unless a node
+    /// of that meeting lost its keys since; the refusing nodes' word then
+    /// often still has it).
+    pub(super) fn settle(&self, sent_at: Instant, held: &mut [NodeHold], kind: LockKind, last_write: u64) -> Settled {
         if kind == LockKind::Read {
-            let token = held.iter().map(|h| h.token).max().unwrap_or(0);
+            let token = held.iter().map(|h| h.token).max().unwrap_or(0).max(last_write);
             held.iter_mut().for_each(|h| h.agreed = true);
             return self.settled(sent_at, held, token);
         }

@@ -88,6 +88,9 @@ pub(crate) enum AcquireReply {
         pttl: i64,
         /// Free, but another waiting client's turn (fair only).
         turn_of: Option<TurnOf>,
+        /// A read-write lock's last write token on this server, told to a
+        /// refused reader.
+        last_write: Option<u64>,
     },
     /// Redlock's semaphores: a permit is free on this server, but not the
     /// slot the claim asked for; `free` is the lowest free one.
@@ -157,9 +160,14 @@ pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> 
             },
         }),
         Some(0) => match rest {
-            [] => Ok(AcquireReply::Busy { pttl, turn_of: None }),
+            [] => Ok(AcquireReply::Busy {
+                pttl,
+                turn_of: None,
+                last_write: int(token).and_then(|t| u64::try_from(t).ok()),
+            }),
             [head, behind] => Ok(AcquireReply::Busy {
                 pttl,
+                last_write: int(token).and_then(|t| u64::try_from(t).ok()),
                 turn_of: Some(TurnOf {
                     head: text(head).ok_or_else(bad)?,
                     behind: int(behind).and_then(|b| u32::try_from(b).ok()).ok_or_else(bad)?,

@@ -287,7 +287,11 @@ mod tests {
         ]);
         assert_eq!(
             parse_acquire(&busy).unwrap(),
-            AcquireReply::Busy { pttl: 5, turn_of: None }
+            AcquireReply::Busy {
+                pttl: 5,
+                turn_of: None,
+                last_write: None
+            }
         );
         let turn = Value::Array(vec![
             Value::Int(0),
@@ -301,6 +305,7 @@ mod tests {
             parse_acquire(&turn).unwrap(),
             AcquireReply::Busy {
                 pttl: -2,
+                last_write: None,
                 turn_of: Some(TurnOf {
                     head: "00c0ffee00c0ffee".to_owned(),
                     behind: 3

@@ -207,6 +207,9 @@ pub async fn w2(url: &str, c: usize, peers: &[Peer], seconds: Duration) -> Resul
     Ok(rows)
 }
 
+/// How long w2 waits for a client's last call after the measurement.
+const STUCK: Duration = Duration::from_secs(60);
+
 /// The measurement of w2 with `clients`, one task each.
 async fn contend(series: Series<'_>, clients: Vec<Box<dyn Locker>>, seconds: Duration) -> Result<Row, BenchError> {
     let c = clients.len();
@@ -276,7 +279,16 @@ async fn contend(series: Series<'_>, clients: Vec<Box<dyn Locker>>, seconds: Dur
     let mut acquisitions = 0;
     let mut finished = Vec::with_capacity(c);
     for t in tasks {
-        let (h, hand, n, all, client) = t.await??;
+        // A client whose call never returns (a hung connection) fails the
+        // row instead of hanging the run.
+        let Ok(joined) = tokio::time::timeout(STUCK, t).await else {
+            return Err(format!(
+                "w2 {}: a client's call did not return within {STUCK:?} after the measurement ended",
+                series.imp
+            )
+            .into());
+        };
+        let (h, hand, n, all, client) = joined??;
         hist.add(&h)?;
         handoffs.add(&hand)?;
         per_client.push(n);

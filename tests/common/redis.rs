@@ -164,6 +164,13 @@ impl Server {
             .unwrap_or_else(|| panic!("redis-cli -p {} {args:?} failed", self.port))
     }
 
+    /// The server's clock (`TIME`) in ms.
+    pub fn time_ms(&self) -> u64 {
+        let time = self.cli(&["TIME"]);
+        let mut parts = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
+        parts.next().expect("s") * 1000 + parts.next().expect("µs") / 1000
+    }
+
     /// Runs the commands in `input` (one a line) on one `redis-cli`
     /// connection, so a `READONLY` first lets a cluster replica answer reads.
     pub fn cli_session(&self, input: &str) -> String {

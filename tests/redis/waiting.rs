@@ -403,6 +403,7 @@ async fn only_releases_somebody_waits_for_publish() {
 
 /// The mutex's acquire script as `lockkit-redis` builds it.
 const ACQUIRE_SCRIPT: &str = concat!(
+    include_str!("../../lockkit-redis/src/lua/clock.lua"),
     include_str!("../../lockkit-redis/src/lua/waiter_channel.lua"),
     include_str!("../../lockkit-redis/src/lua/announce.lua"),
     include_str!("../../lockkit-redis/src/lua/token.lua"),
@@ -460,9 +461,7 @@ async fn a_head_told_its_turn_just_now_is_not_dropped() {
     let (head, waiter) = ("c0c0c0c0c0c0c0c0", "a0a0a0a0a0a0a0a0");
     server.cli(&["ZADD", &queue, "1", head, "2", waiter]);
     // The head is told its turn now (a release's announcement).
-    let time = server.cli(&["TIME"]);
-    let mut time = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
-    let now_ms = time.next().expect("s") * 1000 + time.next().expect("µs") / 1000;
+    let now_ms = server.time_ms();
     server.cli(&["SET", &turn, &format!("{head}|{now_ms}"), "PX", "10000"]);
     let reply = attempt_dropping(&server, &lock, waiter, head);
     assert_eq!(

@@ -480,9 +480,7 @@ async fn a_reader_carries_the_last_write_that_only_refusing_nodes_keep() {
     nodes[1].cli(&["FLUSHALL"]);
     // A writer of another owner holds on nodes 0 and 2 for a minute.
     for node in [&nodes[0], &nodes[2]] {
-        let time = node.cli(&["TIME"]);
-        let mut time = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
-        let until = time.next().expect("s") * 1000 + time.next().expect("µs") / 1000 + 60_000;
+        let until = node.time_ms() + 60_000;
         node.cli(&["HSET", &holds, "o|w", "someone", "t|w", "1", "a|w", "0123456789abcdef"]);
         node.cli(&["ZADD", &ends, &until.to_string(), "w"]);
     }

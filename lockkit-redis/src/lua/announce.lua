@@ -4,9 +4,9 @@
 -- `PREFIX|` on `lock` to everybody when nobody queued. A head or next
 -- that nobody listens for is dropped from the queue (see `tell_or_drop`)
 -- and the one after it told instead. The head told (not `except`) and
--- when (server ms) go to `turn`, so that it is dropped as one that let its turn pass only
--- once it had the fallback delay here (see `had_turn`). Returns the
--- message.
+-- when (server ms) go to `turn`, so that it is dropped as one that let
+-- its turn pass only once it had the fallback delay here (see
+-- `had_turn`). Returns the message.
 local function announce(cmd, lock, at, queue, except, prefix, turn)
   for _ = 1, 100 do
     local q = redis.call('ZRANGE', queue, 0, 1)
@@ -21,10 +21,8 @@ local function announce(cmd, lock, at, queue, except, prefix, turn)
     end
     if live then
       if q[1] ~= except then
-        local t = redis.call('TIME')
-        local ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
         -- (Kept well past any fallback delay; taking the name ends it.)
-        redis.call('SET', turn, q[1] .. '|' .. ms, 'PX', 10000)
+        redis.call('SET', turn, q[1] .. '|' .. string.format('%.0f', now_ms()), 'PX', 10000)
       end
       return m
     end
@@ -41,7 +39,5 @@ local function had_turn(turn, head, grace)
   if not r then return true end
   local at = string.find(r, '|', 1, true)
   if not at or string.sub(r, 1, at - 1) ~= head then return true end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  return now - tonumber(string.sub(r, at + 1)) >= grace
+  return now_ms() - tonumber(string.sub(r, at + 1)) >= grace
 end

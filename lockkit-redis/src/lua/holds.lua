@@ -26,12 +26,6 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
--- The server's time in ms.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- Drops the holds whose lease ended by `now`; returns how many.
 local function purge(H, Z, now)
   local gone = redis.call('ZRANGEBYSCORE', Z, '-inf', fmt(now))

@@ -45,6 +45,7 @@ use crate::wait::{FALLBACK, Turn};
 /// clients queued between it and the caller (and, from the kinds' script,
 /// `{2, SLOT}`: see [`AcquireReply::OtherSlot`]).
 pub(super) const ACQUIRE: &str = concat!(
+    include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/announce.lua"),
     include_str!("../lua/token.lua"),

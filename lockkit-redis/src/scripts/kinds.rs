@@ -46,6 +46,7 @@ use crate::layout::Keys;
 /// stand. Counting permits per node alone does not bound them: on 5 nodes,
 /// 3 permits of 2 can each stand on 3 nodes (9 shares in 10 places).
 pub(super) const KINDS_ACQUIRE: &str = concat!(
+    include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/token.lua"),
     include_str!("../lua/holds.lua"),
@@ -60,6 +61,7 @@ pub(super) const KINDS_ACQUIRE: &str = concat!(
 /// differs from the holds key, message nonce. Replies as the mutex's
 /// release: the holds left, -1, or the message naming the clients told.
 pub(super) const KINDS_RELEASE: &str = concat!(
+    include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_release.lua")
@@ -81,6 +83,7 @@ pub(super) const KINDS_RELEASE: &str = concat!(
 /// `''`, where a waiter's channel differs from the holds key, message
 /// nonce, the move (`''`: none). Returns 1 when something was undone.
 pub(super) const KINDS_UNDO: &str = concat!(
+    include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_undo.lua")
@@ -102,6 +105,7 @@ pub(super) const KINDS_UNDO: &str = concat!(
 /// holds key, message nonce, the entry (`''`: all). Returns how many
 /// entries left.
 pub(super) const KINDS_LEAVE: &str = concat!(
+    include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_leave.lua")
@@ -112,6 +116,7 @@ pub(super) const KINDS_LEAVE: &str = concat!(
 /// KEYS: holds and lease ends, two per hold. ARGV: kind, owner, token, ttl
 /// ms — four per hold. Replies as the mutex's extend.
 pub(super) const KINDS_EXTEND: &str = concat!(
+    include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_extend.lua")
@@ -120,6 +125,7 @@ pub(super) const KINDS_EXTEND: &str = concat!(
 /// The live holds of one kind, in the order granted. KEYS: holds, lease
 /// ends. ARGV: kind. Returns `{owner, count, token, pttl}` per hold.
 pub(super) const KINDS_HOLDERS: &str = concat!(
+    include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/holds.lua"),
     include_str!("../lua/kinds_holders.lua")

@@ -30,6 +30,7 @@ use crate::layout::Keys;
 /// release that published returns the message instead (its holds left are
 /// 0), for the releasing client to hand to the waiters of its own process.
 pub(super) const RELEASE: &str = concat!(
+    include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/announce.lua"),
     include_str!("../lua/release.lua")
@@ -131,6 +132,7 @@ pub(crate) async fn force_release<C: ConnectionLike + Send>(
 /// lock channel (see [`Keys::waiter_mark`]), `s` or `''`.
 /// Returns 1 when something was undone.
 pub(super) const UNDO: &str = concat!(
+    include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/announce.lua"),
     include_str!("../lua/undo.lua")

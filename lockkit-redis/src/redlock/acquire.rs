@@ -113,7 +113,7 @@ impl Inner {
                 .duration_since(std::time::UNIX_EPOCH)
                 .ok()
                 .and_then(|d| u64::try_from(d.as_micros()).ok())
-                .map(|now| now.max(above.unwrap_or(0)).saturating_add(lead));
+                .map(|now| now.saturating_add(lead).max(above.map_or(0, |a| a.saturating_add(1))));
             let keys = &self.keys;
             let nonce = scripts::nonce();
             let sent_at = Instant::now();

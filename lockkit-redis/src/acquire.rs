@@ -78,7 +78,7 @@ impl RedisBackend {
                 proposal: None,
                 queueing: &queueing,
                 kind,
-                slot: None,
+                slot: scripts::Slot::Any,
                 nonce: &scripts::nonce(),
             };
             let r = match inner.replicas {

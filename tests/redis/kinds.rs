@@ -248,3 +248,97 @@ async fn readers_and_writers_contending_stay_apart() {
         assert_eq!(observer.backend().waiting_for("contended", kind).await.unwrap(), 0);
     }
 }
+
+/// The semaphores' acquire script as `lockkit-redis` builds it.
+const KINDS_ACQUIRE_SCRIPT: &str = concat!(
+    include_str!("../../lockkit-redis/src/lua/clock.lua"),
+    include_str!("../../lockkit-redis/src/lua/waiter_channel.lua"),
+    include_str!("../../lockkit-redis/src/lua/token.lua"),
+    include_str!("../../lockkit-redis/src/lua/holds.lua"),
+    include_str!("../../lockkit-redis/src/lua/kinds_acquire.lua")
+);
+
+/// A Redlock permit attempt (slot `*`: the one the server assigns) by the
+/// waiting client `waiter` on semaphore `name` of 3, that tells nobody;
+/// the script's reply, one element per line.
+fn assigned_permit(server: &Server, name: &str, waiter: &str) -> Vec<String> {
+    let lock = redis::lock_key(name);
+    let holds = family_key(&lock, "s");
+    let tag_end = lock.find('}').expect("a hash tag") + 1;
+    let mark = "lockkit:".len() + 5;
+    let attempt = format!("{:0>16}", &waiter[..1]);
+    server
+        .cli(&[
+            "EVAL",
+            KINDS_ACQUIRE_SCRIPT,
+            "5",
+            &holds,
+            &family_key(&lock, "es"),
+            &format!("{}fence", &lock[..tag_end]),
+            &family_key(&lock, "qs"),
+            &family_key(&lock, "ts"),
+            &format!("owner-{waiter}"),
+            "60000",
+            &attempt,
+            "",
+            waiter,
+            "wf",
+            "",
+            "",
+            "",
+            &mark.to_string(),
+            "p",
+            "3",
+            "*",
+            "0000000000000000",
+            "",
+        ])
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .collect()
+}
+
+/// Redlock's permits: each node assigns a waiting client the r-th free
+/// slot, r its place among the clients the line lets in, so that clients
+/// let in together take different slots, and every node whose line and
+/// holds agree assigns a client the same slot whatever order the clients'
+/// attempts reach it in. (A slot chosen by the client, spread by its
+/// attempt id, collided in one attempt of four in a crowd of 16, and the
+/// colliding attempts split the nodes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_let_in_together_are_assigned_different_slots() {
+    if !redis::available("permits_let_in_together_are_assigned_different_slots") {
+        return;
+    }
+    let server = Server::start();
+    let clients = [
+        "a0a0a0a0a0a0a0a0",
+        "b0b0b0b0b0b0b0b0",
+        "c0c0c0c0c0c0c0c0",
+        "d0d0d0d0d0d0d0d0",
+    ];
+    for (name, order) in [("slots-1", [1, 2, 0]), ("slots-2", [0, 2, 1]), ("slots-3", [2, 0, 1])] {
+        let line = family_key(&redis::lock_key(name), "qs");
+        for (place, client) in clients.iter().enumerate() {
+            server.cli(&["ZADD", &line, &(place + 1).to_string(), client]);
+        }
+        for i in order {
+            let reply = assigned_permit(&server, name, clients[i]);
+            assert_eq!(
+                reply.first().map(String::as_str),
+                Some("1"),
+                "{} holds: {reply:?}",
+                clients[i]
+            );
+            assert_eq!(
+                reply.get(5).map(String::as_str),
+                Some(i.to_string().as_str()),
+                "{} (place {i} in line) takes slot {i} in order {order:?}: {reply:?}",
+                clients[i]
+            );
+        }
+        // The fourth is not let in: every permit is taken.
+        let reply = assigned_permit(&server, name, clients[3]);
+        assert_eq!(reply.first().map(String::as_str), Some("0"), "{reply:?}");
+    }
+}

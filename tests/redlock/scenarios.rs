@@ -422,6 +422,59 @@ async fn semaphore_permits_on_different_quorums_still_bound_the_holders() {
     pc.unlock().await.expect("unlock C");
 }
 
+/// Nodes whose holds differ assign a permit different slots: it stands in
+/// the slot most of them gave it, and its shares in other slots are taken
+/// back. Here "someone" holds slot 0 on nodes 0 and 1 (set by hand), which
+/// assign slot 1; nodes 2-4 assign slot 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_stands_in_the_slot_most_nodes_assigned() {
+    if !redis::available("a_permit_stands_in_the_slot_most_nodes_assigned") {
+        return;
+    }
+    let nodes = five();
+    let a = client(&nodes).await;
+    let name = "assigned";
+    let holds = redis::lock_key(name).replacen("}:", "}s:", 1);
+    let ends = holds.replacen("}s:", "}es:", 1);
+    for node in &nodes[..2] {
+        let until = node.time_ms() + 60_000;
+        node.cli(&["HSET", &holds, "n", "3", "s|0", "7", "o|7", "someone", "t|7", "7"]);
+        node.cli(&["HSET", &holds, "a|7", "0123456789abcdef", "g|7", "1"]);
+        node.cli(&["ZADD", &ends, &until.to_string(), "7"]);
+    }
+    let permit = a
+        .semaphore(name, 3)
+        .unwrap()
+        .acquire_with(&long())
+        .await
+        .expect("permit");
+    let id = permit.fencing_token().to_string();
+    for node in &nodes[2..] {
+        assert_eq!(
+            node.cli(&["HGET", &holds, "s|0"]).trim(),
+            id,
+            "slot 0 on {}",
+            node.addr()
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for node in &nodes[..2] {
+        while !node.cli(&["ZSCORE", &ends, &id]).trim().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the share in slot 1 on {} is taken back",
+                node.addr()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(node.cli(&["HGET", &holds, "s|0"]).trim(), "7", "someone keeps slot 0");
+    }
+    permit.unlock().await.expect("unlock");
+    for node in &nodes[2..] {
+        assert_eq!(node.cli(&["ZCARD", &ends]).trim(), "0", "released on {}", node.addr());
+    }
+}
+
 /// The owners holding `name` for reading on one node alone.
 async fn node_readers(node: &Server, name: &str) -> Vec<String> {
     let one = lockkit::connect(&format!("redis://{}", node.addr()))

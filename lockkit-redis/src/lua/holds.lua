@@ -8,7 +8,8 @@
 -- write token before the writer's (for an undo), `a:ID` the hold of
 -- attempt ID, `q:ID` the place in line attempt ID took its entry from
 -- (for an undo), `n` a semaphore's permit count, `s|K` the permit holding slot
--- K (Redlock; the slot is free again once that hold is gone), `g` the
+-- K (Redlock; the slot is free again once that hold is gone), `k|X` the
+-- slot permit X stands in, `g` the
 -- grant counter, `lw` a read-write lock's last write token. The line is a
 -- sorted set `Q` of entries (see `member`), `T` the entries told their
 -- turn (entry -> server time in ms) until their client tries, and those
@@ -35,7 +36,7 @@ local function purge(H, Z, now)
       local id = string.sub(ids, i, i + 15)
       redis.call('HDEL', H, 'a:' .. id, 'q:' .. id)
     end
-    redis.call('HDEL', H, 'o|' .. x, 't|' .. x, 'a|' .. x, 'g|' .. x, 'p|' .. x)
+    redis.call('HDEL', H, 'o|' .. x, 't|' .. x, 'a|' .. x, 'g|' .. x, 'p|' .. x, 'k|' .. x)
   end
   if #gone > 0 then redis.call('ZREMRANGEBYSCORE', Z, '-inf', fmt(now)) end
   return #gone
@@ -220,7 +221,7 @@ local function take_share(H, Z, x, att)
     redis.call('HSET', H, 'a|' .. x, ids)
     return #ids / 16, false
   end
-  redis.call('HDEL', H, 'o|' .. x, 't|' .. x, 'a|' .. x, 'g|' .. x, 'p|' .. x)
+  redis.call('HDEL', H, 'o|' .. x, 't|' .. x, 'a|' .. x, 'g|' .. x, 'p|' .. x, 'k|' .. x)
   redis.call('ZREM', Z, x)
   return 0, true
 end

@@ -19,12 +19,14 @@ end
 -- The caller's hold `x` as it is now, its lease at least `ttl` from now
 -- (a repeat writes the lease it has: a WAIT after it covers the hold);
 -- `told`, the clients this call told their turn.
+-- A Redlock permit's reply names the slot it stands in (-1: none).
 local function held(x, share, told)
   local ends = math.max(tonumber(redis.call('ZSCORE', Z, x)), now + ttl)
   redis.call('ZADD', Z, 'XX', fmt(ends), x)
   settle(H, Z, now)
-  local h = redis.call('HMGET', H, 't|' .. x, 'a|' .. x)
-  return {1, h[1], #h[2] / 16, ends - now, share, told}
+  local h = redis.call('HMGET', H, 't|' .. x, 'a|' .. x, 'k|' .. x)
+  if kind ~= 'p' then return {1, h[1], #h[2] / 16, ends - now, share, told} end
+  return {1, h[1], #h[2] / 16, ends - now, share, tonumber(h[3] or '-1'), told}
 end
 
 local repeated = redis.call('HGET', H, 'a:' .. att)
@@ -65,9 +67,11 @@ end
 if ARGV[7] ~= '' and sweep(Q, T, now) > 0 then changed = true end
 local holds = redis.call('ZCARD', Z)
 local permits = tonumber(ARGV[12])
--- Redlock: a permit takes slot ARGV[13] of the N (`''`: any). A slot is
--- taken while the hold recorded in it stands.
+-- Redlock: a permit takes slot ARGV[13] of the N (`''`: any; `*`: the
+-- slot this node assigns, `entitled_slot`). A slot is taken while the hold
+-- recorded in it stands.
 local slot = ARGV[13] or ''
+local assigned = slot == '*'
 local function slot_free(s)
   local x = redis.call('HGET', H, 's|' .. s)
   return not x or not redis.call('ZSCORE', Z, x)
@@ -117,7 +121,8 @@ end
 local new, x = false, nil
 local writer = redis.call('ZSCORE', Z, 'w') and redis.call('HGET', H, 'o|w')
 if kind == 'p' then
-  new = turn and holds < permits and (slot == '' or slot_free(slot))
+  if assigned and turn and holds < permits then slot = entitled_slot() or '*' end
+  new = turn and holds < permits and (slot == '' or (slot ~= '*' and slot_free(slot)))
 elseif kind == 'r' then
   if redis.call('ZSCORE', Z, 'r' .. owner) then
     x = 'r' .. owner
@@ -210,7 +215,7 @@ else
   end
   local g = redis.call('HINCRBY', H, 'g', 1)
   redis.call('HSET', H, 'o|' .. x, owner, 't|' .. x, token, 'a|' .. x, att, 'g|' .. x, g, 'a:' .. att, x)
-  if kind == 'p' and slot ~= '' then redis.call('HSET', H, 's|' .. slot, x) end
+  if kind == 'p' and slot ~= '' then redis.call('HSET', H, 's|' .. slot, x, 'k|' .. x, slot) end
   redis.call('ZADD', Z, fmt(now + ttl), x)
 end
 -- Where the entry stood, should this attempt be undone (Redlock).

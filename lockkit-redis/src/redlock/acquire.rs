@@ -10,7 +10,7 @@ use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, LockKind};
 use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
 use crate::error::{Fault, QuorumError};
-use crate::scripts::{self, AcquireReply, Claim, LineAfter, Publish, Queueing, TurnOf, UndoThen, millis};
+use crate::scripts::{self, AcquireReply, Claim, LineAfter, Publish, Queueing, Slot, TurnOf, UndoThen, millis};
 use crate::wait::Turn;
 
 use super::quorum::{NodeHold, Settled};
@@ -27,15 +27,6 @@ const TOKEN_ROUNDS: u32 = 3;
 /// How many rounds one attempt at a permit makes while the nodes say its
 /// slot is taken and name a free one.
 const SLOT_ROUNDS: u32 = 3;
-
-/// The permit slot an attempt tries first: spread by its id, so that
-/// clients taking permits at the same moment seldom ask for the same slot.
-fn first_slot(attempt: &str, permits: u32) -> u32 {
-    let spread = attempt
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    spread % permits.max(1)
-}
 
 /// The free slot most nodes named (the lowest of equals).
 fn named_slot(hints: &HashMap<u32, usize>) -> Option<u32> {
@@ -97,11 +88,12 @@ impl Inner {
         let mut above: Option<u64> = None;
         let mut round = 1;
         // A permit takes one of the N slots on a quorum (see
-        // `scripts::kinds::KINDS_ACQUIRE`); the nodes name a free one when
-        // the slot asked for is taken.
+        // `scripts::kinds::KINDS_ACQUIRE`): first the one each node assigns
+        // (the same where the nodes agree), then, should they differ, the
+        // one most of them named.
         let mut slot = match kind {
-            LockKind::Permit { permits } => Some(first_slot(attempt, permits)),
-            _ => None,
+            LockKind::Permit { .. } => Slot::Assigned,
+            _ => Slot::Any,
         };
         let mut slot_round = 1;
         loop {
@@ -146,6 +138,7 @@ impl Inner {
                         count,
                         pttl,
                         share,
+                        slot: in_slot,
                         ..
                     }) => held.push(NodeHold {
                         node,
@@ -153,6 +146,7 @@ impl Inner {
                         count: *count,
                         pttl: *pttl,
                         share: *share,
+                        slot: *in_slot,
                         agreed: false,
                     }),
                     Ok(AcquireReply::Busy {
@@ -236,9 +230,20 @@ impl Inner {
                 }
                 Settled::Disagreed { .. } | Settled::NoQuorum => {}
             }
-            // The slot was taken where it mattered, and another is free:
-            // asked for at once, as a token disagreement is.
-            let other_slot = named_slot(&free_slots).filter(|free| Some(*free) != slot);
+            // A quorum had a permit free for the caller, but the nodes
+            // assigned different slots, or the slot asked for was taken
+            // where it mattered: the slot most of them assigned, or most
+            // of those that refused named, is asked for at once, as a
+            // token disagreement is.
+            let open = held.len() + free_slots.values().sum::<usize>();
+            if slot == Slot::Assigned {
+                for k in held.iter().filter_map(|h| h.slot) {
+                    *free_slots.entry(k).or_insert(0) += 1;
+                }
+            }
+            let other_slot = named_slot(&free_slots)
+                .filter(|free| Slot::Exact(*free) != slot)
+                .filter(|_| open >= self.quorum);
             let decided = conflicts.len() >= self.quorum || failed.len() > self.n() - self.quorum;
             if let Some(free) = other_slot.filter(|_| !decided && slot_round < SLOT_ROUNDS) {
                 let then = UndoThen {
@@ -248,7 +253,7 @@ impl Inner {
                     moved: None,
                 };
                 self.undo(name, owner, attempt, kind, &targets, then).await;
-                slot = Some(free);
+                slot = Slot::Exact(free);
                 slot_round += 1;
                 continue;
             }

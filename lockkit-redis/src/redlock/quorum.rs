@@ -22,6 +22,8 @@ pub(super) struct NodeHold {
     pub(super) count: u32,
     pub(super) pttl: i64,
     pub(super) share: Share,
+    /// A permit's slot on the node.
+    pub(super) slot: Option<u32>,
     /// Counts towards the quorum's decision (set by [`Inner::settle`]).
     pub(super) agreed: bool,
 }
@@ -98,6 +100,10 @@ impl Inner {
     ///   is slow now, or two co-owners split the nodes) neither can be told
     ///   apart from the other, and the attempt is undone and tried again.
     ///
+    /// A permit counts only on the nodes that gave it the slot most of
+    /// them gave it (the others' shares are undone like a disagreeing
+    /// node's): at most one permit stands in a slot.
+    ///
     /// A reader's token is each node's last write token, which a write
     /// attempt that failed on some nodes may have left raised there: a read
     /// hold stands on any quorum of nodes that hold it, with the greatest
@@ -112,13 +118,16 @@ impl Inner {
             held.iter_mut().for_each(|h| h.agreed = true);
             return self.settled(sent_at, held, token);
         }
-        let reentered = |h: &NodeHold| h.share != Share::New;
+        // A permit stands in one slot: the one most of these nodes gave it.
+        let slot = main_slot(held);
+        let reentered = |h: &NodeHold| h.share != Share::New && h.slot == slot;
+        let fresh = |h: &NodeHold| h.fresh() && h.slot == slot;
         let (token, first) = match self.agreeing(held.iter().filter(|h| reentered(h))) {
             Some(t) => (t, false),
-            None => match self.agreeing(held.iter().filter(|h| h.fresh())) {
+            None => match self.agreeing(held.iter().filter(|h| fresh(h))) {
                 Some(t) => (t, true),
                 None => {
-                    let fresh: Vec<u64> = held.iter().filter(|h| h.fresh()).map(|h| h.token).collect();
+                    let fresh: Vec<u64> = held.iter().filter(|h| fresh(h)).map(|h| h.token).collect();
                     return match fresh.iter().max() {
                         Some(&highest) if fresh.len() >= self.quorum => Settled::Disagreed { highest },
                         _ => Settled::NoQuorum,
@@ -127,7 +136,7 @@ impl Inner {
             },
         };
         for h in held.iter_mut() {
-            h.agreed = h.token == token && if first { h.fresh() } else { reentered(h) };
+            h.agreed = h.token == token && if first { fresh(h) } else { reentered(h) };
         }
         self.settled(sent_at, held, token)
     }
@@ -159,6 +168,19 @@ impl Inner {
             .map(|(t, _)| t)
             .max()
     }
+}
+
+/// The slot most of `held` stand in (the lowest of equals; `None` for
+/// holds without slots).
+fn main_slot(held: &[NodeHold]) -> Option<u32> {
+    let mut votes: HashMap<u32, usize> = HashMap::new();
+    for k in held.iter().filter_map(|h| h.slot) {
+        *votes.entry(k).or_default() += 1;
+    }
+    votes
+        .into_iter()
+        .max_by_key(|(k, n)| (*n, std::cmp::Reverse(*k)))
+        .map(|(k, _)| k)
 }
 
 /// How a per-node result counts towards a quorum decision.

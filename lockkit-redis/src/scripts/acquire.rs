@@ -39,7 +39,8 @@ use crate::wait::{FALLBACK, Turn};
 ///
 /// Returns `{1, token, count, pttl, KIND}` when the caller holds it (`KIND`
 /// `n`: a new hold, `r`: this attempt re-entered the owner's hold, `p`: this
-/// attempt was already counted in it), `{0, '', 0, pttl}` when another
+/// attempt was already counted in it; from the kinds' script, a permit's
+/// slot follows, -1 for none), `{0, '', 0, pttl}` when another
 /// owner holds it, or `{0, '', 0, -2, HEAD, BEHIND}` when it is free but it
 /// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
 /// clients queued between it and the caller (and, from the kinds' script,
@@ -77,6 +78,8 @@ pub(crate) enum AcquireReply {
         pttl: i64,
         /// How this attempt took part in the hold.
         share: Share,
+        /// Redlock's semaphores: the permit slot the hold stands in.
+        slot: Option<u32>,
         /// The message naming the clients this attempt told their turn
         /// (semaphores and read-write locks), for this process's own
         /// waiters.
@@ -154,9 +157,14 @@ pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> 
                 Some("p") => Share::Repeated,
                 _ => return Err(bad()),
             },
+            // A permit's slot (an integer, -1: none), then the message.
+            slot: match rest.get(1) {
+                Some(Value::Int(k)) => u32::try_from(*k).ok(),
+                _ => None,
+            },
             told: match rest {
-                [_] => None,
-                [_, Value::BulkString(m)] => Some(m.clone()),
+                [_] | [_, Value::Int(_)] => None,
+                [_, Value::BulkString(m)] | [_, Value::Int(_), Value::BulkString(m)] => Some(m.clone()),
                 _ => return Err(bad()),
             },
         }),
@@ -240,6 +248,31 @@ impl Queueing {
     }
 }
 
+/// Which permit slot a claim takes (Redlock's semaphores: see
+/// [`KINDS_ACQUIRE`](super::kinds::KINDS_ACQUIRE)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// Any permit (a single server: permits have no slots).
+    Any,
+    /// The slot the server assigns: the r-th free one, r the caller's
+    /// place among the clients the line lets in — the same on every node
+    /// whose line and holds agree, and different for clients let in
+    /// together.
+    Assigned,
+    /// This slot.
+    Exact(u32),
+}
+
+impl Slot {
+    fn arg(self) -> String {
+        match self {
+            Slot::Any => String::new(),
+            Slot::Assigned => "*".to_owned(),
+            Slot::Exact(k) => k.to_string(),
+        }
+    }
+}
+
 /// One attempt's arguments to the acquire script: `owner`'s attempt
 /// `attempt` at `name` for `ttl_ms`.
 #[derive(Debug, Clone, Copy)]
@@ -254,8 +287,8 @@ pub(crate) struct Claim<'a> {
     /// What kind of hold.
     pub(crate) kind: LockKind,
     /// Redlock's semaphores: the permit slot to take (see
-    /// [`KINDS_ACQUIRE`](super::kinds::KINDS_ACQUIRE)); `None`: any permit.
-    pub(crate) slot: Option<u32>,
+    /// [`KINDS_ACQUIRE`](super::kinds::KINDS_ACQUIRE)).
+    pub(crate) slot: Slot,
     /// The nonce of the turn messages the claim sends (semaphores and
     /// read-write locks; the same on every Redlock node: see
     /// [`nonce`](super::kinds::nonce)).
@@ -313,7 +346,7 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
         LockKind::Permit { permits } => {
             inv.arg(kinds::flag(claim.kind))
                 .arg(permits)
-                .arg(claim.slot.map(|s| s.to_string()).unwrap_or_default())
+                .arg(claim.slot.arg())
                 .arg(claim.nonce)
                 .arg(queueing.back.map(|p| p.to_string()).unwrap_or_default());
         }

@@ -31,20 +31,26 @@ use crate::layout::Keys;
 /// KEYS: holds, their lease ends, counter, line, the entries told their
 /// turn. ARGV: 1–10 as for the mutex, 11. the kind
 /// (`p`, `r`, `w`), 12. a semaphore's permit count, 13. Redlock: the
-/// permit slot to take (`''`: any permit; see below), 14. the nonce of the
-/// turn messages it sends (the same on every Redlock node).
+/// permit slot to take (`''`: any permit, `*`: the one the server assigns;
+/// see below), 14. the nonce of the turn messages it sends (the same on
+/// every Redlock node).
 ///
 /// Replies as the mutex's, and `{-1, N}` when the semaphore has `N`
 /// permits, not the request's, `{-2}` when the owner reads and asks to
 /// write, `{2, K}` when a permit is free but not the slot asked for (`K`
-/// is the lowest free slot). A grant that told clients their turn adds
+/// is the slot the server would assign). A permit's grant names its slot
+/// (-1: none) after the share; a grant that told clients their turn adds
 /// the message naming them (for this process's own waiters).
 ///
 /// Slots are how Redlock bounds a semaphore: each of the N permits is a
 /// slot that a permit takes on a quorum of nodes, as a mutex would. Two
 /// permits in one slot would need a node that admitted both, so at most N
 /// stand. Counting permits per node alone does not bound them: on 5 nodes,
-/// 3 permits of 2 can each stand on 3 nodes (9 shares in 10 places).
+/// 3 permits of 2 can each stand on 3 nodes (9 shares in 10 places). A
+/// waiting client asks for the slot each node assigns it: the r-th free
+/// slot, r its place among the clients the line lets in, which differs for
+/// clients let in together and is the same on every node whose line and
+/// holds agree, whatever order the attempts reach it in.
 pub(super) const KINDS_ACQUIRE: &str = concat!(
     include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),

@@ -39,7 +39,7 @@ use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 
-pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, TurnOf, acquire, acquire_replicated};
+pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, Slot, TurnOf, acquire, acquire_replicated};
 pub(crate) use extend::{ExtendItem, extend};
 pub(crate) use inspect::{Stored, inspect, scan};
 pub(crate) use kinds::{KindRelease, holders, leave as leave_kind, nonce, release as release_kind, undo as undo_kind};
@@ -253,9 +253,23 @@ mod tests {
                 count: 2,
                 pttl: 999,
                 share: Share::Reentered,
+                slot: None,
                 told: None,
             }
         );
+        let permit = Value::Array(vec![
+            Value::Int(1),
+            Value::BulkString(b"7".to_vec()),
+            Value::Int(1),
+            Value::Int(999),
+            Value::BulkString(b"n".to_vec()),
+            Value::Int(2),
+            Value::BulkString(b"k00|a".to_vec()),
+        ]);
+        assert!(matches!(
+            parse_acquire(&permit).unwrap(),
+            AcquireReply::Acquired { slot: Some(2), told: Some(m), .. } if m == b"k00|a"
+        ));
         let told = Value::Array(vec![
             Value::Int(1),
             Value::BulkString(b"7".to_vec()),

@@ -339,6 +339,17 @@ pub fn lock_key(name: &str) -> String {
     format!("lockkit:{{{:03x}}}:{name}", h % 4096)
 }
 
+/// The fencing counter of `name`'s bucket under the default prefix:
+/// `lockkit:{TAG}fence`.
+pub fn counter_key(name: &str) -> String {
+    let lock = lock_key(name);
+    format!("{}fence", &lock[..lock.find('}').expect("a hash tag") + 1])
+}
+
+/// Where a waiting client's channel differs from a lock key under the
+/// default prefix (the scripts' waiter mark): after `lockkit:{TAG}`.
+pub const WAITER_MARK: &str = "13";
+
 /// Retries `f` until it gives a value, for at most 30 s.
 pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
 where

@@ -264,8 +264,6 @@ const KINDS_ACQUIRE_SCRIPT: &str = concat!(
 fn assigned_permit(server: &Server, name: &str, waiter: &str) -> Vec<String> {
     let lock = redis::lock_key(name);
     let holds = family_key(&lock, "s");
-    let tag_end = lock.find('}').expect("a hash tag") + 1;
-    let mark = "lockkit:".len() + 5;
     let attempt = format!("{:0>16}", &waiter[..1]);
     server
         .cli(&[
@@ -274,7 +272,7 @@ fn assigned_permit(server: &Server, name: &str, waiter: &str) -> Vec<String> {
             "5",
             &holds,
             &family_key(&lock, "es"),
-            &format!("{}fence", &lock[..tag_end]),
+            &redis::counter_key(name),
             &family_key(&lock, "qs"),
             &family_key(&lock, "ts"),
             &format!("owner-{waiter}"),
@@ -286,7 +284,7 @@ fn assigned_permit(server: &Server, name: &str, waiter: &str) -> Vec<String> {
             "",
             "",
             "",
-            &mark.to_string(),
+            redis::WAITER_MARK,
             "p",
             "3",
             "*",

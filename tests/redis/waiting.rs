@@ -410,20 +410,20 @@ const ACQUIRE_SCRIPT: &str = concat!(
     include_str!("../../lockkit-redis/src/lua/acquire.lua")
 );
 
-/// A fair attempt by waiting client `waiter` on the free name `lock` that
+/// A fair attempt by waiting client `waiter` on the free name `name` that
 /// names `stale` as a head that let its turn pass; the script's reply.
-fn attempt_dropping(server: &Server, lock: &str, waiter: &str, stale: &str) -> String {
+fn attempt_dropping(server: &Server, name: &str, waiter: &str, stale: &str) -> String {
+    let lock = redis::lock_key(name);
     let (counter, queue, turn) = (
-        format!("{}fence", &lock[..lock.find('}').expect("tag") + 1]),
+        redis::counter_key(name),
         lock.replacen("}:", "}q:", 1),
         lock.replacen("}:", "}t:", 1),
     );
-    let mark = "lockkit:".len() + 5;
     server.cli(&[
         "EVAL",
         ACQUIRE_SCRIPT,
         "4",
-        lock,
+        &lock,
         &counter,
         &queue,
         &turn,
@@ -436,7 +436,7 @@ fn attempt_dropping(server: &Server, lock: &str, waiter: &str, stale: &str) -> S
         stale,
         "PUBLISH",
         "",
-        &mark.to_string(),
+        redis::WAITER_MARK,
         "",
         "200",
     ])
@@ -463,7 +463,7 @@ async fn a_head_told_its_turn_just_now_is_not_dropped() {
     // The head is told its turn now (a release's announcement).
     let now_ms = server.time_ms();
     server.cli(&["SET", &turn, &format!("{head}|{now_ms}"), "PX", "10000"]);
-    let reply = attempt_dropping(&server, &lock, waiter, head);
+    let reply = attempt_dropping(&server, "turn", waiter, head);
     assert_eq!(
         reply.lines().next().map(str::trim),
         Some("0"),
@@ -476,7 +476,7 @@ async fn a_head_told_its_turn_just_now_is_not_dropped() {
     );
     // Told a second ago, and not come: dropped, and the waiter takes it.
     server.cli(&["SET", &turn, &format!("{head}|{}", now_ms - 1000), "PX", "10000"]);
-    let reply = attempt_dropping(&server, &lock, waiter, head);
+    let reply = attempt_dropping(&server, "turn", waiter, head);
     assert_eq!(reply.lines().next().map(str::trim), Some("1"), "taken: {reply}");
     assert_eq!(
         server.cli(&["ZRANGE", &queue, "0", "-1"]).trim(),

@@ -223,8 +223,7 @@ async fn a_token_disagreement_proposes_just_above_the_highest() {
     let nodes = five();
     let a = client(&nodes).await;
     let name = "counters-apart";
-    let lock = redis::lock_key(name);
-    let counter = format!("{}fence", &lock[..lock.find('}').expect("tag") + 1]);
+    let counter = redis::counter_key(name);
     // Three nodes' counters 5 s ahead of the clock, each its own.
     let ahead = nodes[0].time_ms() * 1000 + 5_000_000;
     for (i, node) in nodes[..3].iter().enumerate() {

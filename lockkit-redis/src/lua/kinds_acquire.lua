@@ -121,8 +121,8 @@ end
 local new, x = false, nil
 local writer = redis.call('ZSCORE', Z, 'w') and redis.call('HGET', H, 'o|w')
 if kind == 'p' then
-  if assigned and turn and holds < permits then slot = entitled_slot() or '*' end
-  new = turn and holds < permits and (slot == '' or (slot ~= '*' and slot_free(slot)))
+  if assigned then slot = (turn and holds < permits and entitled_slot()) or '*' end
+  new = turn and holds < permits and slot ~= '*' and (slot == '' or slot_free(slot))
 elseif kind == 'r' then
   if redis.call('ZSCORE', Z, 'r' .. owner) then
     x = 'r' .. owner

@@ -13,7 +13,7 @@ use crate::error::{Fault, QuorumError};
 use crate::scripts::{self, AcquireReply, Claim, LineAfter, Publish, Queueing, Slot, TurnOf, UndoThen, millis};
 use crate::wait::Turn;
 
-use super::quorum::{NodeHold, Settled};
+use super::quorum::{NodeHold, Settled, most_named};
 use super::{Inner, KIND, RedlockBackend};
 
 /// How far ahead of this process's clock a token proposal is made: node
@@ -27,14 +27,6 @@ const TOKEN_ROUNDS: u32 = 3;
 /// How many rounds one attempt at a permit makes while the nodes say its
 /// slot is taken and name a free one.
 const SLOT_ROUNDS: u32 = 3;
-
-/// The free slot most nodes named (the lowest of equals).
-fn named_slot(hints: &HashMap<u32, usize>) -> Option<u32> {
-    hints
-        .iter()
-        .max_by_key(|(slot, n)| (**n, std::cmp::Reverse(**slot)))
-        .map(|(slot, _)| *slot)
-}
 
 /// Whose attempt to take back (see [`Inner::spawn_undo`]).
 #[derive(Debug, Clone, Copy)]
@@ -241,7 +233,7 @@ impl Inner {
                     *free_slots.entry(k).or_insert(0) += 1;
                 }
             }
-            let other_slot = named_slot(&free_slots)
+            let other_slot = most_named(&free_slots)
                 .filter(|free| Slot::Exact(*free) != slot)
                 .filter(|_| open >= self.quorum);
             let decided = conflicts.len() >= self.quorum || failed.len() > self.n() - self.quorum;

@@ -170,17 +170,22 @@ impl Inner {
     }
 }
 
-/// The slot most of `held` stand in (the lowest of equals; `None` for
-/// holds without slots).
+/// The slot most of `held` stand in (`None` for holds without slots).
 fn main_slot(held: &[NodeHold]) -> Option<u32> {
     let mut votes: HashMap<u32, usize> = HashMap::new();
     for k in held.iter().filter_map(|h| h.slot) {
         *votes.entry(k).or_default() += 1;
     }
+    most_named(&votes)
+}
+
+/// The slot most nodes named (`votes`: slot -> nodes; the lowest of
+/// equals).
+pub(super) fn most_named(votes: &HashMap<u32, usize>) -> Option<u32> {
     votes
-        .into_iter()
-        .max_by_key(|(k, n)| (*n, std::cmp::Reverse(*k)))
-        .map(|(k, _)| k)
+        .iter()
+        .max_by_key(|(slot, n)| (**n, std::cmp::Reverse(**slot)))
+        .map(|(slot, _)| *slot)
 }
 
 /// How a per-node result counts towards a quorum decision.

@@ -52,6 +52,19 @@ pub(crate) fn redis_error(
 #[error("unexpected reply from the server: {0}")]
 pub struct UnexpectedReply(pub(crate) String);
 
+/// A lock key holds data of another key layout: written by a lockkit
+/// version whose layout differs from this one's (see `layout`: a mutex's
+/// hold is a string of layout 2; before, a hash), or by
+/// another program using the prefix. Never retried, and nothing is
+/// granted over it: two layouts on one prefix refuse each other's keys
+/// rather than both grant a name.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "a lock key holds data of another key layout (another lockkit version, or another program, uses the prefix; \
+     run one lockkit layout per prefix, or give this one its own prefix): {0}"
+)]
+pub struct LayoutError(pub(crate) String);
+
 /// A node did not answer within its timeout.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("no answer from {node} within {}", humantime_ms(*.timeout))]
@@ -98,6 +111,7 @@ pub struct QuorumError {
 pub(crate) enum Fault {
     Redis(RedisError),
     Reply(UnexpectedReply),
+    Layout(LayoutError),
     Timeout(NodeTimeout),
     Replicas(ReplicasError),
 }
@@ -106,7 +120,7 @@ impl Fault {
     pub fn retryable(&self) -> bool {
         match self {
             Fault::Redis(e) => is_retryable(e),
-            Fault::Reply(_) => false,
+            Fault::Reply(_) | Fault::Layout(_) => false,
             Fault::Timeout(_) | Fault::Replicas(_) => true,
         }
     }
@@ -116,6 +130,7 @@ impl Fault {
         match self {
             Fault::Redis(e) => LockError::backend(backend, operation, name, retryable, e),
             Fault::Reply(e) => LockError::backend(backend, operation, name, retryable, e),
+            Fault::Layout(e) => LockError::backend(backend, operation, name, retryable, e),
             Fault::Timeout(e) => LockError::backend(backend, operation, name, retryable, e),
             Fault::Replicas(e) => LockError::backend(backend, operation, name, retryable, e),
         }
@@ -127,6 +142,7 @@ impl std::fmt::Display for Fault {
         match self {
             Fault::Redis(e) => e.fmt(f),
             Fault::Reply(e) => e.fmt(f),
+            Fault::Layout(e) => e.fmt(f),
             Fault::Timeout(e) => e.fmt(f),
             Fault::Replicas(e) => e.fmt(f),
         }
@@ -135,7 +151,10 @@ impl std::fmt::Display for Fault {
 
 impl From<RedisError> for Fault {
     fn from(e: RedisError) -> Self {
-        Fault::Redis(e)
+        match e.code() {
+            Some("WRONGTYPE" | "LOCKKIT_LAYOUT") => Fault::Layout(LayoutError(e.to_string())),
+            _ => Fault::Redis(e),
+        }
     }
 }
 

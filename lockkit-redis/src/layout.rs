@@ -4,7 +4,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P{TAG}:N` | hash, with the lease as its expiry | `o` owner, `c` hold count, `t` fencing token, `w` present once a client queued for this hold, `a:ID` one field per share of the hold: the attempt id of the acquisition that made it, its value where that acquisition's line entry stood before the grant moved it (`1`: none; for an undo) |
+//! | `P{TAG}:N` | string, with the lease as its expiry | the hold: `2\|TOKEN\|COUNT\|W\|SHARES\|OWNER` — `W` is `w` once a client queued for this hold; `SHARES` one `ID:AT,` per share of the count: the attempt id of the acquisition that made it, and where that acquisition's line entry stood before the grant moved it (`1`: none; for an undo). `2\|q`: free, but clients queue (the line's head's turn) |
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
 //! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, by the server time (µs) they joined: oldest first |
 //! | `P{TAG}t:N` | string, expires after 10 s; gone once the name is taken | `ID\|MS`: the waiting client last told its turn on the free name, and when (server time, ms) |
@@ -30,6 +30,16 @@
 //! their own channels, and the first entry after them, which drops them
 //! after the fallback delay should they not come; a client whose channel
 //! has no listener left (its process died) is dropped at once.
+//!
+//! The leading `2` is the key layout's version. A mutex's hold was a hash
+//! before (layout 1): each layout's scripts refuse the other's keys (a
+//! value of another layout, or a key of another type), so two lockkit
+//! versions of different layouts sharing a prefix never both grant a name
+//! — the newer one reports [`LayoutError`](crate::LayoutError). A free name
+//! with no key has nobody waiting for it: a plain `SET NX` takes it (with
+//! the token drawn in the same script), and only a key that exists (a
+//! hold, or `2|q`: a release that left clients in line hands the name to
+//! them) leads to the line's rules.
 //!
 //! For a mutex, a release is published, with the id of the waiting client whose turn
 //! it is (the queue's head), on the own channels of the head and of the

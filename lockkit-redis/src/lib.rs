@@ -196,7 +196,7 @@ use std::sync::Arc;
 
 pub use backend::RedisBackend;
 pub use config::{Mode, RedisConfig};
-pub use error::{NodeTimeout, QuorumError, ReplicasError, UnexpectedReply};
+pub use error::{LayoutError, NodeTimeout, QuorumError, ReplicasError, UnexpectedReply};
 pub use redlock::RedlockBackend;
 
 #[cfg(doc)]

@@ -339,6 +339,19 @@ pub fn lock_key(name: &str) -> String {
     format!("lockkit:{{{:03x}}}:{name}", h % 4096)
 }
 
+/// The token and hold count of a mutex hold as its lock key stores it
+/// (layout 2: `2|TOKEN|COUNT|W|SHARES|OWNER`), or `None` for no hold
+/// (nothing stored, or a free name a line waits for).
+pub fn stored_hold(value: &str) -> Option<(String, u32)> {
+    let mut fields = value.trim().split('|');
+    if fields.next() != Some("2") {
+        return None;
+    }
+    let token = fields.next()?.to_owned();
+    let count = fields.next()?.parse().ok()?;
+    Some((token, count))
+}
+
 /// The fencing counter of `name`'s bucket under the default prefix:
 /// `lockkit:{TAG}fence`.
 pub fn counter_key(name: &str) -> String {

@@ -10,6 +10,7 @@ mod auth;
 mod cluster_kit;
 mod kinds;
 mod kit;
+mod layout;
 mod partial_failure;
 mod processes;
 mod recovery;

@@ -32,12 +32,16 @@ fn key_of(node: &Server, name: &str) -> Option<String> {
 
 /// The hold count `name` has on `node` (0: no hold).
 fn count_on(node: &Server, name: &str) -> u32 {
-    key_of(node, name).map_or(0, |k| node.cli(&["HGET", &k, "c"]).trim().parse().unwrap_or(0))
+    key_of(node, name)
+        .and_then(|k| redis::stored_hold(&node.cli(&["GET", &k])))
+        .map_or(0, |(_, count)| count)
 }
 
 /// The token of the hold `name` has on `node`, if any.
 fn token_on(node: &Server, name: &str) -> Option<String> {
-    key_of(node, name).map(|k| node.cli(&["HGET", &k, "t"]).trim().to_owned())
+    key_of(node, name)
+        .and_then(|k| redis::stored_hold(&node.cli(&["GET", &k])))
+        .map(|(token, _)| token)
 }
 
 /// Waits until a `CLIENT PAUSE … WRITE` on `node` is over: a write blocks

@@ -11,7 +11,7 @@ use crate::common::redis;
 use std::time::{Duration, Instant};
 
 use lockkit::{LockError, LockOptions};
-use redis::{Sentinel, Server, eventually, lock_key};
+use redis::{Sentinel, Server, eventually, lock_key, stored_hold};
 
 /// Parameters of every URL here: a bound well above a healthy replica's
 /// acknowledgement, even on a busy machine.
@@ -20,8 +20,8 @@ const WAIT_1: &str = "wait_replicas=1&wait_replicas_timeout=1s";
 /// The hold count `name` has on `server` (0: none), read on one
 /// connection after `READONLY`, so a cluster replica answers too.
 fn count_on(server: &Server, name: &str) -> u32 {
-    let out = server.cli_session(&format!("READONLY\nHGET \"{}\" c\n", lock_key(name)));
-    out.lines().last().and_then(|l| l.trim().parse().ok()).unwrap_or(0)
+    let out = server.cli_session(&format!("READONLY\nGET \"{}\"\n", lock_key(name)));
+    out.lines().last().and_then(stored_hold).map_or(0, |(_, count)| count)
 }
 
 /// Asserts that `r` failed with the retryable error of a short

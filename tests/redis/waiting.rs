@@ -407,6 +407,7 @@ const ACQUIRE_SCRIPT: &str = concat!(
     include_str!("../../lockkit-redis/src/lua/waiter_channel.lua"),
     include_str!("../../lockkit-redis/src/lua/announce.lua"),
     include_str!("../../lockkit-redis/src/lua/token.lua"),
+    include_str!("../../lockkit-redis/src/lua/hold.lua"),
     include_str!("../../lockkit-redis/src/lua/acquire.lua")
 );
 
@@ -429,7 +430,7 @@ fn attempt_dropping(server: &Server, name: &str, waiter: &str, stale: &str) -> S
         &turn,
         "owner-w",
         "60000",
-        "attempt-w",
+        "a0a0a0a0a0a0a0a0",
         "",
         waiter,
         "wf",

@@ -1,6 +1,17 @@
-local h = redis.call('HMGET', KEYS[1], 'o', 't', 'w')
 local ttl = tonumber(ARGV[2])
-local share = 'a:' .. ARGV[3]
+-- The token, once drawn, and the server's TIME it was drawn at.
+local ts, now = nil, nil
+if ARGV[5] == '' then
+  -- Not in line (a first try): a name nobody holds or waits for is taken
+  -- by one SET that fails when the key exists (held, or `FREE`: a line
+  -- waits); else the rules below.
+  ts, now = next_token(KEYS[2], ARGV[4])
+  if redis.call('SET', KEYS[1], '2|' .. ts .. '|1||' .. ARGV[3] .. ':1,|' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {1, ts, 1, ttl, 'n'}
+  end
+end
+local v = redis.call('GET', KEYS[1])
+local h = parse(KEYS[1], v)
 -- Tells waiting client `id` (not the caller) `m`, on its own channel; a
 -- client nobody listens for leaves the queue.
 local function tell(id, m)
@@ -14,7 +25,7 @@ local function place()
   local now = redis.call('TIME')
   return string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
 end
-if not h[1] then
+if not h then
   -- Whether clients queue for this name (nil: not looked at yet).
   local queued = nil
   -- The queue after the caller: known when a fair caller at its head takes.
@@ -50,7 +61,7 @@ if not h[1] then
     queued = q[1] ~= nil
     if q[1] and ARGV[7] == '' then after = {q[2], q[3]} end
   end
-  local ts, now = next_token(KEYS[2], ARGV[4])
+  if not ts then ts, now = next_token(KEYS[2], ARGV[4]) end
   -- Clients queued for the last hold still wait: mark this one for them.
   if ARGV[8] == '' then
     queued = false
@@ -60,12 +71,8 @@ if not h[1] then
   -- The share records where the caller's entry stood, for an undo (`1`:
   -- not in line, or not moved).
   local was_at = queued and ARGV[5] ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[5]) or '1'
-  if queued then
-    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, was_at, 'w', '1')
-  else
-    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '1', 't', ts, share, '1')
-  end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('SET', KEYS[1], format({t = ts, c = 1, w = queued, s = ARGV[3] .. ':' .. was_at .. ',', o = ARGV[1]}),
+    'PX', ARGV[2])
   if queued then
     -- A turn told on the free name is over.
     redis.call('DEL', KEYS[4])
@@ -92,29 +99,25 @@ if not h[1] then
   end
   return {1, ts, 1, ttl, 'n'}
 end
-if h[1] == ARGV[1] then
-  local c, kind
-  if redis.call('HSETNX', KEYS[1], share, '1') == 1 then
-    c, kind = redis.call('HINCRBY', KEYS[1], 'c', 1), 'r'
-  else
-    c, kind = tonumber(redis.call('HGET', KEYS[1], 'c')), 'p'
+if h.o == ARGV[1] then
+  local kind = 'p'
+  if not share_of(h, ARGV[3]) then
+    h.c, h.s, kind = h.c + 1, h.s .. ARGV[3] .. ':1,', 'r'
   end
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl < ttl then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    pttl = ttl
-  elseif kind == 'p' then
-    -- A repeat sets the expiry the hold has: it changes nothing, but it is
-    -- a write, so a WAIT after it covers the hold (replicas apply writes in
-    -- order) even when the try that made it ran on a connection lost since.
-    redis.call('PEXPIRE', KEYS[1], pttl)
-  end
-  return {1, h[2], c, pttl, kind}
+  -- Written even for a repeat, which changes nothing: a WAIT after it then
+  -- covers the hold (replicas apply writes in order) even when the try
+  -- that made it ran on a connection lost since.
+  local pttl = math.max(redis.call('PTTL', KEYS[1]), ttl)
+  redis.call('SET', KEYS[1], format(h), 'PX', pttl)
+  return {1, h.t, h.c, pttl, kind}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[5] ~= '' and string.find(ARGV[6], 'w', 1, true) then
   redis.call('ZADD', KEYS[3], 'NX', place(), ARGV[5])
   redis.call('PEXPIRE', KEYS[3], string.format('%.0f', math.max(pttl, 0) + 60000))
-  if not h[3] then redis.call('HSET', KEYS[1], 'w', '1') end
+  if not h.w then
+    h.w = true
+    redis.call('SET', KEYS[1], format(h), 'KEEPTTL')
+  end
 end
 return {0, '', 0, pttl}

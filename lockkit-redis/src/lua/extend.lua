@@ -1,7 +1,7 @@
 local out = {}
 for i = 1, #KEYS do
-  local h = redis.call('HMGET', KEYS[i], 'o', 't')
-  if h[1] == ARGV[3 * i - 2] and h[2] == ARGV[3 * i - 1] then
+  local h = parse(KEYS[i], redis.call('GET', KEYS[i]))
+  if h and h.o == ARGV[3 * i - 2] and h.t == ARGV[3 * i - 1] then
     local ttl = tonumber(ARGV[3 * i])
     local pttl = redis.call('PTTL', KEYS[i])
     if pttl < ttl then

@@ -1,6 +1,6 @@
-local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't')
-if not h[1] then return {} end
+local h = parse(KEYS[1], redis.call('GET', KEYS[1]))
+if not h then return {} end
 local pttl = redis.call('PTTL', KEYS[1])
-redis.call('DEL', KEYS[1])
-redis.pcall(ARGV[2], ARGV[1], h[3])
-return {h[1], h[2], h[3], pttl}
+free_name(KEYS[1], KEYS[2])
+redis.pcall(ARGV[2], ARGV[1], h.t)
+return {h.o, h.c, h.t, pttl}

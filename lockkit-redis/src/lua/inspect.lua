@@ -1,3 +1,3 @@
-local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't')
-if not h[1] then return {} end
-return {h[1], h[2], h[3], redis.call('PTTL', KEYS[1])}
+local h = parse(KEYS[1], redis.call('GET', KEYS[1]))
+if not h then return {} end
+return {h.o, h.c, h.t, redis.call('PTTL', KEYS[1])}

@@ -1,12 +1,15 @@
-local h = redis.call('HMGET', KEYS[1], 'o', 't', 'c', 'w', 'a:' .. ARGV[6])
-if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return -1 end
-if not h[5] then return tonumber(h[3]) end
-local c = tonumber(h[3]) - 1
-if c > 0 then
-  redis.call('HDEL', KEYS[1], 'a:' .. ARGV[6])
-  redis.call('HSET', KEYS[1], 'c', c)
-  return c
+local h = parse(KEYS[1], redis.call('GET', KEYS[1]))
+if not h or h.o ~= ARGV[1] or h.t ~= ARGV[2] then return -1 end
+if not share_of(h, ARGV[6]) then return h.c end
+drop_share(h, ARGV[6])
+if h.c > 0 then
+  redis.call('SET', KEYS[1], format(h), 'KEEPTTL')
+  return h.c
 end
-redis.call('DEL', KEYS[1])
-if not h[4] and ARGV[5] == 'q' then return 0 end
-return announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], '', ARGV[2], KEYS[3])
+if not h.w and ARGV[5] == 'q' then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
+local m = announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], '', ARGV[2], KEYS[3])
+free_name(KEYS[1], KEYS[2])
+return m

@@ -50,6 +50,7 @@ pub(super) const ACQUIRE: &str = concat!(
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/announce.lua"),
     include_str!("../lua/token.lua"),
+    include_str!("../lua/hold.lua"),
     include_str!("../lua/acquire.lua")
 );
 

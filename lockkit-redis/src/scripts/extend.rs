@@ -16,7 +16,7 @@ use crate::layout::Keys;
 /// KEYS: lock keys. ARGV: owner, token, ttl ms — three per key.
 /// Returns one entry per key: the remaining lease in ms, or -3 when owner
 /// and token do not match.
-pub(super) const EXTEND: &str = include_str!("../lua/extend.lua");
+pub(super) const EXTEND: &str = concat!(include_str!("../lua/hold.lua"), include_str!("../lua/extend.lua"));
 
 /// The most holds one `EXTEND` call carries; more go in further calls of
 /// the same pipeline, so a script never blocks the server for long.

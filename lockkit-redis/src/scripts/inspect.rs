@@ -9,7 +9,7 @@ use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 
 /// Who holds a lock. KEYS: lock. Returns `{owner, count, token, pttl}` or `{}`.
-pub(super) const INSPECT: &str = include_str!("../lua/inspect.lua");
+pub(super) const INSPECT: &str = concat!(include_str!("../lua/hold.lua"), include_str!("../lua/inspect.lua"));
 
 /// A hold as the server stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]

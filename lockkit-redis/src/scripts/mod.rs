@@ -179,7 +179,7 @@ async fn pipelined<C: ConnectionLike + Send>(
     // A script's error first: a demoted master answers READONLY (retryable)
     // to the script and a plain error to its WAIT.
     if let Some(Value::ServerError(e)) = replies.iter().find(|v| matches!(v, Value::ServerError(_))) {
-        return Err(Fault::Redis(e.clone().into()));
+        return Err(Fault::from(redis::RedisError::from(e.clone())));
     }
     let acked = match replicas {
         None => None,

@@ -33,6 +33,7 @@ pub(super) const RELEASE: &str = concat!(
     include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/announce.lua"),
+    include_str!("../lua/hold.lua"),
     include_str!("../lua/release.lua")
 );
 
@@ -94,9 +95,10 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
 }
 
 /// Removes a hold whoever holds it (operator override) and publishes the
-/// release. KEYS: lock. ARGV: channel, `PUBLISH` or `SPUBLISH`.
+/// release (a name clients queue for stays theirs: see `FREE` in
+/// `lua/hold.lua`). KEYS: lock, queue. ARGV: channel, `PUBLISH` or `SPUBLISH`.
 /// Returns what was removed, like [`INSPECT`], or `{}`.
-pub(super) const FORCE: &str = include_str!("../lua/force.lua");
+pub(super) const FORCE: &str = concat!(include_str!("../lua/hold.lua"), include_str!("../lua/force.lua"));
 
 /// Removes the hold on `name` whoever holds it; what was removed.
 pub(crate) async fn force_release<C: ConnectionLike + Send>(
@@ -109,6 +111,7 @@ pub(crate) async fn force_release<C: ConnectionLike + Send>(
     let v: Value = SCRIPTS
         .force
         .key(&key)
+        .key(keys.queue(name))
         .arg(&key)
         .arg(publish.command())
         .invoke_async(conn)
@@ -135,6 +138,7 @@ pub(super) const UNDO: &str = concat!(
     include_str!("../lua/clock.lua"),
     include_str!("../lua/waiter_channel.lua"),
     include_str!("../lua/announce.lua"),
+    include_str!("../lua/hold.lua"),
     include_str!("../lua/undo.lua")
 );
 

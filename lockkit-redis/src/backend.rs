@@ -183,9 +183,10 @@ impl LockBackend for RedisBackend {
     async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
         match kind {
             LockKind::Mutex => Ok(self.inspect(name).await?.into_iter().collect()),
-            kind => scripts::holders(&mut self.inner.conn.clone(), &self.inner.keys, name, kind)
-                .await
-                .map_err(|f| self.error("holders", name, f)),
+            kind => match scripts::holders(&mut self.inner.conn.clone(), &self.inner.keys, name, kind).await {
+                Ok(holds) => Ok(holds.into_iter().map(|(info, _)| info).collect()),
+                Err(f) => Err(self.error("holders", name, f)),
+            },
         }
     }
 

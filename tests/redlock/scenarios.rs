@@ -479,6 +479,43 @@ async fn a_permit_stands_in_the_slot_most_nodes_assigned() {
     }
 }
 
+/// A permit counts as held only where a quorum stands it in one slot: an
+/// attempt in flight that three nodes granted in two different slots (so
+/// a quorum of none) is no holder, even though three nodes carry its
+/// token. The listing once counted it, and a crowd of processes saw four
+/// permits of a semaphore of three listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_split_across_slots_is_not_listed() {
+    if !redis::available("a_permit_split_across_slots_is_not_listed") {
+        return;
+    }
+    let nodes = five();
+    let a = client(&nodes).await;
+    let name = "split-listing";
+    let permit = a
+        .semaphore(name, 3)
+        .unwrap()
+        .acquire_with(&long())
+        .await
+        .expect("permit");
+    let holds = redis::lock_key(name).replacen("}:", "}s:", 1);
+    let ends = holds.replacen("}s:", "}es:", 1);
+    for (node, slot) in nodes[..3].iter().zip(["1", "1", "2"]) {
+        let until = node.time_ms() + 60_000;
+        node.cli(&["HSET", &holds, &format!("s|{slot}"), "7", "o|7", "someone", "t|7", "7"]);
+        node.cli(&["HSET", &holds, "a|7", "0123456789abcdef", "g|7", "99", "k|7", slot]);
+        node.cli(&["ZADD", &ends, &until.to_string(), "7"]);
+    }
+    let listed = a.semaphore(name, 3).unwrap().holders().await.expect("holders");
+    let tokens: Vec<u64> = listed.iter().map(|h| h.token).collect();
+    assert_eq!(
+        tokens,
+        [permit.fencing_token()],
+        "only the permit a quorum holds in one slot"
+    );
+    permit.unlock().await.expect("unlock");
+}
+
 /// The owners holding `name` for reading on one node alone.
 async fn node_readers(node: &Server, name: &str) -> Vec<String> {
     let one = lockkit::connect(&format!("redis://{}", node.addr()))

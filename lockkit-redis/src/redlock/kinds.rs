@@ -55,10 +55,13 @@ impl RedlockBackend {
         if failures.len() > inner.n() - inner.quorum {
             return Err(self.failed("holders", name, inner.quorum_error(&failures)));
         }
-        let mut order: Vec<(String, u64)> = Vec::new();
-        let mut seen: HashMap<(String, u64), Vec<&LockInfo>> = HashMap::new();
-        for info in results.iter().filter_map(|r| r.as_ref().ok()).flatten() {
-            let key = (info.owner.clone(), info.token);
+        // A permit counts in the slot it stands in: an attempt in flight
+        // that nodes gave different slots is on no quorum of any (it is
+        // undone on the nodes of the slots that lost).
+        let mut order: Vec<(String, u64, Option<u32>)> = Vec::new();
+        let mut seen: HashMap<(String, u64, Option<u32>), Vec<&LockInfo>> = HashMap::new();
+        for (info, slot) in results.iter().filter_map(|r| r.as_ref().ok()).flatten() {
+            let key = (info.owner.clone(), info.token, *slot);
             let nodes = seen.entry(key.clone()).or_default();
             if nodes.is_empty() {
                 order.push(key);

@@ -264,13 +264,14 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
     Ok(parse_flag("undo", &v)?)
 }
 
-/// The live holds of `kind` on `name`, in the order granted.
+/// The live holds of `kind` on `name`, in the order granted, each with
+/// the permit slot it stands in (Redlock's semaphores; `None`: no slot).
 pub(crate) async fn holders<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
     name: &str,
     kind: LockKind,
-) -> Result<Vec<LockInfo>, Fault> {
+) -> Result<Vec<(LockInfo, Option<u32>)>, Fault> {
     let holds = keys.holds(name, kind);
     let v: Value = SCRIPTS
         .kinds_holders
@@ -282,20 +283,23 @@ pub(crate) async fn holders<C: ConnectionLike + Send>(
     Ok(parse_holders(name, &v)?)
 }
 
-fn parse_holders(name: &str, v: &Value) -> Result<Vec<LockInfo>, UnexpectedReply> {
+fn parse_holders(name: &str, v: &Value) -> Result<Vec<(LockInfo, Option<u32>)>, UnexpectedReply> {
     let bad = || unexpected("holders", v);
     let Value::Array(items) = v else { return Err(bad()) };
     items
         .iter()
         .map(|item| match item {
             Value::Array(f) => match f.as_slice() {
-                [owner, count, token, pttl] => Ok(LockInfo {
-                    name: name.to_owned(),
-                    owner: text(owner).ok_or_else(bad)?,
-                    hold_count: int(count).and_then(|c| u32::try_from(c).ok()).ok_or_else(bad)?,
-                    token: int(token).and_then(|t| u64::try_from(t).ok()).ok_or_else(bad)?,
-                    remaining: Some(super::millis(int(pttl).ok_or_else(bad)?)),
-                }),
+                [owner, count, token, pttl, slot] => Ok((
+                    LockInfo {
+                        name: name.to_owned(),
+                        owner: text(owner).ok_or_else(bad)?,
+                        hold_count: int(count).and_then(|c| u32::try_from(c).ok()).ok_or_else(bad)?,
+                        token: int(token).and_then(|t| u64::try_from(t).ok()).ok_or_else(bad)?,
+                        remaining: Some(super::millis(int(pttl).ok_or_else(bad)?)),
+                    },
+                    int(slot).and_then(|k| u32::try_from(k).ok()),
+                )),
                 _ => Err(bad()),
             },
             _ => Err(bad()),

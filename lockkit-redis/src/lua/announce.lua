@@ -6,7 +6,8 @@
 -- and the one after it told instead. The head told (not `except`) and
 -- when (server ms) go to `turn`, so that it is dropped as one that let
 -- its turn pass only once it had the fallback delay here (see
--- `had_turn`). Returns the message.
+-- `had_turn`). Returns the message, and whether a client in line was
+-- told (else the line is empty).
 local function announce(cmd, lock, at, queue, except, prefix, turn)
   for _ = 1, 100 do
     local q = redis.call('ZRANGE', queue, 0, 1)
@@ -24,12 +25,12 @@ local function announce(cmd, lock, at, queue, except, prefix, turn)
         -- (Kept well past any fallback delay; taking the name ends it.)
         redis.call('SET', turn, q[1] .. '|' .. string.format('%.0f', now_ms()), 'PX', 10000)
       end
-      return m
+      return m, true
     end
   end
   local m = prefix .. '|'
   redis.pcall(cmd, lock, m)
-  return m
+  return m, false
 end
 -- Whether waiting client `head` has had its turn for `grace` ms by `turn`
 -- (see `announce`): true also when no turn of it is recorded (none was

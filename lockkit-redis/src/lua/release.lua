@@ -10,6 +10,10 @@ if not h.w and ARGV[5] == 'q' then
   redis.call('DEL', KEYS[1])
   return 0
 end
-local m = announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], '', ARGV[2], KEYS[3])
-free_name(KEYS[1], KEYS[2])
+local m, queued = announce(ARGV[4], ARGV[3], tonumber(ARGV[7]), KEYS[2], '', ARGV[2], KEYS[3])
+if queued then
+  free_name(KEYS[1], KEYS[2])
+else
+  redis.call('DEL', KEYS[1])
+end
 return m

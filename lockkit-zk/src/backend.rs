@@ -142,6 +142,13 @@ pub struct ZkStats {
     /// Dead waiters' nodes this backend's waiters took out of a line (see
     /// the crate docs).
     pub dead_waiters: u64,
+    /// Rewrites of the session's liveness record, made while it has
+    /// waiters (never for acquisitions that hold at once).
+    pub refreshes: u64,
+    /// Reads of a contender's own node after its create was answered: the
+    /// server left the stat out of the answer (ZooKeeper before 3.8.1) and
+    /// the read sent with the create guessed another name.
+    pub late_stat_reads: u64,
 }
 
 /// The backend's state, shared by its clones; its operations are in the
@@ -216,6 +223,8 @@ impl ZkBackend {
             listings: c.listings.load(Ordering::Relaxed),
             reads: c.reads.load(Ordering::Relaxed),
             dead_waiters: c.dead_waiters.load(Ordering::Relaxed),
+            refreshes: c.refreshes.load(Ordering::Relaxed),
+            late_stat_reads: c.late_stat_reads.load(Ordering::Relaxed),
         }
     }
 

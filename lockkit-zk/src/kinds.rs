@@ -237,8 +237,9 @@ impl Inner {
         // A watch of the parent's children armed with the last listing.
         let mut watching = None;
         let mut suspects = Suspects::new(session, &q.parent);
-        // While it waits, its session keeps its liveness record fresh.
-        let _live = session.live();
+        // While it waits, its session keeps its liveness record fresh (from
+        // its first wait on, as a mutex's waiter).
+        let mut live = None;
         loop {
             // Armed with the listing planned on now, if at all.
             let listed_with = watching.take();
@@ -371,6 +372,7 @@ impl Inner {
                     return Ok(give_up(cleanup).await);
                 }
                 Step::Wait(watches) => {
+                    live.get_or_insert_with(|| session.live());
                     let first_waiting = (0..line.entries.len()).find(|&i| !line.granted(i));
                     suspects.saw_waiting(first_waiting.map(|i| line.entries[i].child.seq));
                     let ahead = watches.iter().flat_map(|w| match w {

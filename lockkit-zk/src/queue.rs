@@ -258,6 +258,11 @@ pub(crate) async fn enqueue(
         Counters::bump(&session.counters().listings);
         let listing = client.get_children(parent);
         let reading = (mark == Mark::Read).then(|| Box::pin(client.get_data(parent)) as ParentRead);
+        let guessed = session.seq_guess.guess(parent).map(|seq| {
+            let path = format!("{prefix}{seq:010}");
+            let read = client.get_data(&path);
+            (path, read)
+        });
         let created = match create.await {
             Ok(results) => match results.into_iter().last() {
                 Some(MultiWriteResult::Create { path, stat }) => Ok((path, stat)),
@@ -275,15 +280,10 @@ pub(crate) async fn enqueue(
                 // that left the heartbeat's deadline behind.
                 session.proven(sent);
                 let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
-                let node = match stat.is_invalid() {
-                    false => Known::read(data.clone(), &stat),
-                    // Some servers answer a create in a multi without its stat.
-                    true => match read(client, &format!("{parent}/{name}")).await? {
-                        Some((_, stat)) => Known::read(data.clone(), &stat),
-                        None => continue,
-                    },
-                };
-                (name, node)
+                // Servers with ZOOKEEPER-4026 answer a create in a multi
+                // without its stat: a read sent behind it, of the name it
+                // likely got (see `conn::seq_guess`), or one after, tells.
+                (name, (!stat.is_invalid()).then(|| Known::read(data.clone(), &stat)))
             }
             Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options(mark)).await {
                 Ok(_) | Err(ZkError::NodeExists) => continue,
@@ -313,21 +313,38 @@ pub(crate) async fn enqueue(
                     }
                 }
                 match found {
-                    Some(found) => found,
+                    Some((name, known)) => (name, Some(known)),
                     None => continue,
                 }
             }
             Err(e) => return Err(e),
         };
-        let (children, at_creation, reading) = match listing.await {
-            Ok((children, stat)) if children.contains(&name) => (children, stat.pzxid == node.czxid, reading),
+        let me = Child::parse(&name).ok_or_else(|| ZkError::UnexpectedError(format!("created node {name}")))?;
+        let (children, parent_stat, reading) = match listing.await {
+            Ok((children, stat)) if children.contains(&name) => (children, Some(stat), reading),
             _ => {
                 let children = list(client, parent).await?;
                 let reading = (mark == Mark::Read).then(|| Box::pin(client.get_data(parent)) as ParentRead);
-                (children, false, reading)
+                (children, None, reading)
             }
         };
-        let me = Child::parse(&name).ok_or_else(|| ZkError::UnexpectedError(format!("created node {name}")))?;
+        session.seq_guess.created(parent, me.seq, node.is_some());
+        let guessed = match guessed {
+            Some((path, read)) if path == me.path(parent) => read.await.ok(),
+            _ => None,
+        };
+        let node = match (node, guessed) {
+            (Some(node), _) => node,
+            (None, Some((_, stat))) => Known::read(data.clone(), &stat),
+            (None, None) => {
+                Counters::bump(&session.counters().late_stat_reads);
+                match read(client, &me.path(parent)).await? {
+                    Some((_, stat)) => Known::read(data.clone(), &stat),
+                    None => continue,
+                }
+            }
+        };
+        let at_creation = parent_stat.is_some_and(|p| p.pzxid == node.czxid);
         let mut q = Queued {
             parent: parent.to_owned(),
             path: me.path(parent),

@@ -155,8 +155,11 @@ impl Inner {
         let mut cleanup = Cleanup::new(session, &q, owner, attempt);
         let mut foreign = Vec::new();
         let mut suspects = Suspects::new(session, &q.parent);
-        // While it waits, its session keeps its liveness record fresh.
-        let _live = session.live();
+        // While it waits, its session keeps its liveness record fresh (from
+        // its first wait on: a node that holds from its create on is never
+        // taken for a waiter's, and a refresh per acquisition is one more
+        // write on the server).
+        let mut live = None;
         // A network step, bounded by the deadline; a session that ended means
         // start over.
         macro_rules! bounded {
@@ -203,6 +206,7 @@ impl Inner {
                     return Ok(give_up(cleanup).await);
                 }
                 Plan::Wait(node) => {
+                    live.get_or_insert_with(|| session.live());
                     // Every contender but the first waits (the first may
                     // hold through share nodes: not counted as waiting).
                     suspects.saw_waiting(q.queue.get(1).map(|c| c.seq));

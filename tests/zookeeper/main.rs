@@ -20,3 +20,4 @@ mod restarted_attempt;
 mod session;
 mod stalled;
 mod support;
+mod uncontended;

@@ -16,8 +16,8 @@
 use std::sync::Weak;
 use std::time::Instant;
 
-use super::Session;
 use super::liveness::{LIVE_TAG, REFRESH_EVERY};
+use super::{Counters, Session};
 use crate::error::is_session_end;
 
 /// Beats until the session ends or its backend is dropped. Holds no strong
@@ -56,6 +56,7 @@ pub(crate) async fn beat(session: Weak<Session>) {
             Ok(refreshed) => {
                 s.proven(sent);
                 if refreshed {
+                    Counters::bump(&s.counters().refreshes);
                     s.refreshed(sent);
                 }
             }

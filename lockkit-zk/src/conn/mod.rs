@@ -38,6 +38,7 @@ use crate::leftover::{Leftover, Orphan};
 pub(crate) mod heartbeat;
 pub(crate) mod liveness;
 pub(crate) mod reconnect;
+pub(crate) mod seq_guess;
 mod watch;
 
 use watch::{Arming, arm_watches};
@@ -55,6 +56,10 @@ pub(crate) struct Counters {
     pub reads: AtomicU64,
     /// Dead waiters' nodes taken out of a line.
     pub dead_waiters: AtomicU64,
+    /// Rewrites of the liveness record.
+    pub refreshes: AtomicU64,
+    /// Own nodes' stats read after the create's answer.
+    pub late_stat_reads: AtomicU64,
 }
 
 impl Counters {
@@ -199,6 +204,8 @@ pub(crate) struct Session {
     live_wake: Arc<Notify>,
     /// The send time of the last answered refresh of the liveness record.
     last_refresh: Mutex<Option<std::time::Instant>>,
+    /// Where the next contender create under a parent likely lands.
+    pub seq_guess: seq_guess::SeqGuess,
 }
 
 impl fmt::Debug for Session {
@@ -300,6 +307,7 @@ impl Session {
             live_needed: std::sync::atomic::AtomicUsize::new(0),
             live_wake: Arc::new(Notify::new()),
             last_refresh: Mutex::new(None),
+            seq_guess: seq_guess::SeqGuess::default(),
         });
         Counters::bump(&counters.sessions);
         tracing::debug!(

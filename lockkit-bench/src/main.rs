@@ -6,6 +6,7 @@
 //! ```
 
 mod charts;
+mod cost;
 mod counting;
 mod crowd;
 mod floor;
@@ -128,11 +129,12 @@ async fn bench_backend(
     let shown = lockkit::url::redact(url);
     let floor = floor::floor_for(url).await?;
     let peers = peers::peers_for(url);
+    let meter = cost::Meter::connect(url).await?;
     for w in &args.workload {
         bar.set_message(format!("{shown} {w}"));
         let outcome: Result<(), BenchError> = async {
             match w.as_str() {
-                "w1" => rows.extend(workloads::w1(url, floor.as_deref(), &peers, plan.seconds).await?),
+                "w1" => rows.extend(workloads::w1(url, floor.as_deref(), &peers, &meter, plan.seconds).await?),
                 "w2" => {
                     rows.extend(workloads::w2(url, args.clients, &peers, plan.seconds).await?);
                     if args.w2_unfair {

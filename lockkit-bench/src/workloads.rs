@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 use hdrhistogram::Histogram;
 use lockkit::{LockClient, LockOptions};
 
+use crate::cost::{Cost, Meter};
 use crate::counting::Counting;
 use crate::floor::{self, Floor};
 use crate::peers::{Held, Locker, Peer};
@@ -37,11 +38,13 @@ const SLICES: u32 = 20;
 
 /// w1: one client acquires and releases one name in a loop; beside it, in
 /// alternating slices, the floor's raw cycle (and its one-round-trip ping)
-/// and each peer library's acquire + release on a name of its own.
+/// and each peer library's acquire + release on a name of its own. Each
+/// implementation's cost is metered over its own slices only.
 pub async fn w1(
     url: &str,
     floor: Option<&dyn Floor>,
     peers: &[Peer],
+    meter: &Meter,
     seconds: Duration,
 ) -> Result<Vec<Row>, BenchError> {
     let client = lockkit::connect(url).await?;
@@ -52,6 +55,7 @@ pub async fn w1(
     let (mut hist, mut floor_hist, mut ping_hist) = (histogram(), histogram(), histogram());
     let (mut cycles, mut floor_cycles) = (0u64, 0u64);
     let (mut spent, mut floor_spent) = (Duration::ZERO, Duration::ZERO);
+    let (mut cost, mut floor_cost) = (Cost::default(), Cost::default());
     let mut others = Vec::with_capacity(peers.len());
     for &peer in peers {
         others.push(PeerRun {
@@ -61,6 +65,7 @@ pub async fn w1(
             hist: histogram(),
             cycles: 0,
             spent: Duration::ZERO,
+            cost: Cost::default(),
         });
     }
     // Warm up all (connections, script loads, prepared statements).
@@ -74,6 +79,7 @@ pub async fn w1(
         }
     }
     for _ in 0..SLICES {
+        let span = meter.start().await?;
         let started = Instant::now();
         while started.elapsed() < slice {
             let t0 = Instant::now();
@@ -83,7 +89,9 @@ pub async fn w1(
             cycles += 1;
         }
         spent += started.elapsed();
+        cost += span.stop().await?;
         for p in &mut others {
+            let span = meter.start().await?;
             let started = Instant::now();
             while started.elapsed() < slice {
                 let t0 = Instant::now();
@@ -92,8 +100,10 @@ pub async fn w1(
                 p.cycles += 1;
             }
             p.spent += started.elapsed();
+            p.cost += span.stop().await?;
         }
         let Some(f) = floor else { continue };
+        let span = meter.start().await?;
         let started = Instant::now();
         while started.elapsed() < slice {
             let t0 = Instant::now();
@@ -102,6 +112,8 @@ pub async fn w1(
             floor_cycles += 1;
         }
         floor_spent += started.elapsed();
+        floor_cost += span.stop().await?;
+        // The pings are outside every metered interval.
         for _ in 0..50 {
             let t0 = Instant::now();
             f.ping().await?;
@@ -120,12 +132,16 @@ pub async fn w1(
     if floor.is_some() {
         let mut row = Row::new(series("floor"), floor_spent.as_secs_f64(), floor_cycles, &floor_hist);
         row.round_trip_us = Some(ping_hist.value_at_quantile(0.5) as f64);
+        floor_cost.fill(&mut row, floor_cycles);
         rows.push(row);
     }
-    rows.push(Row::new(series("lockkit"), spent.as_secs_f64(), cycles, &hist));
+    let mut row = Row::new(series("lockkit"), spent.as_secs_f64(), cycles, &hist);
+    cost.fill(&mut row, cycles);
+    rows.push(row);
     for p in &others {
         let mut row = Row::new(series(p.peer.name()), p.spent.as_secs_f64(), p.cycles, &p.hist);
         row.note = p.peer.note();
+        p.cost.fill(&mut row, p.cycles);
         rows.push(row);
     }
     Ok(rows)
@@ -139,6 +155,7 @@ struct PeerRun {
     hist: Histogram<u64>,
     cycles: u64,
     spent: Duration,
+    cost: Cost,
 }
 
 /// The backend's name in the result rows, marked when its URL turned the

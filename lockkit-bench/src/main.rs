@@ -136,15 +136,15 @@ async fn bench_backend(
             match w.as_str() {
                 "w1" => rows.extend(workloads::w1(url, floor.as_deref(), &peers, &meter, plan.seconds).await?),
                 "w2" => {
-                    rows.extend(workloads::w2(url, args.clients, &peers, plan.seconds).await?);
+                    rows.extend(workloads::w2(url, args.clients, &peers, &meter, plan.seconds).await?);
                     if args.w2_unfair {
                         let unfair = unfair_url(url);
-                        rows.extend(workloads::w2(&unfair, args.clients, &[], plan.seconds).await?);
+                        rows.extend(workloads::w2(&unfair, args.clients, &[], &meter, plan.seconds).await?);
                     }
                 }
                 "w3" => {
                     for &c in &plan.w3_clients {
-                        rows.extend(workloads::w3(url, c, plan.seconds).await?);
+                        rows.extend(workloads::w3(url, c, &meter, plan.seconds).await?);
                     }
                 }
                 "w4" => rows.push(workloads::w4(url, floor.as_deref(), plan.w4_held, plan.w4_ttl, 3).await?),

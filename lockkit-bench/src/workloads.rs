@@ -195,7 +195,7 @@ impl Held for lockkit::LockGuard {
 /// Besides the acquire wait it measures the hand-off: from a holder's
 /// `unlock` call to the next holder's `lock` returning. Lockkit's row,
 /// then one row per peer library (each measured alone, the same way).
-pub async fn w2(url: &str, c: usize, peers: &[Peer], seconds: Duration) -> Result<Vec<Row>, BenchError> {
+pub async fn w2(url: &str, c: usize, peers: &[Peer], meter: &Meter, seconds: Duration) -> Result<Vec<Row>, BenchError> {
     let mut clients: Vec<Box<dyn Locker>> = Vec::with_capacity(c);
     let mut kind = String::new();
     for _ in 0..c {
@@ -211,13 +211,13 @@ pub async fn w2(url: &str, c: usize, peers: &[Peer], seconds: Duration) -> Resul
         workload: "w2",
         clients: c,
     };
-    let mut rows = vec![contend(series("lockkit"), clients, seconds).await?];
+    let mut rows = vec![contend(series("lockkit"), clients, meter, seconds).await?];
     for &peer in peers {
         let mut clients = Vec::with_capacity(c);
         for _ in 0..c {
             clients.push(peer.connect(url).await?);
         }
-        let mut row = contend(series(peer.name()), clients, seconds).await?;
+        let mut row = contend(series(peer.name()), clients, meter, seconds).await?;
         row.note = peer.note();
         rows.push(row);
     }
@@ -227,8 +227,14 @@ pub async fn w2(url: &str, c: usize, peers: &[Peer], seconds: Duration) -> Resul
 /// How long w2 waits for a client's last call after the measurement.
 const STUCK: Duration = Duration::from_secs(60);
 
-/// The measurement of w2 with `clients`, one task each.
-async fn contend(series: Series<'_>, clients: Vec<Box<dyn Locker>>, seconds: Duration) -> Result<Row, BenchError> {
+/// The measurement of w2 with `clients`, one task each. Its cost is metered
+/// from the end of the warm-up to the end of the measurement.
+async fn contend(
+    series: Series<'_>,
+    clients: Vec<Box<dyn Locker>>,
+    meter: &Meter,
+    seconds: Duration,
+) -> Result<Row, BenchError> {
     let c = clients.len();
     let name = Arc::new(format!("bench/w2/{}", run_id()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -289,7 +295,10 @@ async fn contend(series: Series<'_>, clients: Vec<Box<dyn Locker>>, seconds: Dur
             })
         })
         .collect();
-    tokio::time::sleep(warm + seconds).await;
+    tokio::time::sleep(warm).await;
+    let span = meter.start().await?;
+    tokio::time::sleep_until((started + warm + seconds).into()).await;
+    let cost = span.stop().await?;
     stop.store(true, Ordering::Relaxed);
     let (mut hist, mut handoffs) = (histogram(), histogram());
     let mut per_client = Vec::new();
@@ -322,6 +331,7 @@ async fn contend(series: Series<'_>, clients: Vec<Box<dyn Locker>>, seconds: Dur
     row.fairness_min = per_client.iter().min().copied();
     row.fairness_max = per_client.iter().max().copied();
     row.counter_exact = Some(counter.load(Ordering::SeqCst) == acquisitions);
+    cost.fill(&mut row, total);
     Ok(row)
 }
 
@@ -360,8 +370,9 @@ async fn spread(c: usize, seconds: Duration, op: Op) -> Result<(Histogram<u64>, 
 
 /// w3: `c` tasks acquire and release names drawn from 10,000. Tasks share
 /// up to 8 connected clients, each task a contender of its own. Beside it,
-/// in alternating slices, the floor's raw cycle with as many tasks.
-pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, BenchError> {
+/// in alternating slices, the floor's raw cycle with as many tasks, each
+/// metered over its own slices.
+pub async fn w3(url: &str, c: usize, meter: &Meter, seconds: Duration) -> Result<Vec<Row>, BenchError> {
     let mut connected = Vec::new();
     for _ in 0..c.min(8) {
         connected.push(lockkit::connect(url).await?);
@@ -386,10 +397,13 @@ pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, Benc
         series.push(("floor", floor_op));
     }
     // Measured in alternating slices, like w1, so drift slows both alike.
-    let mut totals: Vec<(Histogram<u64>, u64, f64)> = series.iter().map(|_| (histogram(), 0, 0.0)).collect();
+    let mut totals: Vec<(Histogram<u64>, u64, f64, Cost)> =
+        series.iter().map(|_| (histogram(), 0, 0.0, Cost::default())).collect();
     for _ in 0..SLICES / 2 {
         for ((_, op), total) in series.iter().zip(&mut totals) {
+            let span = meter.start().await?;
             let (hist, n, secs) = spread(c, seconds / (SLICES / 2), op.clone()).await?;
+            total.3 += span.stop().await?;
             total.0.add(&hist)?;
             total.1 += n;
             total.2 += secs;
@@ -398,7 +412,7 @@ pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, Benc
     Ok(series
         .iter()
         .zip(&totals)
-        .map(|((imp, _), (hist, n, secs))| {
+        .map(|((imp, _), (hist, n, secs, cost))| {
             let series = Series {
                 imp,
                 backend: kind,
@@ -406,7 +420,9 @@ pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, Benc
                 workload: "w3",
                 clients: c,
             };
-            Row::new(series, *secs, *n, hist)
+            let mut row = Row::new(series, *secs, *n, hist);
+            cost.fill(&mut row, *n);
+            row
         })
         .collect())
 }

@@ -147,9 +147,9 @@ async fn bench_backend(
                         rows.extend(workloads::w3(url, c, &meter, plan.seconds).await?);
                     }
                 }
-                "w4" => rows.push(workloads::w4(url, floor.as_deref(), plan.w4_held, plan.w4_ttl, 3).await?),
-                "w5" => rows.extend(kinds::w5(url, args.clients, args.permits, plan.seconds).await?),
-                "w6" => rows.extend(kinds::w6(url, args.clients, plan.seconds).await?),
+                "w4" => rows.push(workloads::w4(url, floor.as_deref(), &meter, plan.w4_held, plan.w4_ttl, 3).await?),
+                "w5" => rows.extend(kinds::w5(url, args.clients, args.permits, &meter, plan.seconds).await?),
+                "w6" => rows.extend(kinds::w6(url, args.clients, &meter, plan.seconds).await?),
                 "crowd" => rows.extend(crowd::crowd(url, &plan.crowd).await?),
                 "crowd-once" => rows.extend(crowd::crowd_once(url, &plan.crowd).await?),
                 other => return Err(format!("unknown workload {other:?} (w1 … w6, crowd, crowd-once)").into()),

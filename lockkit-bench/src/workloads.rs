@@ -428,10 +428,12 @@ pub async fn w3(url: &str, c: usize, meter: &Meter, seconds: Duration) -> Result
 }
 
 /// w4: one client holds `held` locks with auto-extend and a short `ttl` for
-/// `periods` renewal periods; reports round trips per period and memory.
+/// `periods` renewal periods; reports round trips per period and memory,
+/// and the cost of the renewals per round trip.
 pub async fn w4(
     url: &str,
     floor: Option<&dyn Floor>,
+    meter: &Meter,
     held: usize,
     ttl: Duration,
     periods: u32,
@@ -457,11 +459,13 @@ pub async fn w4(
         }
     }
     let commands_before = server_commands(floor).await?;
+    let span = meter.start().await?;
     let before = counting.round_trips();
     let started = Instant::now();
     tokio::time::sleep(ttl / 3 * periods).await;
     let elapsed = started.elapsed();
     let trips = counting.round_trips() - before;
+    let cost = span.stop().await?;
     let commands = server_commands(floor).await?.zip(commands_before).map(|(a, b)| a - b);
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     if lost > 0 {
@@ -502,6 +506,7 @@ pub async fn w4(
     row.server_commands_per_period = commands.map(|c| c as f64 * per_period / trips.max(1) as f64);
     row.rss_bytes = rss;
     row.held = Some(held);
+    cost.fill(&mut row, trips);
     Ok(row)
 }
 

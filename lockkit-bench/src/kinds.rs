@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use lockkit::{LockClient, LockKind};
 
+use crate::cost::{Cost, Meter};
 use crate::report::{Row, Series, histogram};
 use crate::workloads::{BenchError, label, opts, run_id, us};
 
@@ -56,19 +57,22 @@ impl Tally {
 }
 
 /// Runs `work` on every client in a task of its own until `seconds`
-/// passed (it loops until `stop`); the tallies and the seconds measured.
+/// passed (it loops until `stop`); the tallies, the seconds measured and
+/// their cost (metered from the tasks' start until every one is done).
 /// Every client lives until every task is done (one closing its
 /// connections would slow the others' last acquisitions).
 async fn run_tasks<F, Fut>(
     clients: Vec<LockClient>,
+    meter: &Meter,
     seconds: Duration,
     work: F,
-) -> Result<(Vec<Tally>, f64), BenchError>
+) -> Result<(Vec<Tally>, f64, Cost), BenchError>
 where
     F: Fn(LockClient, Arc<AtomicBool>) -> Fut,
     Fut: std::future::Future<Output = Result<(Tally, LockClient), BenchError>> + Send + 'static,
 {
     let stop = Arc::new(AtomicBool::new(false));
+    let span = meter.start().await?;
     let started = Instant::now();
     let tasks: Vec<_> = clients
         .into_iter()
@@ -82,12 +86,20 @@ where
         tallies.push(tally);
         finished.push(client);
     }
+    let cost = span.stop().await?;
     drop(finished);
-    Ok((tallies, started.elapsed().as_secs_f64()))
+    Ok((tallies, started.elapsed().as_secs_f64(), cost))
 }
 
-/// The row of `workload` from the tallies.
-fn row(kind: &str, url: &str, workload: &'static str, tallies: &[Tally], seconds: f64) -> Result<Row, BenchError> {
+/// The row of `workload` from the tallies and their cost.
+fn row(
+    kind: &str,
+    url: &str,
+    workload: &'static str,
+    tallies: &[Tally],
+    seconds: f64,
+    cost: Cost,
+) -> Result<Row, BenchError> {
     let mut waits = histogram();
     for t in tallies {
         waits.add(&t.waits)?;
@@ -99,7 +111,10 @@ fn row(kind: &str, url: &str, workload: &'static str, tallies: &[Tally], seconds
         workload,
         clients: tallies.len(),
     };
-    Ok(Row::new(series, seconds, tallies.iter().map(|t| t.ops).sum(), &waits))
+    let ops = tallies.iter().map(|t| t.ops).sum();
+    let mut row = Row::new(series, seconds, ops, &waits);
+    cost.fill(&mut row, ops);
+    Ok(row)
 }
 
 /// w5: `c` clients take a permit of a semaphore of `permits`, hold it for
@@ -107,7 +122,13 @@ fn row(kind: &str, url: &str, workload: &'static str, tallies: &[Tally], seconds
 /// granted per second, the acquire wait, how evenly the clients were
 /// served, and the most permits held at once (never above `permits`).
 /// `None` when the backend has no semaphores.
-pub async fn w5(url: &str, c: usize, permits: u32, seconds: Duration) -> Result<Option<Row>, BenchError> {
+pub async fn w5(
+    url: &str,
+    c: usize,
+    permits: u32,
+    meter: &Meter,
+    seconds: Duration,
+) -> Result<Option<Row>, BenchError> {
     let clients = clients(url, c).await?;
     if !supports(&clients[0], LockKind::Permit { permits }, "w5") {
         return Ok(None);
@@ -115,7 +136,7 @@ pub async fn w5(url: &str, c: usize, permits: u32, seconds: Duration) -> Result<
     let kind = label(&clients[0]);
     let name = Arc::new(format!("bench/w5/{}", run_id()));
     let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (tallies, elapsed) = run_tasks(clients, seconds, |client, stop| {
+    let (tallies, elapsed, cost) = run_tasks(clients, meter, seconds, |client, stop| {
         let (name, inside, most) = (name.clone(), inside.clone(), most.clone());
         async move {
             let sem = client.semaphore(&name, permits)?;
@@ -136,7 +157,7 @@ pub async fn w5(url: &str, c: usize, permits: u32, seconds: Duration) -> Result<
         }
     })
     .await?;
-    let mut row = row(&kind, url, "w5", &tallies, elapsed)?;
+    let mut row = row(&kind, url, "w5", &tallies, elapsed, cost)?;
     row.fairness_min = tallies.iter().map(|t| t.ops).min();
     row.fairness_max = tallies.iter().map(|t| t.ops).max();
     let most = most.load(Ordering::SeqCst);
@@ -154,7 +175,7 @@ const W6_WRITES_PER_MILLE: u64 = 100;
 /// that a reader checks does not move while it reads. Measures operations
 /// per second, the wait of all operations and of the writes, and whether
 /// the lock excluded (the counter equals the writes, no reader saw it move).
-pub async fn w6(url: &str, c: usize, seconds: Duration) -> Result<Option<Row>, BenchError> {
+pub async fn w6(url: &str, c: usize, meter: &Meter, seconds: Duration) -> Result<Option<Row>, BenchError> {
     let clients = clients(url, c).await?;
     if !supports(&clients[0], LockKind::Write, "w6") {
         return Ok(None);
@@ -163,7 +184,7 @@ pub async fn w6(url: &str, c: usize, seconds: Duration) -> Result<Option<Row>, B
     let name = Arc::new(format!("bench/w6/{}", run_id()));
     let counter = Arc::new(AtomicU64::new(0));
     let torn = Arc::new(AtomicBool::new(false));
-    let (tallies, elapsed) = run_tasks(clients, seconds, |client, stop| {
+    let (tallies, elapsed, cost) = run_tasks(clients, meter, seconds, |client, stop| {
         let (name, counter, torn) = (name.clone(), counter.clone(), torn.clone());
         async move {
             let rw = client.rw_lock(&name)?;
@@ -195,7 +216,7 @@ pub async fn w6(url: &str, c: usize, seconds: Duration) -> Result<Option<Row>, B
         }
     })
     .await?;
-    let mut row = row(&kind, url, "w6", &tallies, elapsed)?;
+    let mut row = row(&kind, url, "w6", &tallies, elapsed, cost)?;
     let mut write_waits = histogram();
     for t in &tallies {
         write_waits.add(&t.write_waits)?;

@@ -6,6 +6,7 @@
 //! ```
 
 mod charts;
+mod cost;
 mod counting;
 mod crowd;
 mod floor;
@@ -128,26 +129,27 @@ async fn bench_backend(
     let shown = lockkit::url::redact(url);
     let floor = floor::floor_for(url).await?;
     let peers = peers::peers_for(url);
+    let meter = cost::Meter::connect(url).await?;
     for w in &args.workload {
         bar.set_message(format!("{shown} {w}"));
         let outcome: Result<(), BenchError> = async {
             match w.as_str() {
-                "w1" => rows.extend(workloads::w1(url, floor.as_deref(), &peers, plan.seconds).await?),
+                "w1" => rows.extend(workloads::w1(url, floor.as_deref(), &peers, &meter, plan.seconds).await?),
                 "w2" => {
-                    rows.extend(workloads::w2(url, args.clients, &peers, plan.seconds).await?);
+                    rows.extend(workloads::w2(url, args.clients, &peers, &meter, plan.seconds).await?);
                     if args.w2_unfair {
                         let unfair = unfair_url(url);
-                        rows.extend(workloads::w2(&unfair, args.clients, &[], plan.seconds).await?);
+                        rows.extend(workloads::w2(&unfair, args.clients, &[], &meter, plan.seconds).await?);
                     }
                 }
                 "w3" => {
                     for &c in &plan.w3_clients {
-                        rows.extend(workloads::w3(url, c, plan.seconds).await?);
+                        rows.extend(workloads::w3(url, c, &meter, plan.seconds).await?);
                     }
                 }
-                "w4" => rows.push(workloads::w4(url, floor.as_deref(), plan.w4_held, plan.w4_ttl, 3).await?),
-                "w5" => rows.extend(kinds::w5(url, args.clients, args.permits, plan.seconds).await?),
-                "w6" => rows.extend(kinds::w6(url, args.clients, plan.seconds).await?),
+                "w4" => rows.push(workloads::w4(url, floor.as_deref(), &meter, plan.w4_held, plan.w4_ttl, 3).await?),
+                "w5" => rows.extend(kinds::w5(url, args.clients, args.permits, &meter, plan.seconds).await?),
+                "w6" => rows.extend(kinds::w6(url, args.clients, &meter, plan.seconds).await?),
                 "crowd" => rows.extend(crowd::crowd(url, &plan.crowd).await?),
                 "crowd-once" => rows.extend(crowd::crowd_once(url, &plan.crowd).await?),
                 other => return Err(format!("unknown workload {other:?} (w1 … w6, crowd, crowd-once)").into()),

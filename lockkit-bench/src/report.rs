@@ -33,6 +33,25 @@ pub struct Row {
     pub p99_us: f64,
     /// Worst, microseconds.
     pub max_us: f64,
+    /// Client CPU per operation, µs: the user + system time of the whole
+    /// bench process (`getrusage(RUSAGE_SELF)`) over exactly the measured
+    /// intervals of this row, divided by its operations (w4: its round
+    /// trips). The whole process is intended: every thread, so background
+    /// tasks (lease renewals, a client library's connection tasks) count,
+    /// and so does an in-process database's work (SQLite). No other
+    /// implementation runs in those intervals (w1 and w3 alternate them in
+    /// slices, w2 measures one after the other). Not on crowd rows (their
+    /// waiters run in worker processes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_cpu_us_per_op: Option<f64>,
+    /// Server time per operation on Redis and Redlock, µs: the `usec` of
+    /// `INFO commandstats` over the same intervals (every command but
+    /// `INFO`, summed over the nodes), divided by the same operations.
+    /// Other clients' commands in those intervals count too, and the
+    /// commands a Lua script calls count twice (in their own line and the
+    /// script's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_us_per_op: Option<f64>,
     /// Floor w1: one round trip (a ping), p50 microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub round_trip_us: Option<f64>,
@@ -183,6 +202,8 @@ impl Row {
             p50_us: hist.value_at_quantile(0.5) as f64,
             p99_us: hist.value_at_quantile(0.99) as f64,
             max_us: hist.max() as f64,
+            client_cpu_us_per_op: None,
+            server_us_per_op: None,
             round_trip_us: None,
             handoff_p50_us: None,
             handoff_p99_us: None,
@@ -220,8 +241,8 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
     }
     writeln!(
         out,
-        "{:<22} {:<9} {:<3} {:>4} {:>11} {:>9} {:>9} {:>10}  extra",
-        "impl", "backend", "wl", "C", "ops/s", "p50 µs", "p99 µs", "max µs"
+        "{:<22} {:<9} {:<3} {:>4} {:>11} {:>9} {:>9} {:>10} {:>9} {:>9}  extra",
+        "impl", "backend", "wl", "C", "ops/s", "p50 µs", "p99 µs", "max µs", "cpu µs/op", "srv µs/op"
     )?;
     for r in rows.iter().filter(|r| r.crowd.is_none()) {
         let mut extra = Vec::new();
@@ -268,7 +289,7 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
         }
         writeln!(
             out,
-            "{:<22} {:<9} {:<3} {:>4} {:>11.0} {:>9.0} {:>9.0} {:>10.0}  {}",
+            "{:<22} {:<9} {:<3} {:>4} {:>11.0} {:>9.0} {:>9.0} {:>10.0} {:>9} {:>9}  {}",
             r.imp,
             r.backend,
             r.workload,
@@ -277,10 +298,17 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
             r.p50_us,
             r.p99_us,
             r.max_us,
+            per_op(r.client_cpu_us_per_op),
+            per_op(r.server_us_per_op),
             extra.join(", ")
         )?;
     }
     Ok(())
+}
+
+/// A per-operation cost for the table: one decimal, `-` when not measured.
+fn per_op(us: Option<f64>) -> String {
+    us.map_or_else(|| "-".into(), |us| format!("{us:.1}"))
 }
 
 /// Writes one JSON object per row.
@@ -290,4 +318,47 @@ pub fn write_json(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
         writeln!(out)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn costs_are_columns_and_json_fields_where_measured() {
+        let mut hist = histogram();
+        hist.record(100).unwrap();
+        let series = Series {
+            imp: "lockkit",
+            backend: "redis",
+            url: "redis://h:1",
+            workload: "w1",
+            clients: 1,
+        };
+        let mut measured = Row::new(series, 1.0, 10, &hist);
+        measured.client_cpu_us_per_op = Some(31.4);
+        measured.server_us_per_op = Some(48.0);
+        let bare = Row::new(series, 1.0, 10, &hist);
+        let mut table = Vec::new();
+        print_table(&[measured.clone(), bare.clone()], &mut table).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[0].contains("cpu µs/op") && lines[0].contains("srv µs/op"),
+            "{table}"
+        );
+        assert!(lines[1].contains(" 31.4 ") && lines[1].contains(" 48.0 "), "{table}");
+        assert_eq!(lines[2].matches(" - ").count(), 2, "{table}");
+
+        let mut json = Vec::new();
+        write_json(&[measured, bare], &mut json).unwrap();
+        let json: Vec<serde_json::Value> = String::from_utf8(json)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(json[0]["client_cpu_us_per_op"], 31.4);
+        assert_eq!(json[0]["server_us_per_op"], 48.0);
+        assert!(json[1].get("client_cpu_us_per_op").is_none() && json[1].get("server_us_per_op").is_none());
+    }
 }

@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 use hdrhistogram::Histogram;
 use lockkit::{LockClient, LockOptions};
 
+use crate::cost::{Cost, Meter};
 use crate::counting::Counting;
 use crate::floor::{self, Floor};
 use crate::peers::{Held, Locker, Peer};
@@ -37,11 +38,13 @@ const SLICES: u32 = 20;
 
 /// w1: one client acquires and releases one name in a loop; beside it, in
 /// alternating slices, the floor's raw cycle (and its one-round-trip ping)
-/// and each peer library's acquire + release on a name of its own.
+/// and each peer library's acquire + release on a name of its own. Each
+/// implementation's cost is metered over its own slices only.
 pub async fn w1(
     url: &str,
     floor: Option<&dyn Floor>,
     peers: &[Peer],
+    meter: &Meter,
     seconds: Duration,
 ) -> Result<Vec<Row>, BenchError> {
     let client = lockkit::connect(url).await?;
@@ -52,6 +55,7 @@ pub async fn w1(
     let (mut hist, mut floor_hist, mut ping_hist) = (histogram(), histogram(), histogram());
     let (mut cycles, mut floor_cycles) = (0u64, 0u64);
     let (mut spent, mut floor_spent) = (Duration::ZERO, Duration::ZERO);
+    let (mut cost, mut floor_cost) = (Cost::default(), Cost::default());
     let mut others = Vec::with_capacity(peers.len());
     for &peer in peers {
         others.push(PeerRun {
@@ -61,6 +65,7 @@ pub async fn w1(
             hist: histogram(),
             cycles: 0,
             spent: Duration::ZERO,
+            cost: Cost::default(),
         });
     }
     // Warm up all (connections, script loads, prepared statements).
@@ -74,6 +79,7 @@ pub async fn w1(
         }
     }
     for _ in 0..SLICES {
+        let span = meter.start().await?;
         let started = Instant::now();
         while started.elapsed() < slice {
             let t0 = Instant::now();
@@ -83,7 +89,9 @@ pub async fn w1(
             cycles += 1;
         }
         spent += started.elapsed();
+        cost += span.stop().await?;
         for p in &mut others {
+            let span = meter.start().await?;
             let started = Instant::now();
             while started.elapsed() < slice {
                 let t0 = Instant::now();
@@ -92,8 +100,10 @@ pub async fn w1(
                 p.cycles += 1;
             }
             p.spent += started.elapsed();
+            p.cost += span.stop().await?;
         }
         let Some(f) = floor else { continue };
+        let span = meter.start().await?;
         let started = Instant::now();
         while started.elapsed() < slice {
             let t0 = Instant::now();
@@ -102,6 +112,8 @@ pub async fn w1(
             floor_cycles += 1;
         }
         floor_spent += started.elapsed();
+        floor_cost += span.stop().await?;
+        // The pings are outside every metered interval.
         for _ in 0..50 {
             let t0 = Instant::now();
             f.ping().await?;
@@ -120,12 +132,16 @@ pub async fn w1(
     if floor.is_some() {
         let mut row = Row::new(series("floor"), floor_spent.as_secs_f64(), floor_cycles, &floor_hist);
         row.round_trip_us = Some(ping_hist.value_at_quantile(0.5) as f64);
+        floor_cost.fill(&mut row, floor_cycles);
         rows.push(row);
     }
-    rows.push(Row::new(series("lockkit"), spent.as_secs_f64(), cycles, &hist));
+    let mut row = Row::new(series("lockkit"), spent.as_secs_f64(), cycles, &hist);
+    cost.fill(&mut row, cycles);
+    rows.push(row);
     for p in &others {
         let mut row = Row::new(series(p.peer.name()), p.spent.as_secs_f64(), p.cycles, &p.hist);
         row.note = p.peer.note();
+        p.cost.fill(&mut row, p.cycles);
         rows.push(row);
     }
     Ok(rows)
@@ -139,6 +155,7 @@ struct PeerRun {
     hist: Histogram<u64>,
     cycles: u64,
     spent: Duration,
+    cost: Cost,
 }
 
 /// The backend's name in the result rows, marked when its URL turned the
@@ -178,7 +195,7 @@ impl Held for lockkit::LockGuard {
 /// Besides the acquire wait it measures the hand-off: from a holder's
 /// `unlock` call to the next holder's `lock` returning. Lockkit's row,
 /// then one row per peer library (each measured alone, the same way).
-pub async fn w2(url: &str, c: usize, peers: &[Peer], seconds: Duration) -> Result<Vec<Row>, BenchError> {
+pub async fn w2(url: &str, c: usize, peers: &[Peer], meter: &Meter, seconds: Duration) -> Result<Vec<Row>, BenchError> {
     let mut clients: Vec<Box<dyn Locker>> = Vec::with_capacity(c);
     let mut kind = String::new();
     for _ in 0..c {
@@ -194,13 +211,13 @@ pub async fn w2(url: &str, c: usize, peers: &[Peer], seconds: Duration) -> Resul
         workload: "w2",
         clients: c,
     };
-    let mut rows = vec![contend(series("lockkit"), clients, seconds).await?];
+    let mut rows = vec![contend(series("lockkit"), clients, meter, seconds).await?];
     for &peer in peers {
         let mut clients = Vec::with_capacity(c);
         for _ in 0..c {
             clients.push(peer.connect(url).await?);
         }
-        let mut row = contend(series(peer.name()), clients, seconds).await?;
+        let mut row = contend(series(peer.name()), clients, meter, seconds).await?;
         row.note = peer.note();
         rows.push(row);
     }
@@ -210,8 +227,14 @@ pub async fn w2(url: &str, c: usize, peers: &[Peer], seconds: Duration) -> Resul
 /// How long w2 waits for a client's last call after the measurement.
 const STUCK: Duration = Duration::from_secs(60);
 
-/// The measurement of w2 with `clients`, one task each.
-async fn contend(series: Series<'_>, clients: Vec<Box<dyn Locker>>, seconds: Duration) -> Result<Row, BenchError> {
+/// The measurement of w2 with `clients`, one task each. Its cost is metered
+/// from the end of the warm-up to the end of the measurement.
+async fn contend(
+    series: Series<'_>,
+    clients: Vec<Box<dyn Locker>>,
+    meter: &Meter,
+    seconds: Duration,
+) -> Result<Row, BenchError> {
     let c = clients.len();
     let name = Arc::new(format!("bench/w2/{}", run_id()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -272,7 +295,10 @@ async fn contend(series: Series<'_>, clients: Vec<Box<dyn Locker>>, seconds: Dur
             })
         })
         .collect();
-    tokio::time::sleep(warm + seconds).await;
+    tokio::time::sleep(warm).await;
+    let span = meter.start().await?;
+    tokio::time::sleep_until((started + warm + seconds).into()).await;
+    let cost = span.stop().await?;
     stop.store(true, Ordering::Relaxed);
     let (mut hist, mut handoffs) = (histogram(), histogram());
     let mut per_client = Vec::new();
@@ -305,6 +331,7 @@ async fn contend(series: Series<'_>, clients: Vec<Box<dyn Locker>>, seconds: Dur
     row.fairness_min = per_client.iter().min().copied();
     row.fairness_max = per_client.iter().max().copied();
     row.counter_exact = Some(counter.load(Ordering::SeqCst) == acquisitions);
+    cost.fill(&mut row, total);
     Ok(row)
 }
 
@@ -343,8 +370,9 @@ async fn spread(c: usize, seconds: Duration, op: Op) -> Result<(Histogram<u64>, 
 
 /// w3: `c` tasks acquire and release names drawn from 10,000. Tasks share
 /// up to 8 connected clients, each task a contender of its own. Beside it,
-/// in alternating slices, the floor's raw cycle with as many tasks.
-pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, BenchError> {
+/// in alternating slices, the floor's raw cycle with as many tasks, each
+/// metered over its own slices.
+pub async fn w3(url: &str, c: usize, meter: &Meter, seconds: Duration) -> Result<Vec<Row>, BenchError> {
     let mut connected = Vec::new();
     for _ in 0..c.min(8) {
         connected.push(lockkit::connect(url).await?);
@@ -369,10 +397,13 @@ pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, Benc
         series.push(("floor", floor_op));
     }
     // Measured in alternating slices, like w1, so drift slows both alike.
-    let mut totals: Vec<(Histogram<u64>, u64, f64)> = series.iter().map(|_| (histogram(), 0, 0.0)).collect();
+    let mut totals: Vec<(Histogram<u64>, u64, f64, Cost)> =
+        series.iter().map(|_| (histogram(), 0, 0.0, Cost::default())).collect();
     for _ in 0..SLICES / 2 {
         for ((_, op), total) in series.iter().zip(&mut totals) {
+            let span = meter.start().await?;
             let (hist, n, secs) = spread(c, seconds / (SLICES / 2), op.clone()).await?;
+            total.3 += span.stop().await?;
             total.0.add(&hist)?;
             total.1 += n;
             total.2 += secs;
@@ -381,7 +412,7 @@ pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, Benc
     Ok(series
         .iter()
         .zip(&totals)
-        .map(|((imp, _), (hist, n, secs))| {
+        .map(|((imp, _), (hist, n, secs, cost))| {
             let series = Series {
                 imp,
                 backend: kind,
@@ -389,16 +420,20 @@ pub async fn w3(url: &str, c: usize, seconds: Duration) -> Result<Vec<Row>, Benc
                 workload: "w3",
                 clients: c,
             };
-            Row::new(series, *secs, *n, hist)
+            let mut row = Row::new(series, *secs, *n, hist);
+            cost.fill(&mut row, *n);
+            row
         })
         .collect())
 }
 
 /// w4: one client holds `held` locks with auto-extend and a short `ttl` for
-/// `periods` renewal periods; reports round trips per period and memory.
+/// `periods` renewal periods; reports round trips per period and memory,
+/// and the cost of the renewals per round trip.
 pub async fn w4(
     url: &str,
     floor: Option<&dyn Floor>,
+    meter: &Meter,
     held: usize,
     ttl: Duration,
     periods: u32,
@@ -424,11 +459,13 @@ pub async fn w4(
         }
     }
     let commands_before = server_commands(floor).await?;
+    let span = meter.start().await?;
     let before = counting.round_trips();
     let started = Instant::now();
     tokio::time::sleep(ttl / 3 * periods).await;
     let elapsed = started.elapsed();
     let trips = counting.round_trips() - before;
+    let cost = span.stop().await?;
     let commands = server_commands(floor).await?.zip(commands_before).map(|(a, b)| a - b);
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     if lost > 0 {
@@ -469,6 +506,7 @@ pub async fn w4(
     row.server_commands_per_period = commands.map(|c| c as f64 * per_period / trips.max(1) as f64);
     row.rss_bytes = rss;
     row.held = Some(held);
+    cost.fill(&mut row, trips);
     Ok(row)
 }
 

@@ -65,6 +65,7 @@ fn check(url: &str, has_floor: bool) -> Vec<Value> {
             // w4 counts renewal round trips: none on session leases.
             if w != "w4" {
                 assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{url}: {w} did nothing: {r}");
+                assert!(r["client_cpu_us_per_op"].is_f64(), "{url}: {w} row lacks its CPU: {r}");
             }
         }
     }
@@ -82,6 +83,11 @@ fn check(url: &str, has_floor: bool) -> Vec<Value> {
         w4["round_trips_per_period"].is_f64() && w4["rss_bytes"].is_u64(),
         "{w4}"
     );
+    // Redis and Redlock rows say what the servers spent.
+    for r in rows.iter().filter(|r| r["workload"] == "w1") {
+        let redis = ["redis", "redlock"].contains(&r["backend"].as_str().unwrap());
+        assert_eq!(r["server_us_per_op"].is_f64(), redis, "{url}: server µs: {r}");
+    }
     let floors = rows.iter().filter(|r| r["impl"] == "floor").count();
     if has_floor {
         assert!(

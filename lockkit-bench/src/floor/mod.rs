@@ -21,6 +21,10 @@ use async_trait::async_trait;
 
 use crate::workloads::BenchError;
 
+/// Connections to every Redis node of a URL (shared with `crate::cost`).
+#[cfg(feature = "redis")]
+pub use self::redis::connect_nodes as redis_nodes;
+
 /// One raw acquire + release cycle of a backend.
 #[async_trait]
 pub trait Floor: Send + Sync {

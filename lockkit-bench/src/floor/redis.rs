@@ -8,6 +8,7 @@ use redis::Script;
 use redis::aio::MultiplexedConnection;
 
 use super::Floor;
+use crate::cost::commandstats_sum;
 use crate::workloads::BenchError;
 
 const COMPARE_AND_DELETE: &str =
@@ -20,43 +21,48 @@ pub struct RedisFloor {
 }
 
 impl RedisFloor {
-    /// Connects to every host of a `redis://` or `redlock://` URL, with its
-    /// user, password and database.
+    /// Connects to every host of a `redis://` or `redlock://` URL.
     pub async fn connect(url: &ConnectUrl) -> Result<Self, BenchError> {
-        let mut nodes = Vec::new();
-        for host in &url.hosts {
-            let mut info = redis::IntoConnectionInfo::into_connection_info(format!(
-                "redis://{}:{}",
-                host.host,
-                host.port.unwrap_or(6379)
-            ))?;
-            let user = url.url.username();
-            let mut redis_settings = info.redis_settings().clone();
-            if !user.is_empty() {
-                redis_settings = redis_settings.set_username(user);
-            }
-            if let Some(pw) = url.url.password() {
-                redis_settings = redis_settings.set_password(pw);
-            }
-            if let Some(db) = url
-                .url
-                .path()
-                .trim_start_matches('/')
-                .parse()
-                .ok()
-                .filter(|_| url.hosts.len() == 1)
-            {
-                redis_settings = redis_settings.set_db(db);
-            }
-            info = info.set_redis_settings(redis_settings);
-            let client = redis::Client::open(info)?;
-            nodes.push(client.get_multiplexed_async_connection().await?);
-        }
         Ok(RedisFloor {
-            nodes,
+            nodes: connect_nodes(url).await?,
             release: Script::new(COMPARE_AND_DELETE),
         })
     }
+}
+
+/// One multiplexed connection to every host of a `redis://` or
+/// `redlock://` URL, with its user, password and database.
+pub async fn connect_nodes(url: &ConnectUrl) -> Result<Vec<MultiplexedConnection>, BenchError> {
+    let mut nodes = Vec::new();
+    for host in &url.hosts {
+        let mut info = redis::IntoConnectionInfo::into_connection_info(format!(
+            "redis://{}:{}",
+            host.host,
+            host.port.unwrap_or(6379)
+        ))?;
+        let user = url.url.username();
+        let mut redis_settings = info.redis_settings().clone();
+        if !user.is_empty() {
+            redis_settings = redis_settings.set_username(user);
+        }
+        if let Some(pw) = url.url.password() {
+            redis_settings = redis_settings.set_password(pw);
+        }
+        if let Some(db) = url
+            .url
+            .path()
+            .trim_start_matches('/')
+            .parse()
+            .ok()
+            .filter(|_| url.hosts.len() == 1)
+        {
+            redis_settings = redis_settings.set_db(db);
+        }
+        info = info.set_redis_settings(redis_settings);
+        let client = redis::Client::open(info)?;
+        nodes.push(client.get_multiplexed_async_connection().await?);
+    }
+    Ok(nodes)
 }
 
 #[async_trait]
@@ -103,31 +109,6 @@ impl Floor for RedisFloor {
         }
         let mut c = self.nodes[0].clone();
         let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut c).await?;
-        Ok(Some(command_calls(&info)))
-    }
-}
-
-/// Total `calls=` of `INFO commandstats`, without the `INFO` calls themselves.
-fn command_calls(info: &str) -> u64 {
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.trim().strip_prefix("cmdstat_")?.split_once(':')?;
-            if name == "info" {
-                return None;
-            }
-            rest.split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn command_calls_skip_info() {
-        let info = "# Commandstats\r\ncmdstat_set:calls=3,usec=1\r\ncmdstat_info:calls=9,usec=2\r\ncmdstat_evalsha:calls=4,usec=8\r\n";
-        assert_eq!(super::command_calls(info), 7);
+        Ok(Some(commandstats_sum(&info, "calls")))
     }
 }

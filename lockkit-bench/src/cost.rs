@@ -52,7 +52,7 @@ impl Rusage {
 /// interval and nobody sends `CONFIG`, so a `PING` or `CONFIG` inside one is
 /// the measured client's (a library's health check). Commands a Lua script
 /// calls have lines of their own and their time is also in the script's
-/// `evalsha` line: the sum counts it twice (see [`RedisStats`]).
+/// `evalsha` line: a sum of `usec` counts it twice.
 #[cfg(feature = "redis")]
 pub fn commandstats_sum(info: &str, field: &str) -> u64 {
     info.lines()
@@ -69,14 +69,32 @@ pub fn commandstats_sum(info: &str, field: &str) -> u64 {
         .sum()
 }
 
+/// The main thread's CPU time (user + system) in an `INFO cpu` reply, µs;
+/// the process's on a server that does not report the main thread's.
+#[cfg(feature = "redis")]
+pub fn main_thread_cpu_us(info: &str) -> u64 {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':')?.parse::<f64>().ok())
+    };
+    let main = field("used_cpu_user_main_thread").zip(field("used_cpu_sys_main_thread"));
+    let (user, sys) = main
+        .or_else(|| field("used_cpu_user").zip(field("used_cpu_sys")))
+        .unwrap_or_default();
+    ((user + sys) * 1e6).round() as u64
+}
+
 /// The Redis servers of a `redis://`, `rediss://` or `redlock://` URL (every
-/// Redlock node), for their `INFO commandstats`.
+/// Redlock node), for the CPU time their main threads used.
 ///
-/// [`snapshot`](Self::snapshot) is the servers' total command time so far:
-/// the `usec` of every command but `INFO`, summed over the nodes. Commands
-/// any other client sends in the same interval count too (in w1 only one
-/// implementation runs at a time), and a Lua script's inner commands count
-/// twice (their own `cmdstat_*` line and the script's).
+/// [`snapshot`](Self::snapshot) is that time so far, summed over the nodes
+/// (`used_cpu_user_main_thread` + `used_cpu_sys_main_thread` of `INFO
+/// cpu`): what a single-threaded Redis runs out of, the commands and the
+/// sockets' reads and writes alike. `INFO commandstats` would leave out the
+/// socket work and, on Redis 7, count a script's inner commands twice (on
+/// their own lines and in the script's). Other clients' work in the same
+/// interval counts too (in w1 only one implementation runs at a time), and
+/// so does the server's own timer work (~10 calls a second).
 #[cfg(feature = "redis")]
 pub struct RedisStats {
     nodes: Vec<redis::aio::MultiplexedConnection>,
@@ -96,19 +114,14 @@ impl RedisStats {
         Ok(Some(RedisStats { nodes }))
     }
 
-    /// The servers' command time so far, µs (summed over the nodes).
+    /// The servers' main-thread CPU time so far, µs (summed over the nodes).
     pub async fn snapshot(&self) -> Result<u64, BenchError> {
         let infos = futures_util::future::try_join_all(self.nodes.iter().map(|c| {
             let mut c = c.clone();
-            async move {
-                redis::cmd("INFO")
-                    .arg("commandstats")
-                    .query_async::<String>(&mut c)
-                    .await
-            }
+            async move { redis::cmd("INFO").arg("cpu").query_async::<String>(&mut c).await }
         }))
         .await?;
-        Ok(infos.iter().map(|info| commandstats_sum(info, "usec")).sum())
+        Ok(infos.iter().map(|info| main_thread_cpu_us(info)).sum())
     }
 }
 
@@ -223,6 +236,19 @@ mod tests {
         assert_eq!(commandstats_sum(INFO, "calls"), 9);
         assert_eq!(commandstats_sum(INFO, "usec"), 51);
         assert_eq!(commandstats_sum("", "usec"), 0);
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn main_thread_cpu_prefers_the_main_thread() {
+        let info = "# CPU\r\nused_cpu_sys:2.5\r\nused_cpu_user:3.0\r\n\
+                    used_cpu_sys_main_thread:2.000001\r\nused_cpu_user_main_thread:1.5\r\n";
+        assert_eq!(main_thread_cpu_us(info), 3_500_001);
+        assert_eq!(
+            main_thread_cpu_us("used_cpu_sys:0.25\r\nused_cpu_user:0.5\r\n"),
+            750_000
+        );
+        assert_eq!(main_thread_cpu_us(""), 0);
     }
 
     #[test]

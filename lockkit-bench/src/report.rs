@@ -44,12 +44,10 @@ pub struct Row {
     /// waiters run in worker processes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_cpu_us_per_op: Option<f64>,
-    /// Server time per operation on Redis and Redlock, µs: the `usec` of
-    /// `INFO commandstats` over the same intervals (every command but
-    /// `INFO`, summed over the nodes), divided by the same operations.
-    /// Other clients' commands in those intervals count too, and the
-    /// commands a Lua script calls count twice (in their own line and the
-    /// script's).
+    /// Server time per operation on Redis and Redlock, µs: the CPU time
+    /// the servers' main threads used over the same intervals (`INFO cpu`,
+    /// summed over the nodes; see `cost::RedisStats`), divided by the same
+    /// operations. Other clients' work in those intervals counts too.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_us_per_op: Option<f64>,
     /// Floor w1: one round trip (a ping), p50 microseconds.

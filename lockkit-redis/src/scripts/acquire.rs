@@ -14,7 +14,7 @@ use crate::wait::{FALLBACK, Turn};
 ///
 /// KEYS: lock, counter, queue, turn. ARGV:
 /// 1. owner, 2. ttl ms,
-/// 3. the attempt id (its share is recorded as the field `a:ID`; a repeat
+/// 3. the attempt id (its share is recorded in the hold; a repeat
 ///    of the attempt is recognised by it and changes nothing),
 /// 4. token proposal (`''`: none; Redlock proposes the same value to every
 ///    node so that they agree on the token without a second round trip; a

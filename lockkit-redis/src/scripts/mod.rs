@@ -9,11 +9,12 @@
 //! # Attempts
 //!
 //! Every acquisition attempt carries an id (one per `lock` call); the hold
-//! keeps one `a:ID` field per share, so `c` is their number. An attempt
-//! whose field is already there is a repeat — lockkit's retry after a lost
-//! reply, or a command a client library sent again — and changes nothing;
-//! a release deletes its attempt's field, and a release whose field is gone
-//! changes nothing either. Every script is therefore safe to run twice.
+//! keeps one share per attempt (`ID:AT,` in a mutex's value, an `a:ID`
+//! field of a semaphore's or read-write lock's hash), so the count is
+//! their number. An attempt whose share is already there is a repeat —
+//! lockkit's retry after a lost reply, or a command a client library sent
+//! again — and changes nothing; a release takes its attempt's share out,
+//! and a release whose share is gone changes nothing either. Every script is therefore safe to run twice.
 //!
 //! # Tokens
 //!

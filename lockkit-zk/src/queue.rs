@@ -274,7 +274,8 @@ pub(crate) async fn enqueue(
             }
             Err(e) => Err(ZkError::from(e)),
         };
-        let (name, node) = match created {
+        // `answered`: the create's own answer carried the stat.
+        let (name, node, answered) = match created {
             Ok((path, stat)) => {
                 // A lease proven by this answer may follow a suspension
                 // that left the heartbeat's deadline behind.
@@ -283,7 +284,8 @@ pub(crate) async fn enqueue(
                 // Servers with ZOOKEEPER-4026 answer a create in a multi
                 // without its stat: a read sent behind it, of the name it
                 // likely got (see `conn::seq_guess`), or one after, tells.
-                (name, (!stat.is_invalid()).then(|| Known::read(data.clone(), &stat)))
+                let answered = !stat.is_invalid();
+                (name, answered.then(|| Known::read(data.clone(), &stat)), answered)
             }
             Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options(mark)).await {
                 Ok(_) | Err(ZkError::NodeExists) => continue,
@@ -313,7 +315,7 @@ pub(crate) async fn enqueue(
                     }
                 }
                 match found {
-                    Some((name, known)) => (name, Some(known)),
+                    Some((name, known)) => (name, Some(known), false),
                     None => continue,
                 }
             }
@@ -328,7 +330,7 @@ pub(crate) async fn enqueue(
                 (children, None, reading)
             }
         };
-        session.seq_guess.created(parent, me.seq, node.is_some());
+        session.seq_guess.created(parent, me.seq, answered);
         let guessed = match guessed {
             Some((path, read)) if path == me.path(parent) => read.await.ok(),
             _ => None,

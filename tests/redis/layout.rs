@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lockkit::{LockError, LockOptions};
+use lockkit_core::testkit::error_chain;
 use redis::Server;
 
 /// The commands the server ran between two `INFO commandstats` readings,
@@ -22,17 +23,6 @@ fn ran(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMa
             (d > 0).then(|| (k.clone(), d))
         })
         .collect()
-}
-
-/// An error with its sources, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text = format!("{text}: {s}");
-        source = s.source();
-    }
-    text
 }
 
 /// An uncontended cycle: the acquire script reads the clock, draws the
@@ -118,7 +108,7 @@ async fn a_key_of_another_layout_is_refused_not_overwritten() {
                 matches!(e, LockError::Backend { retryable: false, .. }),
                 "{name}, wait {wait:?}: {e:?}"
             );
-            let chain = chain(&e);
+            let chain = error_chain(&e);
             assert!(chain.contains("another key layout"), "{name}: {chain}");
         }
         assert!(client.inspect(name).await.is_err(), "{name}: inspect refuses too");

@@ -426,6 +426,23 @@ async fn semaphore_permits_on_different_quorums_still_bound_the_holders() {
     pc.unlock().await.expect("unlock C");
 }
 
+/// The holds and lease-end keys of semaphore `name` (default prefix).
+fn semaphore_keys(name: &str) -> (String, String) {
+    let holds = redis::lock_key(name).replacen("}:", "}s:", 1);
+    let ends = holds.replacen("}s:", "}es:", 1);
+    (holds, ends)
+}
+
+/// Writes on `node` a permit of semaphore `name` as the kinds' scripts
+/// store one: owner `someone`, token 7, standing in `slot`, for a minute.
+fn plant_permit(node: &Server, name: &str, slot: &str) {
+    let (holds, ends) = semaphore_keys(name);
+    let until = node.time_ms() + 60_000;
+    node.cli(&["HSET", &holds, &format!("s|{slot}"), "7", "o|7", "someone", "t|7", "7"]);
+    node.cli(&["HSET", &holds, "a|7", "0123456789abcdef", "g|7", "1", "k|7", slot]);
+    node.cli(&["ZADD", &ends, &until.to_string(), "7"]);
+}
+
 /// Nodes whose holds differ assign a permit different slots: it stands in
 /// the slot most of them gave it, and its shares in other slots are taken
 /// back. Here "someone" holds slot 0 on nodes 0 and 1 (set by hand), which
@@ -438,13 +455,10 @@ async fn a_permit_stands_in_the_slot_most_nodes_assigned() {
     let nodes = five();
     let a = client(&nodes).await;
     let name = "assigned";
-    let holds = redis::lock_key(name).replacen("}:", "}s:", 1);
-    let ends = holds.replacen("}s:", "}es:", 1);
+    let (holds, ends) = semaphore_keys(name);
     for node in &nodes[..2] {
-        let until = node.time_ms() + 60_000;
-        node.cli(&["HSET", &holds, "n", "3", "s|0", "7", "o|7", "someone", "t|7", "7"]);
-        node.cli(&["HSET", &holds, "a|7", "0123456789abcdef", "g|7", "1"]);
-        node.cli(&["ZADD", &ends, &until.to_string(), "7"]);
+        node.cli(&["HSET", &holds, "n", "3"]);
+        plant_permit(node, name, "0");
     }
     let permit = a
         .semaphore(name, 3)
@@ -498,13 +512,8 @@ async fn a_permit_split_across_slots_is_not_listed() {
         .acquire_with(&long())
         .await
         .expect("permit");
-    let holds = redis::lock_key(name).replacen("}:", "}s:", 1);
-    let ends = holds.replacen("}s:", "}es:", 1);
     for (node, slot) in nodes[..3].iter().zip(["1", "1", "2"]) {
-        let until = node.time_ms() + 60_000;
-        node.cli(&["HSET", &holds, &format!("s|{slot}"), "7", "o|7", "someone", "t|7", "7"]);
-        node.cli(&["HSET", &holds, "a|7", "0123456789abcdef", "g|7", "99", "k|7", slot]);
-        node.cli(&["ZADD", &ends, &until.to_string(), "7"]);
+        plant_permit(node, name, slot);
     }
     let listed = a.semaphore(name, 3).unwrap().holders().await.expect("holders");
     let tokens: Vec<u64> = listed.iter().map(|h| h.token).collect();

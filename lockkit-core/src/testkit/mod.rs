@@ -22,7 +22,7 @@ pub mod proxy;
 
 pub use fenced::{FencedStore, Snapshot as FencedSnapshot, StaleToken};
 pub use history::{Grant, check_history};
-pub use kit::{Kit, REQUIRE_SERVICES_VAR, server_url, services_required};
+pub use kit::{Kit, REQUIRE_SERVICES_VAR, error_chain, server_url, services_required};
 pub use proxy::{Fault, FaultProxy};
 
 /// The names of all conformance cases, in contract order.

@@ -350,6 +350,19 @@ impl Inner {
             },
         );
         let claim = &claim;
+        if !queued && !self.waiters.has_line(req.name.as_bytes()) {
+            let batch = || self.db.mysql_batch(sql.mysql_fresh_batch(claim), &[]);
+            let ((done, _), _) = self.retry_if(op, n, true, batch).await?;
+            // The statement before COMMIT is the stamp's.
+            let stamp = done.len().checked_sub(2).and_then(|i| done.get(i));
+            if let Some(stamp) = stamp.filter(|s| s.rows == 1 && s.last_id > 0) {
+                return Ok(Claim::Held {
+                    count: 1,
+                    token: stamp.last_id,
+                    remaining: req.ttl,
+                });
+            }
+        }
         let run = |line: bool| {
             self.retry_if(op, n, true, move || {
                 let batch = if fair {

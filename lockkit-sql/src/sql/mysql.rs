@@ -184,16 +184,43 @@ impl Statements {
         )
     }
 
+    /// MySQL's first try at a name this process sees nobody waiting for:
+    /// insert the row if there is none (an existing row of any state is
+    /// left as it is), stamp it, commit. The stamp's OK packet carries the
+    /// new token as its insert id; none (0) means the name had a row, and
+    /// the claim batch decides. Four short statements where the claim
+    /// batch has five, one of them a long conditional update that costs the
+    /// server more to parse than a fresh insert costs to run (measured in
+    /// `docs/bench/NOTES.md`).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub fn mysql_fresh_batch(&self, c: &MysqlClaim) -> String {
+        let t = &self.table;
+        let MysqlClaim {
+            n, o, a, memo, ttl_us, ..
+        } = c;
+        let stamp = self.mysql_stamp(c);
+        format!(
+            "BEGIN; \
+             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
+               VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), {memo}, {a}) \
+             ON DUPLICATE KEY UPDATE name = name; \
+             {stamp} \
+             COMMIT"
+        )
+    }
+
     /// The statements of a claim batch that stamp a new hold (the row is
     /// ours with token 0): draw from the table's sequence, or from the
-    /// name's counter bucket and then write the token.
+    /// name's counter bucket and then write the token. The last one puts
+    /// the token in its OK packet's insert id (see
+    /// [`mysql_fresh_batch`](Self::mysql_fresh_batch)).
     fn mysql_stamp(&self, c: &MysqlClaim) -> String {
         let t = &self.table;
         let MysqlClaim { n, o, bucket, .. } = c;
         let Some(bucket) = bucket else {
             let seq = MysqlTokens::sequence(t);
             return format!(
-                "UPDATE `{t}` SET token = NEXTVAL(`{seq}`) WHERE name = {n} AND owner = {o} AND token = 0;"
+                "UPDATE `{t}` SET token = LAST_INSERT_ID(NEXTVAL(`{seq}`)) WHERE name = {n} AND owner = {o} AND token = 0;"
             );
         };
         let tokens = MysqlTokens::buckets(t);
@@ -201,7 +228,7 @@ impl Statements {
             "INSERT INTO `{tokens}` (bucket, last_token) \
                SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
                ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
-             UPDATE `{t}` SET token = LAST_INSERT_ID() WHERE name = {n} AND owner = {o} AND token = 0;"
+             UPDATE `{t}` SET token = LAST_INSERT_ID(LAST_INSERT_ID()) WHERE name = {n} AND owner = {o} AND token = 0;"
         )
     }
 

@@ -11,6 +11,7 @@ mod crowd;
 mod dead_waiter;
 mod extend;
 mod fair;
+mod kept;
 mod kinds;
 mod mysql_kit;
 mod mysql_session_kit;

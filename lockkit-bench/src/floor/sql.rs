@@ -1,5 +1,7 @@
 //! SQL floor: one `INSERT` of a row shaped like the lock table's and one
-//! `DELETE` of it, on the lock table itself, through sqlx like the backend.
+//! `DELETE` of it, on the lock table itself, through sqlx like the backend,
+//! on one connection of its own: no pool, whose checkout and return add a
+//! ping a statement.
 //! For `mode=session` URLs the session locks' floor instead: MariaDB
 //! `SELECT GET_LOCK(key, 0)` + `SELECT RELEASE_LOCK(key)`, Postgres
 //! `SELECT pg_try_advisory_lock(key)` + `SELECT pg_advisory_unlock(key)`, on
@@ -16,33 +18,25 @@ use crate::workloads::BenchError;
 const OWNER: &[u8] = b"floor-owner";
 const TTL_US: i64 = 30_000_000;
 
-/// One pooled connection of the backend's driver.
-enum Pool {
-    #[cfg(feature = "mysql")]
-    Mysql(sqlx::MySqlPool),
-    #[cfg(feature = "postgres")]
-    Postgres(sqlx::PgPool),
-    #[cfg(feature = "sqlite")]
-    Sqlite(sqlx::SqlitePool),
-}
-
-/// The floor's connection and its two statements, `(name, owner, ttl_us)`
+/// The floor's statements and its connection, `(name, owner, ttl_us)`
 /// and `(name, owner)`.
 pub struct SqlFloor {
-    pool: Pool,
+    conn: tokio::sync::Mutex<Conn>,
     insert: String,
     delete: String,
-    /// `mode=session`: the session locks' floor, on a connection of its own.
-    session: Option<tokio::sync::Mutex<SessionConn>>,
+    /// `mode=session`: the session locks' floor instead.
+    session: bool,
 }
 
-/// The session floor's connection.
-enum SessionConn {
+/// The floor's connection.
+enum Conn {
     #[cfg(feature = "mysql")]
     Mysql(sqlx::MySqlConnection),
     #[cfg(feature = "postgres")]
     Postgres(sqlx::PgConnection),
-    /// Built without the MySQL and Postgres drivers: never made.
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqliteConnection),
+    /// Built without the SQL drivers: never made.
     #[allow(dead_code)]
     None,
 }
@@ -69,55 +63,18 @@ fn statements(dialect: Dialect, table: &str) -> (String, String) {
 
 impl SqlFloor {
     /// Makes sure the URL's lock table exists (by connecting the backend
-    /// once), then opens a one-connection pool on the same database. No
-    /// ping before each statement (sqlx's default): the backend's pool
-    /// sends none either, and the floor is the fewest round trips.
+    /// once), then opens one connection on the same database.
     pub async fn connect(url: &mut ConnectUrl) -> Result<Self, BenchError> {
         let mut config = SqlConfig::from_url(url)?;
         config.sweep_interval = None;
         let (dialect, database, table) = (config.dialect, config.database.clone(), config.table.clone());
-        let session = if config.mode == Mode::Session {
-            Some(tokio::sync::Mutex::new(session_conn(dialect, &database).await?))
-        } else {
+        let session = config.mode == Mode::Session;
+        if !session {
             drop(SqlBackend::connect(config).await?);
-            None
-        };
-        let pool = match dialect {
-            #[cfg(feature = "mysql")]
-            Dialect::Mysql => Pool::Mysql(
-                sqlx::mysql::MySqlPoolOptions::new()
-                    .max_connections(1)
-                    .test_before_acquire(false)
-                    .connect(&database)
-                    .await?,
-            ),
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => Pool::Postgres(
-                sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(1)
-                    .test_before_acquire(false)
-                    .connect(&database)
-                    .await?,
-            ),
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => Pool::Sqlite(
-                sqlx::sqlite::SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .test_before_acquire(false)
-                    .connect_with(
-                        sqlx::sqlite::SqliteConnectOptions::new()
-                            .filename(&database)
-                            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-                            .synchronous(sqlx::sqlite::SqliteSynchronous::Full),
-                    )
-                    .await?,
-            ),
-            #[allow(unreachable_patterns)]
-            other => return Err(format!("built without the {} feature", other.kind()).into()),
-        };
+        }
         let (insert, delete) = statements(dialect, &table);
         Ok(SqlFloor {
-            pool,
+            conn: tokio::sync::Mutex::new(open(dialect, &database).await?),
             insert,
             delete,
             session,
@@ -132,16 +89,17 @@ fn safe(sql: String) -> sqlx::AssertSqlSafe<String> {
     sqlx::AssertSqlSafe(sql)
 }
 
-/// Runs `$body` with `$pool` bound to whichever driver's pool `$floor` has.
-macro_rules! with_pool {
-    ($floor:expr, $pool:ident => $body:expr) => {
-        match &$floor.pool {
+/// Runs `$body` with `$conn` bound to whichever driver's connection `$c` is.
+macro_rules! with_conn {
+    ($c:expr, $conn:ident => $body:expr) => {
+        match $c {
             #[cfg(feature = "mysql")]
-            Pool::Mysql($pool) => $body,
+            Conn::Mysql($conn) => $body,
             #[cfg(feature = "postgres")]
-            Pool::Postgres($pool) => $body,
+            Conn::Postgres($conn) => $body,
             #[cfg(feature = "sqlite")]
-            Pool::Sqlite($pool) => $body,
+            Conn::Sqlite($conn) => $body,
+            Conn::None => {}
         }
     };
 }
@@ -149,54 +107,56 @@ macro_rules! with_pool {
 #[async_trait]
 impl Floor for SqlFloor {
     async fn cycle(&self, name: &str) -> Result<(), BenchError> {
-        if let Some(conn) = &self.session {
-            return session_cycle(&mut *conn.lock().await, name).await;
+        let mut conn = self.conn.lock().await;
+        if self.session {
+            return session_cycle(&mut conn, name).await;
         }
         let name = name.as_bytes();
-        with_pool!(self, pool => {
-            sqlx::query(safe(self.insert.clone())).bind(name).bind(OWNER).bind(TTL_US).execute(pool).await?;
-            sqlx::query(safe(self.delete.clone())).bind(name).bind(OWNER).execute(pool).await?;
+        with_conn!(&mut *conn, c => {
+            sqlx::query(safe(self.insert.clone())).bind(name).bind(OWNER).bind(TTL_US).execute(&mut *c).await?;
+            sqlx::query(safe(self.delete.clone())).bind(name).bind(OWNER).execute(&mut *c).await?;
         });
         Ok(())
     }
 
     async fn ping(&self) -> Result<(), BenchError> {
-        if let Some(conn) = &self.session {
-            match &mut *conn.lock().await {
-                #[cfg(feature = "mysql")]
-                SessionConn::Mysql(c) => sqlx::Connection::ping(c).await?,
-                #[cfg(feature = "postgres")]
-                SessionConn::Postgres(c) => sqlx::Connection::ping(c).await?,
-                SessionConn::None => {}
-            }
-            return Ok(());
-        }
-        with_pool!(self, pool => {
-            sqlx::query("SELECT 1").execute(pool).await?;
-        });
+        with_conn!(&mut *self.conn.lock().await, c => sqlx::Connection::ping(c).await?);
         Ok(())
     }
 }
 
-/// Opens the session floor's connection.
-#[cfg_attr(not(any(feature = "mysql", feature = "postgres")), allow(unused_variables))]
-async fn session_conn(dialect: Dialect, database: &str) -> Result<SessionConn, BenchError> {
-    use sqlx::Connection;
+/// Opens the floor's connection (SQLite: WAL, full sync, like the backend).
+async fn open(dialect: Dialect, database: &str) -> Result<Conn, BenchError> {
     match dialect {
         #[cfg(feature = "mysql")]
-        Dialect::Mysql => Ok(SessionConn::Mysql(sqlx::MySqlConnection::connect(database).await?)),
+        Dialect::Mysql => Ok(Conn::Mysql(
+            <sqlx::MySqlConnection as sqlx::Connection>::connect(database).await?,
+        )),
         #[cfg(feature = "postgres")]
-        Dialect::Postgres => Ok(SessionConn::Postgres(sqlx::PgConnection::connect(database).await?)),
-        other => Err(format!("no session locks on {}", other.kind()).into()),
+        Dialect::Postgres => Ok(Conn::Postgres(
+            <sqlx::PgConnection as sqlx::Connection>::connect(database).await?,
+        )),
+        #[cfg(feature = "sqlite")]
+        Dialect::Sqlite => Ok(Conn::Sqlite(
+            sqlx::ConnectOptions::connect(
+                &sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(database)
+                    .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                    .synchronous(sqlx::sqlite::SqliteSynchronous::Full),
+            )
+            .await?,
+        )),
+        #[allow(unreachable_patterns)]
+        other => Err(format!("built without the {} feature", other.kind()).into()),
     }
 }
 
 /// One session-lock cycle: try the lock (it is free), release it.
 #[cfg_attr(not(any(feature = "mysql", feature = "postgres")), allow(unused_variables))]
-async fn session_cycle(conn: &mut SessionConn, name: &str) -> Result<(), BenchError> {
+async fn session_cycle(conn: &mut Conn, name: &str) -> Result<(), BenchError> {
     let got = match conn {
         #[cfg(feature = "mysql")]
-        SessionConn::Mysql(c) => {
+        Conn::Mysql(c) => {
             let key = lockkit_sql::session::server_key(Dialect::Mysql, name);
             let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
                 .bind(&key)
@@ -209,7 +169,7 @@ async fn session_cycle(conn: &mut SessionConn, name: &str) -> Result<(), BenchEr
             got == Some(1)
         }
         #[cfg(feature = "postgres")]
-        SessionConn::Postgres(c) => {
+        Conn::Postgres(c) => {
             let key: i64 = lockkit_sql::session::server_key(Dialect::Postgres, name).parse()?;
             let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
                 .bind(key)
@@ -221,7 +181,8 @@ async fn session_cycle(conn: &mut SessionConn, name: &str) -> Result<(), BenchEr
                 .await?;
             got
         }
-        SessionConn::None => true,
+        #[allow(unreachable_patterns)]
+        _ => false,
     };
     if got {
         Ok(())

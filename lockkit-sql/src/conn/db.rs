@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::kept::{Kept, PING_IF_IDLE};
 use super::lane::Lane;
 use crate::config::{Dialect, SqlConfig};
 
@@ -99,13 +100,13 @@ pub(crate) struct Db {
 #[derive(Debug, Clone)]
 pub(crate) enum Pool {
     #[cfg(feature = "mysql")]
-    Mysql(sqlx::MySqlPool),
+    Mysql(Arc<Kept<sqlx::MySql>>),
     #[cfg(feature = "postgres")]
-    Postgres(sqlx::PgPool),
+    Postgres(Arc<Kept<sqlx::Postgres>>),
     /// The pool, and the turn its statements take on the database file
     /// (see [`sqlite_gate`]).
     #[cfg(feature = "sqlite")]
-    Sqlite(sqlx::SqlitePool, Arc<tokio::sync::Mutex<()>>),
+    Sqlite(Arc<Kept<sqlx::Sqlite>>, Arc<tokio::sync::Mutex<()>>),
     /// Built without any driver: no pool can exist.
     #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
     #[allow(dead_code)]
@@ -183,11 +184,6 @@ fn sqlite_gate(database: &str) -> Arc<tokio::sync::Mutex<()>> {
     };
     crate::wait::listener::shared_by_key(&GATES, key)
 }
-
-/// How long a pooled connection may sit idle before it is pinged on
-/// checkout: catches connections a database restart left dead, without a
-/// ping on every statement.
-const PING_IF_IDLE: Duration = Duration::from_secs(10);
 
 impl Db {
     /// Opens the pool (connections are made on demand; the first statement
@@ -284,7 +280,7 @@ impl Db {
                         })
                     })
                     .connect_lazy_with(opts);
-                Ok(Pool::Mysql(pool))
+                Ok(Pool::Mysql(Arc::new(Kept::new(pool))))
             }
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
@@ -303,9 +299,9 @@ impl Db {
                 let opts = sqlx::postgres::PgConnectOptions::from_str(&config.database)?
                     .application_name("lockkit")
                     .options([("enable_seqscan", "off"), ("jit", "off")]);
-                Ok(Pool::Postgres(
+                Ok(Pool::Postgres(Arc::new(Kept::new(
                     options::<sqlx::Postgres>(config).connect_lazy_with(opts),
-                ))
+                ))))
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
@@ -339,7 +335,7 @@ impl Db {
                 } else {
                     sqlite_gate(&config.database)
                 };
-                Ok(Pool::Sqlite(pool.connect_lazy_with(opts), gate))
+                Ok(Pool::Sqlite(Arc::new(Kept::new(pool.connect_lazy_with(opts))), gate))
             }
             #[allow(unreachable_patterns)]
             other => Err(sqlx::Error::Configuration(
@@ -381,6 +377,7 @@ impl Db {
             let mut conn = pool.acquire().await?;
             super::sent::mark();
             let r = bind_all!(query, args).execute(&mut *conn).await?;
+            conn.done();
             Ok(Done {
                 rows: r.rows_affected(),
                 last_id: r.last_id(),
@@ -409,6 +406,7 @@ impl Db {
             let mut conn = pool.acquire().await?;
             super::sent::mark();
             let rows = bind_all!(query, args).fetch_all(&mut *conn).await?;
+            conn.done();
             let mut out = Vec::with_capacity(rows.len());
             for row in rows {
                 out.push(decode_row!(row, cols));
@@ -454,6 +452,7 @@ impl Db {
             conn.close_on_drop();
             return Err(e);
         }
+        conn.done();
         Ok((done, rows))
     }
 
@@ -486,6 +485,7 @@ impl Db {
             .bind(lists.2)
             .fetch_all(&mut *conn)
             .await?;
+        conn.done();
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             out.push(decode_row!(row, cols));

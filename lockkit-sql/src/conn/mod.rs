@@ -1,10 +1,11 @@
 //! Connections: opening a backend (its pools, the schema check, the
 //! background tasks and, on Postgres, the listener and wait-list
-//! connections), the pools its statements run on (`db.rs`), and when a
+//! connections), the pools its statements run on (`db.rs`, `kept.rs`), and when a
 //! statement got its connection (`sent.rs`).
 
 #[macro_use]
 mod db;
+mod kept;
 mod lane;
 pub(crate) mod sent;
 mod tx;

@@ -72,7 +72,7 @@ impl Db {
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool, gate) => {
                 let turn = gate.clone().lock_owned().await;
-                TxConn::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?, turn)
+                TxConn::Sqlite(pool.begin_with(Some("BEGIN IMMEDIATE")).await?, turn)
             }
             #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
             Pool::None(never) => match *never {},

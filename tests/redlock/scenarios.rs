@@ -257,10 +257,7 @@ async fn a_first_acquisition_takes_one_round_trip() {
     let (a, b) = (client(&nodes).await, client(&nodes).await);
     // Warm up: every node loads the scripts once.
     a.lock("warm-up").await.expect("lock").unlock().await.expect("unlock");
-    let before: Vec<u64> = nodes
-        .iter()
-        .map(|n| n.command_calls().get("evalsha").copied().unwrap_or(0))
-        .collect();
+    let before: Vec<_> = nodes.iter().map(Server::command_calls).collect();
     let cycles = 10;
     let mut last = 0;
     for i in 0..cycles {
@@ -271,7 +268,9 @@ async fn a_first_acquisition_takes_one_round_trip() {
         g.unlock().await.expect("unlock");
     }
     for (node, before) in nodes.iter().zip(before) {
-        let calls = node.command_calls().get("evalsha").copied().unwrap_or(0) - before;
+        let after = node.command_calls();
+        let ran = |command: &str| after.get(command).copied().unwrap_or(0) - before.get(command).copied().unwrap_or(0);
+        let calls = ran("evalsha");
         // One acquire and one release script per cycle; an undo and a
         // second acquire round only when fresh nodes disagree on the token.
         assert!(
@@ -279,6 +278,10 @@ async fn a_first_acquisition_takes_one_round_trip() {
             "{calls} script calls on {} for {cycles} lock/unlock cycles",
             node.addr()
         );
+        // Nobody waited: no release looked at the line or announced.
+        for command in ["zrange", "publish"] {
+            assert_eq!(ran(command), 0, "{command} on {} with nobody waiting", node.addr());
+        }
     }
 }
 

@@ -289,7 +289,7 @@ impl LockBackend for RedlockBackend {
         let nonce = scripts::nonce();
         let nonce = nonce.as_str();
         let results = inner
-            .all(|_, c| nodes::release_on(&inner.keys, c, hold, attempt, nonce))
+            .all(|_, c| nodes::release_on(&inner.keys, c, hold, attempt, nonce, inner.queued()))
             .await;
         let (yes, no, failures) = tally(&results);
         if yes > 0 {

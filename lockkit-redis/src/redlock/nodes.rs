@@ -91,15 +91,25 @@ impl Inner {
 
     /// Releases `attempt`'s share of `hold` on `nodes` again, in the
     /// background: nodes whose answer to the release did not come.
+    /// Whether this client's waiters join the nodes' lines (and mark the
+    /// holds they wait for), so that a release on a node whose hold is
+    /// unmarked need not look at the line or announce. A waiter's busy
+    /// attempt had answers from a quorum of nodes and the hold stands on
+    /// a quorum, so it marked at least one node the holder's release
+    /// reaches.
+    pub(super) fn queued(&self) -> bool {
+        self.waiters.waiter_id().is_some()
+    }
+
     pub(super) fn spawn_release(self: &Arc<Self>, hold: &Hold, attempt: &str, nonce: &str, nodes: Vec<usize>) {
         let this = self.clone();
         let (hold, attempt, nonce) = (hold.clone(), attempt.to_owned(), nonce.to_owned());
         tokio::spawn(async move {
             let (hold, attempt, nonce, nodes) = (&hold, &attempt, &nonce, &nodes);
-            let keys = &this.keys;
+            let (keys, queued) = (&this.keys, this.queued());
             this.on_nodes(true, |node, c| async move {
                 if nodes.contains(&node) {
-                    release_on(keys, c, hold, attempt, nonce).await
+                    release_on(keys, c, hold, attempt, nonce, queued).await
                 } else {
                     Ok(None)
                 }
@@ -200,13 +210,14 @@ impl RedlockBackend {
 /// Takes `attempt`'s share of `hold` back on one node: the holds of it left
 /// there (`None`: not held there).
 /// `nonce`: the turn messages' (see `scripts::nonce`), the same on every
-/// node.
+/// node; `queued`: as `scripts::release` takes it (see `Inner::queued`).
 pub(super) async fn release_on(
     keys: &Keys,
     mut conn: ConnectionManager,
     hold: &Hold,
     attempt: &str,
     nonce: &str,
+    queued: bool,
 ) -> Result<Option<u32>, Fault> {
     let (name, owner) = (&hold.name, &hold.owner);
     let released = match hold.kind {
@@ -219,7 +230,7 @@ pub(super) async fn release_on(
                 hold.token,
                 attempt,
                 Publish::Classic,
-                false,
+                queued,
             )
             .await
         }

@@ -4,7 +4,7 @@
 //! deadline passes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,14 @@ fn batch_window(ttl: Duration) -> Duration {
 /// starved PostgreSQL lost 9,933 of 10,000 holds at once).
 const PARTS_IN_FLIGHT: usize = 2;
 
+/// How soon the task looks again when it found no hold to watch but holds
+/// were registered since it last looked: holds taken and released in quick
+/// succession (a lock/unlock loop) are mostly gone by the time the task
+/// runs. Waiting for a wake-up instead would make every next hold wake it
+/// (a thread woken per acquisition); this way only holds due sooner than
+/// the tick do, and the task sleeps for good once a tick finds no new one.
+const IDLE_TICK: Duration = Duration::from_secs(1);
+
 /// How soon a failed extension is tried again.
 fn retry_delay(ttl: Duration) -> Duration {
     (ttl / 10).clamp(Duration::from_millis(1), Duration::from_secs(1))
@@ -48,6 +56,10 @@ struct Shared {
     /// only when it is due earlier — an acquisition then costs no wake-up of
     /// another thread.
     planned: Mutex<Option<Instant>>,
+    /// A hold was registered since the task last looked (see [`IDLE_TICK`]).
+    registered: AtomicBool,
+    /// How many times the task looked at the holds.
+    passes: AtomicUsize,
     wake: Notify,
     stop: CancellationToken,
     started: AtomicBool,
@@ -114,6 +126,8 @@ impl Watchdog {
                 backend,
                 holds: Mutex::new(HashMap::new()),
                 planned: Mutex::new(None),
+                registered: AtomicBool::new(false),
+                passes: AtomicUsize::new(0),
                 wake: Notify::new(),
                 stop: CancellationToken::new(),
                 started: AtomicBool::new(false),
@@ -164,6 +178,7 @@ impl Watchdog {
                 held
             }
         };
+        self.shared.registered.store(true, Ordering::Relaxed);
         self.ensure_started();
         let due = due(&held.state());
         if let Some(due) = due {
@@ -278,6 +293,7 @@ async fn run(shared: Arc<Shared>) {
 /// One pass over the holds: fires the lost signal of expired ones, picks the
 /// ones due for extension, and finds when to look again.
 fn plan(shared: &Shared) -> (Vec<(Hold, Duration)>, Option<Instant>) {
+    shared.passes.fetch_add(1, Ordering::Relaxed);
     let now = Instant::now();
     let held_back = shared.held_back(now);
     let mut batch = Vec::new();
@@ -310,6 +326,9 @@ fn plan(shared: &Shared) -> (Vec<(Hold, Duration)>, Option<Instant>) {
         }
         true
     });
+    if next_wake.is_none() && shared.registered.swap(false, Ordering::Relaxed) {
+        next_wake = Some(now + IDLE_TICK);
+    }
     *shared.planned() = next_wake;
     drop(holds);
     // The holds whose leases end first go in the first part.
@@ -459,6 +478,25 @@ mod tests {
         async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
             self.inner.inspect(name).await
         }
+    }
+
+    /// A lock/unlock loop: each hold is gone by the time the task runs.
+    /// The task used to find no hold, plan no wake-up, and so be woken by
+    /// the next hold again — a wake-up of another thread per acquisition
+    /// (seen as futex calls in a Redis w1 loop). Now it looks again a tick
+    /// later instead, and holds due later than that do not wake it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lock_unlock_loop_does_not_wake_the_task_for_each_hold() {
+        let options = LockOptions::default().ttl(Duration::from_secs(30));
+        let client = LockClient::new(MemoryBackend::default(), options).unwrap();
+        let cycles = 200;
+        for _ in 0..cycles {
+            client.lock("loop").await.unwrap().unlock().await.unwrap();
+            // The task gets to run between two cycles.
+            tokio::task::yield_now().await;
+        }
+        let passes = client.watchdog().shared.passes.load(Ordering::Relaxed);
+        assert!(passes <= 5, "the watchdog looked {passes} times in {cycles} cycles");
     }
 
     /// Holds taken one after another come due one after another. Each

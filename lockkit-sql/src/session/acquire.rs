@@ -16,6 +16,16 @@ use super::wait::{Turn, Waiter};
 use super::{Inner, SessionBackend};
 use crate::error::{Class, backend_error, classify};
 
+/// How long a name a try found busy goes straight to the line: a `lock`
+/// that waits skips the try, whose statement would mostly find the name
+/// busy again, and queues in the server at once (its wait is granted at
+/// once if the name came free). Once this passed since a try last found it
+/// busy, the next `lock` tries first again.
+pub(super) const BUSY_FOR: Duration = Duration::from_secs(1);
+
+/// Names remembered as busy, at most; beyond, the oldest half is dropped.
+const BUSY_NAMES: usize = 1024;
+
 impl SessionBackend {
     /// One attempt that never waits: answered here (re-entry, another
     /// owner of this backend) or by one statement on the primary
@@ -55,8 +65,11 @@ impl SessionBackend {
             return Ok(Some(lease));
         }
         let in_line = req.fair && !self.inner.lines.is_empty(req.name);
-        if !in_line && let TryAcquire::Acquired(lease) = self.attempt(req).await? {
-            return Ok(Some(lease));
+        if !in_line && !self.inner.recently_busy(req.name) {
+            match self.attempt(req).await? {
+                TryAcquire::Acquired(lease) => return Ok(Some(lease)),
+                TryAcquire::Busy { .. } => self.inner.found_busy(req.name),
+            }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
@@ -66,6 +79,24 @@ impl SessionBackend {
 }
 
 impl Inner {
+    /// Whether a try found `name` busy within [`BUSY_FOR`].
+    fn recently_busy(&self, name: &str) -> bool {
+        let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        busy.get(name).is_some_and(|at| at.elapsed() < BUSY_FOR)
+    }
+
+    /// A try found `name` busy.
+    fn found_busy(&self, name: &str) {
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        if busy.len() >= BUSY_NAMES {
+            busy.retain(|_, at| at.elapsed() < BUSY_FOR);
+            if busy.len() >= BUSY_NAMES {
+                busy.clear();
+            }
+        }
+        busy.insert(name.to_owned(), Instant::now());
+    }
+
     /// The try on the primary connection. Runs under that connection's
     /// lock and looks at this backend's holds again under it, so a name
     /// this backend holds there is never locked twice on it (the server

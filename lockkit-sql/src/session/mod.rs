@@ -197,6 +197,9 @@ pub(crate) struct Inner {
     /// The tasks waiting for each name, in line behind the one
     /// server-side wait for it.
     lines: WaitLines,
+    /// Names a try of this backend found busy, and when (see `BUSY_FOR`
+    /// in `acquire.rs`).
+    busy: std::sync::Mutex<HashMap<String, tokio::time::Instant>>,
     stop: CancellationToken,
 }
 
@@ -248,6 +251,7 @@ impl SessionBackend {
             returning: std::sync::atomic::AtomicUsize::new(0),
             spare_back: tokio::sync::Notify::new(),
             lines: wait::lines(weak.clone()),
+            busy: std::sync::Mutex::default(),
             stop: CancellationToken::new(),
             config,
         });

@@ -75,6 +75,17 @@ impl MysqlClaim {
             bucket,
         }
     }
+
+    /// The `VALUES (…)` of a new hold's row (token 0 until stamped), in
+    /// the column order of the claim batches' inserts.
+    fn values(&self) -> String {
+        let MysqlClaim {
+            n, o, a, memo, ttl_us, ..
+        } = self;
+        format!(
+            "VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), {memo}, {a})"
+        )
+    }
 }
 
 /// Where a MySQL/MariaDB lock table's fencing tokens come from, and the
@@ -168,12 +179,10 @@ impl Statements {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub fn mysql_claim_batch(&self, c: &MysqlClaim) -> String {
         let t = &self.table;
-        let MysqlClaim {
-            n, o, a, memo, ttl_us, ..
-        } = c;
+        let MysqlClaim { n, o, .. } = c;
         let claim = self.claim.replacen(
             "VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?)",
-            &format!("VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), {memo}, {a})"),
+            &c.values(),
             1,
         );
         let stamp = self.mysql_stamp(c);
@@ -195,14 +204,10 @@ impl Statements {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub fn mysql_fresh_batch(&self, c: &MysqlClaim) -> String {
         let t = &self.table;
-        let MysqlClaim {
-            n, o, a, memo, ttl_us, ..
-        } = c;
-        let stamp = self.mysql_stamp(c);
+        let (values, stamp) = (c.values(), self.mysql_stamp(c));
         format!(
             "BEGIN; \
-             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
-               VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), {memo}, {a}) \
+             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) {values} \
              ON DUPLICATE KEY UPDATE name = name; \
              {stamp} \
              COMMIT"
@@ -255,9 +260,7 @@ impl Statements {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub fn mysql_claim_batch_fair(&self, c: &MysqlClaim, line: bool, queued: bool) -> String {
         let t = &self.table;
-        let MysqlClaim {
-            n, o, a, memo, ttl_us, ..
-        } = c;
+        let MysqlClaim { n, o, a, .. } = c;
         let now = "UTC_TIMESTAMP(6)";
         let mine = format!("(owner = VALUES(owner) AND expires_at > {now})");
         // `take`: decided in the first assignment, read by the rest;
@@ -287,7 +290,7 @@ impl Statements {
                 "queued".to_owned(),
             )
         };
-        let stamp = self.mysql_stamp(c);
+        let (values, stamp) = (c.values(), self.mysql_stamp(c));
         let served = if queued {
             format!(
                 "DELETE FROM `{t}_waiters` WHERE attempt = {a} AND EXISTS (SELECT 1 FROM `{t}` \
@@ -298,8 +301,7 @@ impl Statements {
         };
         format!(
             "BEGIN; \
-             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
-               VALUES ({n}, {o}, 1, 0, {now} + INTERVAL {ttl_us} MICROSECOND, {now}, {memo}, {a}) \
+             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) {values} \
              ON DUPLICATE KEY UPDATE \
                attempts = IF({decide}, VALUES(attempts), \
                   IF({mine} AND LOCATE(VALUES(attempts), attempts) = 0, CONCAT(attempts, ' ', VALUES(attempts)), attempts)), \

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{ExtendOutcome, Hold, Lease, LockBackend};
@@ -25,8 +25,7 @@ fn batch_window(ttl: Duration) -> Duration {
 /// How many parts of a batch are out at once. More in flight do not make
 /// a busy server finish sooner; they only make every part finish late
 /// together, so a round that takes longer than its leases allow would
-/// lose every hold in it instead of its last parts' (the bench's w4 on a
-/// starved PostgreSQL lost 9,933 of 10,000 holds at once).
+/// lose every hold in it instead of its last parts'.
 const PARTS_IN_FLIGHT: usize = 2;
 
 /// How soon the task looks again when it found no hold to watch but holds
@@ -65,10 +64,10 @@ struct Shared {
     started: AtomicBool,
     /// The round of extensions out now (see [`Round`]).
     round: Mutex<Round>,
-    /// Turns of the parts out ([`PARTS_IN_FLIGHT`]), taken in the order
-    /// the parts were made: the earliest deadlines first.
-    in_flight: Arc<Semaphore>,
 }
+
+/// A hold whose extension is due: its validity deadline, the hold, its ttl.
+type Due = (Option<Instant>, Hold, Duration);
 
 /// The extensions sent together, in parts of at most `batch_max`. The next
 /// round waits for this one to come back, or for a sixth of the shortest
@@ -77,9 +76,17 @@ struct Shared {
 /// together then. Sent as soon as each came due, one statement each, they
 /// queued behind each other on a database whose writes take turns until
 /// they came back after the leases ended.
+///
+/// Parts go out [`PARTS_IN_FLIGHT`] at a time. The holds of every round
+/// wait in one queue and each free turn takes the `batch_max` whose leases
+/// end first, of whichever round: a later round's holds never go ahead of
+/// earlier deadlines, and a round's remainder shares a part with the next
+/// round's holds instead of taking a turn of its own.
 #[derive(Debug, Default)]
 struct Round {
-    /// Parts not back yet (of this round and any before it).
+    /// Holds due and not yet sent.
+    queued: Vec<Due>,
+    /// Parts sent and not back yet.
     parts_out: usize,
     /// Until when no new round starts while parts are out.
     hold_back_until: Option<Instant>,
@@ -103,7 +110,23 @@ impl Shared {
         let round = self.round();
         round
             .hold_back_until
-            .filter(|&until| round.parts_out > 0 && now < until)
+            .filter(|&until| (round.parts_out > 0 || !round.queued.is_empty()) && now < until)
+    }
+
+    /// Sends the queued holds whose leases end first while a part may go.
+    fn send(self: &Arc<Self>) {
+        let mut round = self.round();
+        while round.parts_out < PARTS_IN_FLIGHT && !round.queued.is_empty() {
+            let take = round.queued.len().min(self.batch_max);
+            round
+                .queued
+                .select_nth_unstable_by_key(take - 1, |(valid_until, ..)| (valid_until.is_none(), *valid_until));
+            let mut part: Vec<Due> = round.queued.drain(..take).collect();
+            part.sort_unstable_by_key(|(valid_until, ..)| (valid_until.is_none(), *valid_until));
+            round.parts_out += 1;
+            let part = part.into_iter().map(|(_, hold, ttl)| (hold, ttl)).collect();
+            tokio::spawn(extend_batch(self.clone(), part));
+        }
     }
 
     /// Wakes the task if `due` comes before the time it planned to look
@@ -132,7 +155,6 @@ impl Watchdog {
                 stop: CancellationToken::new(),
                 started: AtomicBool::new(false),
                 round: Mutex::new(Round::default()),
-                in_flight: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
             }),
         }
     }
@@ -255,26 +277,18 @@ fn later(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 
 async fn run(shared: Arc<Shared>) {
     loop {
-        let (mut batch, next_wake) = plan(&shared);
+        let (batch, next_wake) = plan(&shared);
         if !batch.is_empty() {
             let window = batch
                 .iter()
-                .map(|(_, ttl)| batch_window(*ttl))
+                .map(|(.., ttl)| batch_window(*ttl))
                 .min()
                 .unwrap_or_default();
             let mut round = shared.round();
-            round.parts_out += batch.len().div_ceil(shared.batch_max);
+            round.queued.extend(batch);
             round.hold_back_until = Some(Instant::now() + window);
             drop(round);
-            // Parts the backend extends in one go, taking turns.
-            let mut parts = Vec::new();
-            while batch.len() > shared.batch_max {
-                let rest = batch.split_off(shared.batch_max);
-                parts.push(batch);
-                batch = rest;
-            }
-            parts.push(batch);
-            tokio::spawn(send_parts(shared.clone(), parts));
+            shared.send();
         }
         let sleep = async {
             match next_wake {
@@ -292,7 +306,7 @@ async fn run(shared: Arc<Shared>) {
 
 /// One pass over the holds: fires the lost signal of expired ones, picks the
 /// ones due for extension, and finds when to look again.
-fn plan(shared: &Shared) -> (Vec<(Hold, Duration)>, Option<Instant>) {
+fn plan(shared: &Shared) -> (Vec<Due>, Option<Instant>) {
     shared.passes.fetch_add(1, Ordering::Relaxed);
     let now = Instant::now();
     let held_back = shared.held_back(now);
@@ -331,25 +345,14 @@ fn plan(shared: &Shared) -> (Vec<(Hold, Duration)>, Option<Instant>) {
     }
     *shared.planned() = next_wake;
     drop(holds);
-    // The holds whose leases end first go in the first part.
-    batch.sort_unstable_by_key(|(valid_until, ..)| (valid_until.is_none(), *valid_until));
-    let batch = batch.into_iter().map(|(_, hold, ttl)| (hold, ttl)).collect();
     (batch, next_wake)
 }
 
-/// Sends `parts` in order, each when it has a turn.
-async fn send_parts(shared: Arc<Shared>, parts: Vec<Vec<(Hold, Duration)>>) {
-    for part in parts {
-        // The semaphore is never closed.
-        let turn = shared.in_flight.clone().acquire_owned().await.ok();
-        tokio::spawn(extend_batch(shared.clone(), part, turn));
-    }
-}
-
-async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>, turn: Option<OwnedSemaphorePermit>) {
+async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>) {
     let sent_at = Instant::now();
     let mut results = shared.backend.extend_many(&batch).await;
-    drop(turn);
+    shared.round().parts_out -= 1;
+    shared.send();
     results.truncate(batch.len());
     tracing::debug!(
         backend = shared.backend.kind(),
@@ -390,9 +393,6 @@ async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>, turn: O
         }
     }
     drop(holds);
-    let mut round = shared.round();
-    round.parts_out = round.parts_out.saturating_sub(1);
-    drop(round);
     shared.wake.notify_one();
 }
 
@@ -543,6 +543,55 @@ mod tests {
             calls <= 4 * 2 * periods as usize + 8,
             "{calls} extension calls in {periods} periods"
         );
+        for g in guards {
+            g.unlock().await.unwrap();
+        }
+    }
+
+    /// Holds wait for a turn in one queue, earliest deadline first, whatever
+    /// round they came in. Parts were cut when their round was made and
+    /// waited for turns in the order they were asked for: a later round's
+    /// part went ahead of an earlier round's last one, whose leases ended
+    /// sooner (on a database whose writes take turns, that part came back
+    /// after its leases ended), and every small part took a turn of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_later_round_waits_behind_an_earlier_ones_holds_and_fills_its_part() {
+        let backend = Arc::new(Timed {
+            extend_took: Duration::from_millis(1_500),
+            batch_max: 100,
+            ..Timed::default()
+        });
+        // Renewals at 2 s, a round takes in holds due within 1 s.
+        let ttl = Duration::from_secs(6);
+        let client = LockClient::from_arc(backend.clone(), LockOptions::new().ttl(ttl)).unwrap();
+        let name = |round: &str, i: usize| format!("watchdog/queue/{round}/{i:03}");
+        let mut guards = Vec::new();
+        // Round one (at 2 s): four parts; two go, two wait for a turn until 3.5 s.
+        for i in 0..350 {
+            guards.push(client.lock(&name("a", i)).await.unwrap());
+        }
+        // Round two (at 3 s, when round one's wait is over): due at 3.4 s.
+        tokio::time::sleep(Duration::from_millis(1_400)).await;
+        for i in 0..50 {
+            guards.push(client.lock(&name("b", i)).await.unwrap());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while backend.names.lock().unwrap().len() < 4 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut calls = backend.names.lock().unwrap().clone();
+        assert!(calls.len() >= 4, "{} extension calls", calls.len());
+        // Two parts go out together, in either order.
+        calls[..2].sort();
+        calls[2..4].sort();
+        let sent: Vec<String> = calls[..4].concat();
+        let expected: Vec<String> = (0..350)
+            .map(|i| name("a", i))
+            .chain((0..50).map(|i| name("b", i)))
+            .collect();
+        let sizes: Vec<usize> = calls.iter().map(Vec::len).collect();
+        assert_eq!(sent, expected, "the first four calls, of {sizes:?} holds");
+        assert_eq!(guards.iter().filter(|g| g.is_lost()).count(), 0);
         for g in guards {
             g.unlock().await.unwrap();
         }

@@ -102,7 +102,9 @@ impl SqlBackend {
         let checked = check_attempt_id(&attempt);
         let work_inner = inner.clone();
         let work_attempt = attempt.clone();
-        let work = async move {
+        // On the heap: the callers' futures then hold a pointer, not the
+        // attempt's (see `Boxed` in `conn/db.rs`).
+        let work = Box::pin(async move {
             let req = AcquireRequest {
                 name: &name,
                 owner: &owner,
@@ -112,7 +114,7 @@ impl SqlBackend {
                 kind,
             };
             work_inner.attempt(&req, queued).await
-        };
+        });
         // Only this attempt's share: a re-entry's orphan leaves the
         // holds it re-entered as they were.
         let token_of = |result: &Result<(TryAcquire, bool), LockError>| match result {

@@ -3,6 +3,8 @@
 //! `fetch` (rows decoded into plain values). Written once: the
 //! [`with_pool!`] macro expands the same code for each enabled driver.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +12,18 @@ use std::time::Duration;
 use super::kept::{Kept, PING_IF_IDLE};
 use super::lane::Lane;
 use crate::config::{Dialect, SqlConfig};
+
+/// A statement's future, on the heap. sqlx's futures run to kilobytes, and
+/// an async function holding one by value is at least as large (often twice:
+/// its argument and the awaited value), so every layer above grew by it and
+/// each call and `.await` on the way copied it all. Boxed here, once per
+/// statement, the layers above stay small.
+pub type Boxed<F> = Pin<Box<F>>;
+
+/// What a MySQL batch gives: each statement's result, and the rows of
+/// those that return rows.
+#[cfg(feature = "mysql")]
+pub type Batch = (Vec<Done>, Vec<Vec<Val>>);
 
 /// A statement argument.
 #[derive(Debug, Clone, Copy)]
@@ -369,7 +383,11 @@ impl Db {
     }
 
     /// Runs a statement; affected rows and MySQL's insert id.
-    pub async fn exec(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
+    pub fn exec(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Boxed<impl Future<Output = Result<Done, sqlx::Error>>> {
+        Box::pin(self.exec_here(sql, args))
+    }
+
+    async fn exec_here(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
         let _admitted = self.lane.admit().await?;
         let _turn = self.turn().await;
         with_pool!(self, pool => {
@@ -397,7 +415,16 @@ impl Db {
     }
 
     /// Runs a query; every row decoded as `cols` says.
-    pub async fn fetch(&self, sql: &Arc<str>, args: &[Arg<'_>], cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+    pub fn fetch(
+        &self,
+        sql: &Arc<str>,
+        args: &[Arg<'_>],
+        cols: &[Col],
+    ) -> Boxed<impl Future<Output = Result<Vec<Vec<Val>>, sqlx::Error>>> {
+        Box::pin(self.fetch_here(sql, args, cols))
+    }
+
+    async fn fetch_here(&self, sql: &Arc<str>, args: &[Arg<'_>], cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
         use sqlx::Row;
         let _admitted = self.lane.admit().await?;
         let _turn = self.turn().await;
@@ -421,7 +448,12 @@ impl Db {
     /// returned to the pool, so the server rolls back whatever the batch left
     /// open.
     #[cfg(feature = "mysql")]
-    pub async fn mysql_batch(&self, sql: String, cols: &[Col]) -> Result<(Vec<Done>, Vec<Vec<Val>>), sqlx::Error> {
+    pub fn mysql_batch(&self, sql: String, cols: &[Col]) -> Boxed<impl Future<Output = Result<Batch, sqlx::Error>>> {
+        Box::pin(self.mysql_batch_here(sql, cols))
+    }
+
+    #[cfg(feature = "mysql")]
+    async fn mysql_batch_here(&self, sql: String, cols: &[Col]) -> Result<Batch, sqlx::Error> {
         use futures_util::TryStreamExt;
         use sqlx::Either;
         use sqlx::Row;
@@ -461,7 +493,18 @@ impl Db {
     /// driven by the arrays (`unnest`), so each hold is one index probe
     /// whatever the planner believes about the table.
     #[cfg(feature = "postgres")]
-    pub async fn pg_fetch_lists(
+    pub fn pg_fetch_lists(
+        &self,
+        sql: &Arc<str>,
+        int: i64,
+        lists: (Vec<&[u8]>, Vec<&[u8]>, Vec<i64>),
+        cols: &[Col],
+    ) -> Boxed<impl Future<Output = Result<Vec<Vec<Val>>, sqlx::Error>>> {
+        Box::pin(self.pg_fetch_lists_here(sql, int, lists, cols))
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn pg_fetch_lists_here(
         &self,
         sql: &Arc<str>,
         int: i64,

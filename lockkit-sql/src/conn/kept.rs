@@ -95,7 +95,8 @@ impl<DB: sqlx::Database> Kept<DB> {
         sqlx::Transaction::begin(conn, statement.map(sqlx::SqlSafeStr::into_sql_str)).await
     }
 
-    /// Opens a transaction with `BEGIN`.
+    /// Opens a transaction with `BEGIN` (SQLite's go through `begin_with`).
+    #[cfg(any(feature = "mysql", feature = "postgres"))]
     pub async fn begin(&self) -> Result<sqlx::Transaction<'static, DB>, sqlx::Error> {
         self.begin_with(None).await
     }
@@ -140,6 +141,7 @@ impl<DB: sqlx::Database> Lent<'_, DB> {
 
     /// The connection is closed, not given back (a batch failed part-way:
     /// the server rolls back what it left open).
+    #[cfg(feature = "mysql")]
     pub fn close_on_drop(&mut self) {
         self.done = false;
         if let Some((conn, _)) = &mut self.conn {

@@ -36,6 +36,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
@@ -54,6 +55,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Live {
     key: i64,
     held: Arc<AtomicBool>,
+    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
     started: OnceCell<()>,
     /// SQLite: when the liveness row was last renewed (ms on the
     /// backend's clock, see [`Live::since`]); 0: never.

@@ -20,11 +20,13 @@ use crate::config::Dialect;
 
 /// The `GET_LOCK` name of a lock name (56 characters).
 pub(crate) fn mysql_key(name: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(name.as_bytes());
     let mut key = String::with_capacity(56);
     key.push_str("lockkit:");
     for b in &digest[..24] {
-        key.push_str(&format!("{b:02x}"));
+        key.push(char::from(HEX[usize::from(b >> 4)]));
+        key.push(char::from(HEX[usize::from(b & 0xf)]));
     }
     key
 }
@@ -73,6 +75,11 @@ mod tests {
         assert_ne!(mysql_key("A"), mysql_key("a"));
         assert_ne!(postgres_key("A"), postgres_key("a"));
         assert_eq!(mysql_key("order:42"), mysql_key("order:42"), "stable");
+        // Stable across processes and versions: a fixed value (SHA-256 of "").
+        assert_eq!(
+            mysql_key(""),
+            "lockkit:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934c"
+        );
         // Stable across processes and versions: a fixed value.
         assert_eq!(
             postgres_key(""),

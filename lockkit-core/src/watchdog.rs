@@ -69,6 +69,12 @@ struct Shared {
 /// A hold whose extension is due: its validity deadline, the hold, its ttl.
 type Due = (Option<Instant>, Hold, Duration);
 
+/// The order holds go out in: the earliest deadline first, holds without
+/// one last.
+fn by_deadline((valid_until, ..): &Due) -> (bool, Option<Instant>) {
+    (valid_until.is_none(), *valid_until)
+}
+
 /// The extensions sent together, in parts of at most `batch_max`. The next
 /// round waits for this one to come back, or for a sixth of the shortest
 /// ttl in it ([`batch_window`]), whichever is first: holds that come due
@@ -118,11 +124,9 @@ impl Shared {
         let mut round = self.round();
         while round.parts_out < PARTS_IN_FLIGHT && !round.queued.is_empty() {
             let take = round.queued.len().min(self.batch_max);
-            round
-                .queued
-                .select_nth_unstable_by_key(take - 1, |(valid_until, ..)| (valid_until.is_none(), *valid_until));
+            round.queued.select_nth_unstable_by_key(take - 1, by_deadline);
             let mut part: Vec<Due> = round.queued.drain(..take).collect();
-            part.sort_unstable_by_key(|(valid_until, ..)| (valid_until.is_none(), *valid_until));
+            part.sort_unstable_by_key(by_deadline);
             round.parts_out += 1;
             let part = part.into_iter().map(|(_, hold, ttl)| (hold, ttl)).collect();
             tokio::spawn(extend_batch(self.clone(), part));

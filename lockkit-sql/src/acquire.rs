@@ -103,7 +103,7 @@ impl SqlBackend {
         let work_inner = inner.clone();
         let work_attempt = attempt.clone();
         // On the heap: the callers' futures then hold a pointer, not the
-        // attempt's (see `Boxed` in `conn/db.rs`).
+        // attempt's (see `conn/db.rs` on statement futures).
         let work = Box::pin(async move {
             let req = AcquireRequest {
                 name: &name,

@@ -2,9 +2,14 @@
 //! statements run on it: `exec` (affected rows, MySQL's insert id) and
 //! `fetch` (rows decoded into plain values). Written once: the
 //! [`with_pool!`] macro expands the same code for each enabled driver.
+//!
+//! **Statement futures go on the heap.** sqlx's futures run to kilobytes,
+//! and an async function holding one by value is at least as large (often
+//! twice: its argument and the awaited value), so every layer above grew by
+//! it and each call and `.await` on the way copied it all. Each statement
+//! here boxes its work, once per statement, and the layers above stay
+//! small.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,18 +17,6 @@ use std::time::Duration;
 use super::kept::{Kept, PING_IF_IDLE};
 use super::lane::Lane;
 use crate::config::{Dialect, SqlConfig};
-
-/// A statement's future, on the heap. sqlx's futures run to kilobytes, and
-/// an async function holding one by value is at least as large (often twice:
-/// its argument and the awaited value), so every layer above grew by it and
-/// each call and `.await` on the way copied it all. Boxed here, once per
-/// statement, the layers above stay small.
-pub type Boxed<F> = Pin<Box<F>>;
-
-/// What a MySQL batch gives: each statement's result, and the rows of
-/// those that return rows.
-#[cfg(feature = "mysql")]
-pub type Batch = (Vec<Done>, Vec<Vec<Val>>);
 
 /// A statement argument.
 #[derive(Debug, Clone, Copy)]
@@ -383,24 +376,24 @@ impl Db {
     }
 
     /// Runs a statement; affected rows and MySQL's insert id.
-    pub fn exec(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Boxed<impl Future<Output = Result<Done, sqlx::Error>>> {
-        Box::pin(self.exec_here(sql, args))
-    }
-
-    async fn exec_here(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
-        let _admitted = self.lane.admit().await?;
-        let _turn = self.turn().await;
-        with_pool!(self, pool => {
-            let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
-            let mut conn = pool.acquire().await?;
-            super::sent::mark();
-            let r = bind_all!(query, args).execute(&mut *conn).await?;
-            conn.done();
-            Ok(Done {
-                rows: r.rows_affected(),
-                last_id: r.last_id(),
+    pub async fn exec(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
+        // On the heap (see the module's note).
+        Box::pin(async move {
+            let _admitted = self.lane.admit().await?;
+            let _turn = self.turn().await;
+            with_pool!(self, pool => {
+                let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+                let mut conn = pool.acquire().await?;
+                super::sent::mark();
+                let r = bind_all!(query, args).execute(&mut *conn).await?;
+                conn.done();
+                Ok(Done {
+                    rows: r.rows_affected(),
+                    last_id: r.last_id(),
+                })
             })
         })
+        .await
     }
 
     /// SQLite: waits for this statement's turn on the file (see
@@ -415,31 +408,26 @@ impl Db {
     }
 
     /// Runs a query; every row decoded as `cols` says.
-    pub fn fetch(
-        &self,
-        sql: &Arc<str>,
-        args: &[Arg<'_>],
-        cols: &[Col],
-    ) -> Boxed<impl Future<Output = Result<Vec<Vec<Val>>, sqlx::Error>>> {
-        Box::pin(self.fetch_here(sql, args, cols))
-    }
-
-    async fn fetch_here(&self, sql: &Arc<str>, args: &[Arg<'_>], cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
-        use sqlx::Row;
-        let _admitted = self.lane.admit().await?;
-        let _turn = self.turn().await;
-        with_pool!(self, pool => {
-            let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
-            let mut conn = pool.acquire().await?;
-            super::sent::mark();
-            let rows = bind_all!(query, args).fetch_all(&mut *conn).await?;
-            conn.done();
-            let mut out = Vec::with_capacity(rows.len());
-            for row in rows {
-                out.push(decode_row!(row, cols));
-            }
-            Ok(out)
+    pub async fn fetch(&self, sql: &Arc<str>, args: &[Arg<'_>], cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+        // On the heap (see the module's note).
+        Box::pin(async move {
+            use sqlx::Row;
+            let _admitted = self.lane.admit().await?;
+            let _turn = self.turn().await;
+            with_pool!(self, pool => {
+                let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+                let mut conn = pool.acquire().await?;
+                super::sent::mark();
+                let rows = bind_all!(query, args).fetch_all(&mut *conn).await?;
+                conn.done();
+                let mut out = Vec::with_capacity(rows.len());
+                for row in rows {
+                    out.push(decode_row!(row, cols));
+                }
+                Ok(out)
+            })
         })
+        .await
     }
 
     /// MySQL: runs a multi-statement text batch on one connection; the
@@ -448,44 +436,43 @@ impl Db {
     /// returned to the pool, so the server rolls back whatever the batch left
     /// open.
     #[cfg(feature = "mysql")]
-    pub fn mysql_batch(&self, sql: String, cols: &[Col]) -> Boxed<impl Future<Output = Result<Batch, sqlx::Error>>> {
-        Box::pin(self.mysql_batch_here(sql, cols))
-    }
-
-    #[cfg(feature = "mysql")]
-    async fn mysql_batch_here(&self, sql: String, cols: &[Col]) -> Result<Batch, sqlx::Error> {
-        use futures_util::TryStreamExt;
-        use sqlx::Either;
-        use sqlx::Row;
-        #[allow(irrefutable_let_patterns)]
-        let Pool::Mysql(pool) = &self.pool else {
-            return Err(sqlx::Error::Configuration("a MySQL batch on another database".into()));
-        };
-        let _admitted = self.lane.admit().await?;
-        let mut conn = pool.acquire().await?;
-        super::sent::mark();
-        let mut done = Vec::new();
-        let mut rows = Vec::new();
-        let result: Result<(), sqlx::Error> = async {
-            let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_many(&mut *conn);
-            while let Some(item) = stream.try_next().await? {
-                match item {
-                    Either::Left(r) => done.push(Done {
-                        rows: r.rows_affected(),
-                        last_id: r.last_insert_id(),
-                    }),
-                    Either::Right(row) => rows.push(decode_row!(row, cols)),
+    pub async fn mysql_batch(&self, sql: String, cols: &[Col]) -> Result<(Vec<Done>, Vec<Vec<Val>>), sqlx::Error> {
+        // On the heap (see the module's note).
+        Box::pin(async move {
+            use futures_util::TryStreamExt;
+            use sqlx::Either;
+            use sqlx::Row;
+            #[allow(irrefutable_let_patterns)]
+            let Pool::Mysql(pool) = &self.pool else {
+                return Err(sqlx::Error::Configuration("a MySQL batch on another database".into()));
+            };
+            let _admitted = self.lane.admit().await?;
+            let mut conn = pool.acquire().await?;
+            super::sent::mark();
+            let mut done = Vec::new();
+            let mut rows = Vec::new();
+            let result: Result<(), sqlx::Error> = async {
+                let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_many(&mut *conn);
+                while let Some(item) = stream.try_next().await? {
+                    match item {
+                        Either::Left(r) => done.push(Done {
+                            rows: r.rows_affected(),
+                            last_id: r.last_insert_id(),
+                        }),
+                        Either::Right(row) => rows.push(decode_row!(row, cols)),
+                    }
                 }
+                Ok(())
             }
-            Ok(())
-        }
-        .await;
-        if let Err(e) = result {
-            conn.close_on_drop();
-            return Err(e);
-        }
-        conn.done();
-        Ok((done, rows))
+            .await;
+            if let Err(e) = result {
+                conn.close_on_drop();
+                return Err(e);
+            }
+            conn.done();
+            Ok((done, rows))
+        })
+        .await
     }
 
     /// Postgres: runs a query whose arguments are `(int8, bytea[], bytea[],
@@ -493,47 +480,40 @@ impl Db {
     /// driven by the arrays (`unnest`), so each hold is one index probe
     /// whatever the planner believes about the table.
     #[cfg(feature = "postgres")]
-    pub fn pg_fetch_lists(
-        &self,
-        sql: &Arc<str>,
-        int: i64,
-        lists: (Vec<&[u8]>, Vec<&[u8]>, Vec<i64>),
-        cols: &[Col],
-    ) -> Boxed<impl Future<Output = Result<Vec<Vec<Val>>, sqlx::Error>>> {
-        Box::pin(self.pg_fetch_lists_here(sql, int, lists, cols))
-    }
-
-    #[cfg(feature = "postgres")]
-    async fn pg_fetch_lists_here(
+    pub async fn pg_fetch_lists(
         &self,
         sql: &Arc<str>,
         int: i64,
         lists: (Vec<&[u8]>, Vec<&[u8]>, Vec<i64>),
         cols: &[Col],
     ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
-        use sqlx::Row;
-        #[allow(irrefutable_let_patterns)]
-        let Pool::Postgres(pool) = &self.pool else {
-            return Err(sqlx::Error::Configuration(
-                "a Postgres query on another database".into(),
-            ));
-        };
-        let _admitted = self.lane.admit().await?;
-        let mut conn = pool.acquire().await?;
-        super::sent::mark();
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-            .bind(int)
-            .bind(lists.0)
-            .bind(lists.1)
-            .bind(lists.2)
-            .fetch_all(&mut *conn)
-            .await?;
-        conn.done();
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            out.push(decode_row!(row, cols));
-        }
-        Ok(out)
+        // On the heap (see the module's note).
+        Box::pin(async move {
+            use sqlx::Row;
+            #[allow(irrefutable_let_patterns)]
+            let Pool::Postgres(pool) = &self.pool else {
+                return Err(sqlx::Error::Configuration(
+                    "a Postgres query on another database".into(),
+                ));
+            };
+            let _admitted = self.lane.admit().await?;
+            let mut conn = pool.acquire().await?;
+            super::sent::mark();
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                .bind(int)
+                .bind(lists.0)
+                .bind(lists.1)
+                .bind(lists.2)
+                .fetch_all(&mut *conn)
+                .await?;
+            conn.done();
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                out.push(decode_row!(row, cols));
+            }
+            Ok(out)
+        })
+        .await
     }
 
     /// Runs a query for at most one row.

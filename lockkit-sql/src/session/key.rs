@@ -20,15 +20,8 @@ use crate::config::Dialect;
 
 /// The `GET_LOCK` name of a lock name (56 characters).
 pub(crate) fn mysql_key(name: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(name.as_bytes());
-    let mut key = String::with_capacity(56);
-    key.push_str("lockkit:");
-    for b in &digest[..24] {
-        key.push(char::from(HEX[usize::from(b >> 4)]));
-        key.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    key
+    format!("lockkit:{}", hex::encode(&digest[..24]))
 }
 
 /// The advisory-lock key of a lock name.

@@ -68,25 +68,52 @@ impl Server {
     }
 
     /// Starts a server with extra `redis-server` arguments (`--requirepass`,
-    /// `--cluster-enabled`, …).
+    /// `--cluster-enabled`, …) on a free port. Another process may take a
+    /// free port before the server binds it; then the server starts again
+    /// on other ports.
     pub fn start_with(extra: &[&str]) -> Server {
-        let port = free_port();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Self::try_start_on(free_port(), extra) {
+                Ok(server) => return server,
+                Err(e) if e.contains("Address already in use") && tries < 10 => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// Starts a server on `port`.
+    pub fn start_on(port: u16, extra: &[&str]) -> Server {
+        Self::try_start_on(port, extra).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_on(port: u16, extra: &[&str]) -> Result<Server, String> {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         let dir = std::env::temp_dir().join(format!("lockkit-redis-test-{}-{port}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        // A cluster node also listens on its bus port, by default port +
+        // 10000: in the ephemeral range, where any outgoing connection may
+        // hold it. Name a free one.
+        if extra.iter().any(|a| a == "--cluster-enabled") && !extra.iter().any(|a| a == "--cluster-port") {
+            extra.extend(["--cluster-port".to_owned(), free_port().to_string()]);
+        }
         let mut server = Server {
             port,
             dir,
             child: None,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra,
         };
-        server.launch();
-        server
+        server.launch()?;
+        Ok(server)
     }
 
-    fn launch(&mut self) {
+    /// Starts `redis-server` and waits until it answers; the server's log
+    /// when it exits instead.
+    fn launch(&mut self) -> Result<(), String> {
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -108,13 +135,14 @@ impl Server {
                 .try_cli(&["PING"])
                 .is_some_and(|r| r.trim() == "PONG" || r.contains("NOAUTH"))
             {
-                return;
+                return Ok(());
             }
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
+                self.child = None;
                 let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
-                panic!("redis-server on port {} exited ({status}):\n{log}", self.port);
+                return Err(format!("redis-server on port {} exited ({status}):\n{log}", self.port));
             }
             assert!(
                 Instant::now() < deadline,
@@ -252,15 +280,16 @@ impl Server {
     /// restart without persistence).
     pub fn restart(&mut self) {
         self.stop();
-        self.launch();
+        if let Err(e) = self.launch() {
+            panic!("{e}");
+        }
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if self.pid().is_some() {
-            self.thaw();
-        }
+        // SIGKILL ends a frozen server too; no signal here may panic, as a
+        // panic while a failed test unwinds aborts the whole binary.
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -30,6 +30,17 @@ use crate::wait::{Waited, enqueue_failed, until};
 /// session to take back (see `Leftover::orphaned`).
 pub(crate) struct CarriedOn(Option<(Arc<Session>, Orphan)>);
 
+impl CarriedOn {
+    /// The call ends (an error, or its wait ran out) before it queued again:
+    /// whatever it left in the ended session is taken back in the next one
+    /// before it returns (see `Leftover::in_next_session`).
+    pub(crate) async fn hand_over(&mut self) {
+        if let Some((ended, orphan)) = self.0.take() {
+            Leftover::orphaned(&ended, orphan).in_next_session().await;
+        }
+    }
+}
+
 impl Drop for CarriedOn {
     fn drop(&mut self) {
         if let Some((session, orphan)) = self.0.take() {
@@ -235,7 +246,13 @@ impl Inner {
         }
         let mut carried = CarriedOn(None);
         for _ in 0..SESSION_RESTARTS {
-            let session = self.sessions.get().await?;
+            let session = match self.sessions.get().await {
+                Ok(session) => session,
+                Err(e) => {
+                    carried.hand_over().await;
+                    return Err(e);
+                }
+            };
             carried.0 = None;
             let outcome = match mutex {
                 true => self.try_in_session(&session, name, owner, attempt).await?,
@@ -250,6 +267,7 @@ impl Inner {
             }
             carried.0 = Some((session, Orphan::new(&kind_parent(name, want.kind), owner, attempt)));
         }
+        carried.hand_over().await;
         Err(session_kept_ending("acquire", name))
     }
 
@@ -361,13 +379,17 @@ impl Inner {
         let mut restarts = 0;
         let mut carried = CarriedOn(None);
         loop {
-            let Some(session) = until(deadline, self.sessions.get()).await else {
-                if let Some((ended, orphan)) = carried.0.take() {
-                    Leftover::orphaned(&ended, orphan).in_next_session().await;
+            let session = match until(deadline, self.sessions.get()).await {
+                Some(Ok(session)) => session,
+                Some(Err(e)) => {
+                    carried.hand_over().await;
+                    return Err(e);
                 }
-                return Ok(None);
+                None => {
+                    carried.hand_over().await;
+                    return Ok(None);
+                }
             };
-            let session = session?;
             // Queued again: the new session's clean-up covers the attempt's
             // earlier nodes (see `Leftover::queued`).
             carried.0 = None;

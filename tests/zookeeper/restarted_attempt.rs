@@ -283,6 +283,64 @@ async fn failed_lock_whose_session_ended(loss: Loss) {
     );
 }
 
+/// A `lock` whose session ended while it waited, and whose backend could
+/// not make the next session, returns only once its node is gone. The
+/// ZooKeeper long run with seed 45381642060812 saw the call fail with
+/// "connect failed" during a latency fault (2.4 s each way, longer than
+/// the 4 s session allows for a round trip): the client had given the
+/// session up, the server still kept it (the reconnection attempts reached
+/// it), and the call returned at once, handing its node to a next session
+/// that could not be made. The node came first 1.7 s later and stood as a
+/// hold of the owner; the owner's other process joined it (count 2) and
+/// its unlock left 1.
+///
+/// Here the proxy loses every reply and stays so: the client gives the
+/// session up (7/5 of its 4 s), and every connect of a next session times
+/// out after 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_next_session_cannot_connect_leaves_no_node_for_a_co_owner() {
+    let Some(server) = server() else { return };
+    let name = unique("unconnected_next_session");
+    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let (observer_backend, observer) = process(&server, None).await;
+    let (_other_backend, other) = process(&server, Some(&owner)).await;
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let old_url = format!(
+        "zk://{}{}?session_timeout=4s&connect_timeout=1s",
+        proxy.addr(),
+        server.chroot
+    );
+    let old_backend = ZkBackend::from_url(&old_url).await.expect("connect through the proxy");
+    let old = lockkit::LockClient::new(old_backend.clone(), lockkit::LockOptions::new().owner(&owner)).expect("client");
+
+    let held = observer.lock(&name).await.expect("another owner locks");
+    let waiting = {
+        let (old, name) = (old.clone(), name.clone());
+        tokio::spawn(async move { old.lock_with(&name, &old.options().wait(BOUND)).await })
+    };
+    until_queued(&observer_backend, &name, 2).await;
+
+    proxy.set(Fault::LoseReplies);
+    let failed = timeout(2 * BOUND, waiting)
+        .await
+        .expect("the lock returns")
+        .expect("task");
+    assert!(failed.is_err(), "the lock fails without a session: {failed:?}");
+    assert_eq!(
+        observer_backend.contenders(&name).await.expect("contenders"),
+        1,
+        "the failed call's node is gone when it returns ({failed:?})"
+    );
+
+    held.unlock().await.expect("the other owner unlocks");
+    let joined = timeout(BOUND, other.lock(&name))
+        .await
+        .expect("the owner's other process gets the lock")
+        .expect("lock");
+    assert_eq!(joined.hold_count(), 1, "no share of the failed call is counted");
+    assert_eq!(joined.unlock().await.expect("unlock").remaining_holds, 0);
+}
+
 /// An attempt that carries on in a new session after its session ended
 /// keeps the hold it is granted there. The first long run after the
 /// hand-over above (seed 39265940545004) saw two tasks of one process

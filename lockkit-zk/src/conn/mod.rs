@@ -182,6 +182,8 @@ pub(crate) struct Session {
     epoch: Mutex<CancellationToken>,
     /// Cancelled when the session has ended (expired, closed, auth failed).
     dead: CancellationToken,
+    /// When this client gave the session up (see [`Session::gone_by`]).
+    ended_at: Mutex<Option<std::time::Instant>>,
     /// The backend's leftovers for its next session (see [`Sessions`]).
     orphans: Arc<Mutex<Vec<Orphan>>>,
     /// The backend's sessions, for a leftover of this one once it ended.
@@ -296,6 +298,7 @@ impl Session {
             client,
             epoch: Mutex::new(CancellationToken::new()),
             dead: CancellationToken::new(),
+            ended_at: Mutex::new(None),
             orphans: orphans.clone(),
             sessions: Arc::downgrade(sessions),
             deadline,
@@ -368,12 +371,27 @@ impl Session {
         if !self.dead.is_cancelled() {
             tracing::warn!(backend = BACKEND, session = %self.id_hex(), %why, "session ended");
         }
+        lock(&self.ended_at).get_or_insert_with(std::time::Instant::now);
         self.dead.cancel();
         lock(&self.epoch).cancel();
     }
 
     pub fn is_dead(&self) -> bool {
         self.dead.is_cancelled()
+    }
+
+    /// When the server has certainly ended this session, which the client
+    /// gave up (or gives up now): the client ends a session on its own
+    /// when it could not reconnect in time (a slow path, replies lost),
+    /// while its requests may still have reached the server, which then
+    /// keeps the session, and its nodes, for a session timeout after the
+    /// last one, and up to one tick (at most half a timeout: the server
+    /// grants no session shorter than two ticks) later. Nothing is sent on
+    /// it after the client gave it up, but what was sent may be on its way
+    /// still: another half timeout for that.
+    pub fn gone_by(&self) -> tokio::time::Instant {
+        let ended = *lock(&self.ended_at).get_or_insert_with(std::time::Instant::now);
+        tokio::time::Instant::from_std(ended) + self.client.session_timeout() * 2
     }
 
     /// Cancelled when the session has ended.

@@ -152,11 +152,11 @@ impl Leftover {
     /// client, and the owner's other processes must not meet the call's
     /// node as a hold after it failed. A next session that cannot be made
     /// (the servers are slow or out of reach) is tried for again until the
-    /// server has certainly ended the old one ([`Session::gone_by`]; a
-    /// torture run saw a call that returned at its first failed connect
-    /// leave its node standing, joined 1.7 s later). What is left after
-    /// that, or after a session timeout of trying in the next session,
-    /// goes on later or in the background.
+    /// server has certainly ended the old one ([`Session::gone_by`]): a
+    /// call that returned at its first failed connect would leave its node
+    /// standing for the owner's other processes to join. What is left
+    /// after that, or after a session timeout of trying in the next
+    /// session, goes on later or in the background.
     pub(crate) async fn in_next_session(self) {
         let bound = self.session.client.session_timeout();
         let deadline = self.session.gone_by().max(tokio::time::Instant::now() + bound);

@@ -228,6 +228,12 @@ impl ZkBackend {
         }
     }
 
+    /// The backend's state, for the crate's own tests.
+    #[cfg(test)]
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
     /// The id of the current session, unless it has ended (the next
     /// operation then makes a new one).
     pub fn session_id(&self) -> Option<i64> {

@@ -8,6 +8,7 @@ use zookeeper_client::{Error as ZkError, MultiWriteError, MultiWriteResult};
 
 use crate::backend::Inner;
 use crate::change::{Change, Known, change};
+use crate::claim::claim;
 use crate::conn::Session;
 use crate::error::is_connection_loss;
 use crate::hold::{View, count_after, hold_of};
@@ -63,6 +64,16 @@ impl Inner {
                 .await?;
                 let Some(node) = changed.and_then(|c| c.known()) else {
                     continue;
+                };
+                // This session's node of the hold may be the acquisition's
+                // own contender node, come to hold since the plan (the
+                // owner's node ahead went): it carries the attempt already,
+                // so the change wrote nothing, and a node never written may
+                // have been seen waiting. Claimed before it is used (see
+                // `crate::claim`), or the waiter behind it could take it
+                // for a dead waiter's.
+                let Some(node) = claim(client, &own.path, &node, false).await? else {
+                    return Ok(Joined::Again);
                 };
                 let own_data = Some(&node.data);
                 let after = count_after(client, parent, &own.name, own_data, owner, view.token, listing).await?;
@@ -128,5 +139,76 @@ impl Inner {
                 },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lockkit_core::name::new_attempt_id;
+    use zookeeper_client::Error as ZkError;
+
+    use super::Joined;
+    use crate::ZkBackend;
+    use crate::layout::{Mark, owner_tag, parent_path};
+    use crate::queue::enqueue;
+
+    /// The owner's node ahead goes between an acquisition's plan ("join
+    /// the owner's hold") and its join, so the hold the join finds is the
+    /// acquisition's own contender node, which carries its attempt already
+    /// and was seen waiting behind another owner's node. The lease it gets
+    /// rests on that node: it must be claimed, so that the delete a waiter
+    /// behind sends for a dead waiter's node (at version 0) fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_join_that_finds_its_own_waiting_node_holding_claims_it() {
+        let Some(url) = lockkit_core::testkit::server_url("LOCKKIT_ZK_URL") else {
+            return;
+        };
+        let mine = ZkBackend::from_url(&url).await.expect("connect");
+        let other = ZkBackend::from_url(&url).await.expect("connect");
+        let (inner, others) = (mine.inner(), other.inner());
+        let session = inner.sessions.get().await.expect("session");
+        let other_session = others.sessions.get().await.expect("session");
+        let name = format!("lockkit-unit/join-own/{}", new_attempt_id());
+        let parent = parent_path(&name);
+        let (owner, attempt) = ("join-own", new_attempt_id());
+
+        let ahead = enqueue(
+            &other_session,
+            &parent,
+            "ahead",
+            owner_tag("ahead"),
+            &new_attempt_id(),
+            Mark::Mutex,
+        )
+        .await
+        .expect("the node ahead");
+        let q = enqueue(&session, &parent, owner, owner_tag(owner), &attempt, Mark::Mutex)
+            .await
+            .expect("this acquisition's node");
+        assert!(
+            q.queue.len() == 2 && q.queue[0].name != q.me.name,
+            "it waits behind the node ahead"
+        );
+        other_session
+            .client
+            .delete(&ahead.path, None)
+            .await
+            .expect("the node ahead goes");
+
+        let joined = inner
+            .join(&session, &name, owner, &attempt, &parent)
+            .await
+            .expect("join");
+        let Joined::Lease(lease, path) = joined else {
+            panic!("the join takes the hold its own node carries");
+        };
+        assert_eq!(path, q.path, "the lease rests on the acquisition's own node");
+        assert_eq!(lease.hold_count, 1);
+        assert_eq!(
+            other_session.client.delete(&q.path, Some(0)).await,
+            Err(ZkError::BadVersion),
+            "a dead waiter's delete of the holding node fails: it is claimed"
+        );
+        session.client.delete(&q.path, None).await.expect("clean up");
     }
 }

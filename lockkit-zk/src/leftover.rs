@@ -154,9 +154,9 @@ impl Leftover {
     /// (the servers are slow or out of reach) is tried for again until the
     /// server has certainly ended the old one ([`Session::gone_by`]): a
     /// call that returned at its first failed connect would leave its node
-    /// standing for the owner's other processes to join. What is left
-    /// after that, or after a session timeout of trying in the next
-    /// session, goes on later or in the background.
+    /// standing for the owner's other processes to join. The take-back in
+    /// the next session has until then too (at least a quarter timeout);
+    /// what is left after that goes on later or in the background.
     pub(crate) async fn in_next_session(self) {
         let bound = self.session.client.session_timeout();
         let deadline = self.session.gone_by().max(tokio::time::Instant::now() + bound);

@@ -36,6 +36,32 @@ async fn behind_proxy(server: &crate::support::Server) -> (FaultProxy, ZkBackend
     (proxy, backend)
 }
 
+/// A process of `owner` whose session goes through a [`FaultProxy`], its
+/// URL query `query`: the process of the failing call in the tests.
+async fn owner_behind_proxy(
+    server: &crate::support::Server,
+    owner: &str,
+    query: &str,
+) -> (FaultProxy, ZkBackend, lockkit::LockClient) {
+    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
+    let url = format!("zk://{}{}?{query}", proxy.addr(), server.chroot);
+    let backend = ZkBackend::from_url(&url).await.expect("connect through the proxy");
+    let client = lockkit::LockClient::new(backend.clone(), lockkit::LockOptions::new().owner(owner)).expect("client");
+    (proxy, backend, client)
+}
+
+/// Once another owner lets go of `held`, `other` (a process of the failed
+/// call's owner) gets `name` counting its own share only, and lets go.
+async fn co_owner_counts_one(held: lockkit::LockGuard, other: &lockkit::LockClient, name: &str) {
+    held.unlock().await.expect("the other owner unlocks");
+    let joined = timeout(BOUND, other.lock(name))
+        .await
+        .expect("the owner's other process gets the lock")
+        .expect("lock");
+    assert_eq!(joined.hold_count(), 1, "no share of the failed call is counted");
+    assert_eq!(joined.unlock().await.expect("unlock").remaining_holds, 0);
+}
+
 /// Queues `owner`'s acquisition `attempt` of `name` in `old` (the
 /// `queued`-th contender), then cuts that session off: the server keeps it
 /// and its node for the session timeout, the client hears nothing more,
@@ -219,10 +245,7 @@ async fn failed_lock_whose_session_ended(loss: Loss) {
     let owner = format!("shared-{}", lockkit_core::name::random_owner());
     let (observer_backend, observer) = process(&server, None).await;
     let (_other_backend, other) = process(&server, Some(&owner)).await;
-    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
-    let old_url = format!("zk://{}{}?session_timeout=10s", proxy.addr(), server.chroot);
-    let old_backend = ZkBackend::from_url(&old_url).await.expect("connect through the proxy");
-    let old = lockkit::LockClient::new(old_backend.clone(), lockkit::LockOptions::new().owner(&owner)).expect("client");
+    let (proxy, old_backend, old) = owner_behind_proxy(&server, &owner, "session_timeout=10s").await;
 
     let held = observer.lock(&name).await.expect("another owner locks");
     if loss == Loss::BeforeQueueing {
@@ -269,13 +292,7 @@ async fn failed_lock_whose_session_ended(loss: Loss) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    held.unlock().await.expect("the other owner unlocks");
-    let joined = timeout(BOUND, other.lock(&name))
-        .await
-        .expect("the owner's other process gets the lock")
-        .expect("lock");
-    assert_eq!(joined.hold_count(), 1, "no share of the failed call is counted");
-    assert_eq!(joined.unlock().await.expect("unlock").remaining_holds, 0);
+    co_owner_counts_one(held, &other, &name).await;
     assert_eq!(
         observer_backend.contenders(&name).await.unwrap(),
         0,
@@ -304,14 +321,7 @@ async fn a_lock_whose_next_session_cannot_connect_leaves_no_node_for_a_co_owner(
     let owner = format!("shared-{}", lockkit_core::name::random_owner());
     let (observer_backend, observer) = process(&server, None).await;
     let (_other_backend, other) = process(&server, Some(&owner)).await;
-    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
-    let old_url = format!(
-        "zk://{}{}?session_timeout=4s&connect_timeout=1s",
-        proxy.addr(),
-        server.chroot
-    );
-    let old_backend = ZkBackend::from_url(&old_url).await.expect("connect through the proxy");
-    let old = lockkit::LockClient::new(old_backend.clone(), lockkit::LockOptions::new().owner(&owner)).expect("client");
+    let (proxy, _old_backend, old) = owner_behind_proxy(&server, &owner, "session_timeout=4s&connect_timeout=1s").await;
 
     let held = observer.lock(&name).await.expect("another owner locks");
     let waiting = {
@@ -332,13 +342,7 @@ async fn a_lock_whose_next_session_cannot_connect_leaves_no_node_for_a_co_owner(
         "the failed call's node is gone when it returns ({failed:?})"
     );
 
-    held.unlock().await.expect("the other owner unlocks");
-    let joined = timeout(BOUND, other.lock(&name))
-        .await
-        .expect("the owner's other process gets the lock")
-        .expect("lock");
-    assert_eq!(joined.hold_count(), 1, "no share of the failed call is counted");
-    assert_eq!(joined.unlock().await.expect("unlock").remaining_holds, 0);
+    co_owner_counts_one(held, &other, &name).await;
 }
 
 /// An attempt that carries on in a new session after its session ended
@@ -432,11 +436,7 @@ async fn slow_failed_attempt(case: &str, slow_from_start: bool) {
     let owner = format!("shared-{}", lockkit_core::name::random_owner());
     let (observer_backend, observer) = process(&server, None).await;
     let (_other_backend, other) = process(&server, Some(&owner)).await;
-    let proxy = FaultProxy::start(server.addr).await.expect("proxy");
-    let slow_url = format!("zk://{}{}?session_timeout=20s", proxy.addr(), server.chroot);
-    let slow_backend = ZkBackend::from_url(&slow_url).await.expect("connect through the proxy");
-    let slow =
-        lockkit::LockClient::new(slow_backend.clone(), lockkit::LockOptions::new().owner(&owner)).expect("client");
+    let (proxy, slow_backend, slow) = owner_behind_proxy(&server, &owner, "session_timeout=20s").await;
 
     let held = observer.lock(&name).await.expect("another owner locks");
     let one_way = Duration::from_millis(1500);
@@ -480,17 +480,7 @@ async fn slow_failed_attempt(case: &str, slow_from_start: bool) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    held.unlock().await.expect("the other owner unlocks");
-    let got = timeout(BOUND, other.lock(&name))
-        .await
-        .expect("the owner's other process gets the lock")
-        .expect("lock");
-    assert_eq!(
-        got.hold_count(),
-        1,
-        "the failed call's node stood as the owner's hold after the call returned"
-    );
-    assert_eq!(got.unlock().await.expect("unlock").remaining_holds, 0);
+    co_owner_counts_one(held, &other, &name).await;
     proxy.set(Fault::Pass);
     let gone = tokio::time::Instant::now() + BOUND;
     while observer_backend.contenders(&name).await.expect("contenders") != 0 {

@@ -390,7 +390,7 @@ impl Session {
     /// it after the client gave it up, but what was sent may be on its way
     /// still: another half timeout for that.
     pub fn gone_by(&self) -> tokio::time::Instant {
-        let ended = *lock(&self.ended_at).get_or_insert_with(std::time::Instant::now);
+        let ended = lock(&self.ended_at).unwrap_or_else(std::time::Instant::now);
         tokio::time::Instant::from_std(ended) + self.client.session_timeout() * 2
     }
 

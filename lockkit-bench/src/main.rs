@@ -6,6 +6,7 @@
 //! ```
 
 mod charts;
+mod contend;
 mod cost;
 mod counting;
 mod crowd;
@@ -136,10 +137,10 @@ async fn bench_backend(
             match w.as_str() {
                 "w1" => rows.extend(workloads::w1(url, floor.as_deref(), &peers, &meter, plan.seconds).await?),
                 "w2" => {
-                    rows.extend(workloads::w2(url, args.clients, &peers, &meter, plan.seconds).await?);
+                    rows.extend(contend::w2(url, args.clients, &peers, &meter, plan.seconds).await?);
                     if args.w2_unfair {
                         let unfair = unfair_url(url);
-                        rows.extend(workloads::w2(&unfair, args.clients, &[], &meter, plan.seconds).await?);
+                        rows.extend(contend::w2(&unfair, args.clients, &[], &meter, plan.seconds).await?);
                     }
                 }
                 "w3" => {

@@ -69,6 +69,10 @@ pub struct Row {
     /// w2: most acquisitions of one client.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fairness_max: Option<u64>,
+    /// w2: clients still waiting in `lock` a minute after the measurement
+    /// ended, given up (a peer that never got the name again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<usize>,
     /// w2: the shared counter equalled the acquisitions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counter_exact: Option<bool>,
@@ -208,6 +212,7 @@ impl Row {
             switches_per_s: None,
             fairness_min: None,
             fairness_max: None,
+            stuck: None,
             counter_exact: None,
             round_trips_per_period: None,
             server_commands_per_period: None,
@@ -269,6 +274,9 @@ pub fn print_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
             } else {
                 "COUNTER WRONG".into()
             });
+        }
+        if let Some(n) = r.stuck {
+            extra.push(format!("{n} clients stuck in lock after the measurement"));
         }
         if let Some(note) = r.note {
             extra.push(note.into());

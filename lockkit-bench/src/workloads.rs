@@ -1,7 +1,6 @@
 //! The workloads, the same for every backend.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -11,7 +10,7 @@ use lockkit::{LockClient, LockOptions};
 use crate::cost::{Cost, Meter};
 use crate::counting::Counting;
 use crate::floor::{self, Floor};
-use crate::peers::{Held, Locker, Peer};
+use crate::peers::{Locker, Peer};
 use crate::report::{Row, Series, histogram};
 
 /// Errors of a benchmark run.
@@ -167,172 +166,6 @@ pub(crate) fn label(client: &LockClient) -> String {
     } else {
         format!("{kind} fair=false")
     }
-}
-
-/// A lockkit client as a [`Locker`], with the bench's options.
-struct Lockkit {
-    client: LockClient,
-    opts: LockOptions,
-}
-
-#[async_trait::async_trait]
-impl Locker for Lockkit {
-    async fn lock(&self, name: &str) -> Result<Box<dyn Held>, BenchError> {
-        Ok(Box::new(self.client.lock_with(name, &self.opts).await?))
-    }
-}
-
-#[async_trait::async_trait]
-impl Held for lockkit::LockGuard {
-    async fn release(self: Box<Self>) -> Result<(), BenchError> {
-        self.unlock().await?;
-        Ok(())
-    }
-}
-
-/// w2: `c` clients, each with its own connections, contend for one name:
-/// acquire → increment a shared counter (read, yield, write) → release.
-/// Besides the acquire wait it measures the hand-off: from a holder's
-/// `unlock` call to the next holder's `lock` returning. Lockkit's row,
-/// then one row per peer library (each measured alone, the same way).
-pub async fn w2(url: &str, c: usize, peers: &[Peer], meter: &Meter, seconds: Duration) -> Result<Vec<Row>, BenchError> {
-    let mut clients: Vec<Box<dyn Locker>> = Vec::with_capacity(c);
-    let mut kind = String::new();
-    for _ in 0..c {
-        let client = lockkit::connect(url).await?;
-        kind = label(&client);
-        let opts = opts(&client);
-        clients.push(Box::new(Lockkit { client, opts }));
-    }
-    let series = |imp| Series {
-        imp,
-        backend: &kind,
-        url,
-        workload: "w2",
-        clients: c,
-    };
-    let mut rows = vec![contend(series("lockkit"), clients, meter, seconds).await?];
-    for &peer in peers {
-        let mut clients = Vec::with_capacity(c);
-        for _ in 0..c {
-            clients.push(peer.connect(url).await?);
-        }
-        let mut row = contend(series(peer.name()), clients, meter, seconds).await?;
-        row.note = peer.note();
-        rows.push(row);
-    }
-    Ok(rows)
-}
-
-/// How long w2 waits for a client's last call after the measurement.
-const STUCK: Duration = Duration::from_secs(60);
-
-/// The measurement of w2 with `clients`, one task each. Its cost is metered
-/// from the end of the warm-up to the end of the measurement.
-async fn contend(
-    series: Series<'_>,
-    clients: Vec<Box<dyn Locker>>,
-    meter: &Meter,
-    seconds: Duration,
-) -> Result<Row, BenchError> {
-    let c = clients.len();
-    let name = Arc::new(format!("bench/w2/{}", run_id()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let counter = Arc::new(AtomicU64::new(0));
-    let last = Arc::new(AtomicUsize::new(usize::MAX));
-    let switches = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    // The clients first warm up (connections, prepared statements, wait
-    // lists and subscriptions are made on first use): acquisitions that
-    // began before `warm` passed are not measured.
-    let warm = (seconds / 4).min(Duration::from_secs(1));
-    let warm_ns = warm.as_nanos() as u64;
-    // Nanoseconds after `started` of the latest `unlock` call (0: none yet).
-    let released_at = Arc::new(AtomicU64::new(0));
-    let tasks: Vec<_> = clients
-        .into_iter()
-        .enumerate()
-        .map(|(i, client)| {
-            let (name, stop, counter, last, switches, released_at) = (
-                name.clone(),
-                stop.clone(),
-                counter.clone(),
-                last.clone(),
-                switches.clone(),
-                released_at.clone(),
-            );
-            tokio::spawn(async move {
-                let (mut hist, mut handoffs) = (histogram(), histogram());
-                let (mut n, mut all) = (0u64, 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    let t0 = Instant::now();
-                    let measured = t0.duration_since(started) >= warm;
-                    let g = client.lock(&name).await?;
-                    let now = started.elapsed().as_nanos() as u64;
-                    let released = released_at.load(Ordering::SeqCst);
-                    let switched = last.swap(i, Ordering::SeqCst) != i;
-                    if measured {
-                        hist.record(us(t0.elapsed()))?;
-                        if released > warm_ns {
-                            handoffs.record((now.saturating_sub(released) / 1_000).max(1))?;
-                        }
-                        if switched {
-                            switches.fetch_add(1, Ordering::Relaxed);
-                        }
-                        n += 1;
-                    }
-                    let seen = counter.load(Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    counter.store(seen + 1, Ordering::SeqCst);
-                    released_at.store(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
-                    g.release().await?;
-                    all += 1;
-                }
-                // The client lives until every task is done: dropping it
-                // (its connections closing) would slow down the hand-offs
-                // still measured in the others.
-                Ok::<_, BenchError>((hist, handoffs, n, all, client))
-            })
-        })
-        .collect();
-    tokio::time::sleep(warm).await;
-    let span = meter.start().await?;
-    tokio::time::sleep_until((started + warm + seconds).into()).await;
-    let cost = span.stop().await?;
-    stop.store(true, Ordering::Relaxed);
-    let (mut hist, mut handoffs) = (histogram(), histogram());
-    let mut per_client = Vec::new();
-    let mut acquisitions = 0;
-    let mut finished = Vec::with_capacity(c);
-    for t in tasks {
-        // A client whose call never returns (a hung connection) fails the
-        // row instead of hanging the run.
-        let Ok(joined) = tokio::time::timeout(STUCK, t).await else {
-            return Err(format!(
-                "w2 {}: a client's call did not return within {STUCK:?} after the measurement ended",
-                series.imp
-            )
-            .into());
-        };
-        let (h, hand, n, all, client) = joined??;
-        hist.add(&h)?;
-        handoffs.add(&hand)?;
-        per_client.push(n);
-        acquisitions += all;
-        finished.push(client);
-    }
-    drop(finished);
-    let elapsed = (started.elapsed() - warm).as_secs_f64();
-    let total: u64 = per_client.iter().sum();
-    let mut row = Row::new(series, elapsed, total, &hist);
-    row.handoff_p50_us = Some(handoffs.value_at_quantile(0.5) as f64);
-    row.handoff_p99_us = Some(handoffs.value_at_quantile(0.99) as f64);
-    row.switches_per_s = Some(switches.load(Ordering::Relaxed) as f64 / elapsed);
-    row.fairness_min = per_client.iter().min().copied();
-    row.fairness_max = per_client.iter().max().copied();
-    row.counter_exact = Some(counter.load(Ordering::SeqCst) == acquisitions);
-    cost.fill(&mut row, total);
-    Ok(row)
 }
 
 /// One operation of task `i`, timed by [`spread`].

@@ -1,0 +1,47 @@
+//! Finds module cycles: files of one crate that take names from each other
+//! in a circle (`a.rs` uses `b.rs`, which uses `c.rs`, which uses
+//! `a.rs`). A crate without them can be read, and drawn, in layers.
+//!
+//! An arrow goes from a file to the file of every module of its crate that
+//! it names: in a `use`, in a path (`crate::conn::Arg`, `super::Shared`,
+//! `child::f`), and in a macro call's paths. The module an item is named
+//! through counts, not where it is defined: naming a re-export in
+//! `mod.rs` is an arrow to `mod.rs`. Code under `#[cfg(test)]` is left
+//! out.
+//!
+//! ```no_run
+//! let cycles = lockkit_layers::check(std::path::Path::new("lockkit-sql"))?;
+//! for cycle in &cycles {
+//!     println!("{cycle}");
+//! }
+//! # Ok::<(), lockkit_layers::LayersError>(())
+//! ```
+
+mod error;
+mod graph;
+mod refs;
+mod tree;
+
+use std::path::Path;
+
+pub use error::LayersError;
+pub use graph::Cycle;
+
+/// The module cycles of the crate in folder `dir`: of its library
+/// (`src/lib.rs`) and of its binary (`src/main.rs`), each a tree of its
+/// own.
+pub fn check(dir: &Path) -> Result<Vec<Cycle>, LayersError> {
+    let roots: Vec<_> = ["src/lib.rs", "src/main.rs"]
+        .iter()
+        .map(|r| dir.join(r))
+        .filter(|r| r.is_file())
+        .collect();
+    if roots.is_empty() {
+        return Err(LayersError::NoRoot { dir: dir.to_path_buf() });
+    }
+    let mut cycles = Vec::new();
+    for root in roots {
+        cycles.extend(graph::cycles(&tree::Tree::read(&root)?));
+    }
+    Ok(cycles)
+}

@@ -1,8 +1,9 @@
 //! Rule 3: a killed holder's name comes free within its bound, where a
 //! live, unpaused worker waited for it and no restart or fault excuses it.
 
+use super::checker::{Checker, ProcInfo, ProcLog, record_owner, short};
+use super::report::Report;
 use super::shares;
-use super::{Checker, ProcInfo, ProcLog, Report, record_owner, short};
 use crate::log::Record;
 
 impl Checker<'_> {

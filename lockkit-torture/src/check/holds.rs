@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::{Checker, Hold, Report, record_owner};
+use super::checker::{Checker, Hold, record_owner};
+use super::report::Report;
 use crate::kind::HoldKind;
 use crate::log::Record;
 

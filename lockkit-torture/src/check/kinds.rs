@@ -12,8 +12,9 @@
 
 use std::collections::HashMap;
 
+use super::checker::{Checker, TOLERANCE_NS};
+use super::report::Report;
 use super::shares::NameHolds;
-use super::{Checker, Report, TOLERANCE_NS};
 use crate::kind::HoldKind;
 
 /// At most this many violations of one rule are listed per name.

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{Checker, Hold, Report, TOLERANCE_NS};
+use super::checker::{Checker, Hold, TOLERANCE_NS};
+use super::report::Report;
 use crate::kind::HoldKind;
 
 impl Checker<'_> {

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::{Checker, ProcInfo, Report};
+use super::checker::{Checker, ProcInfo};
+use super::report::Report;
 use crate::log::{Event, Record};
 
 impl Checker<'_> {

@@ -17,7 +17,8 @@
 
 use std::collections::HashMap;
 
-use super::{Hold, ProcInfo, Report};
+use super::checker::{Hold, ProcInfo};
+use super::report::Report;
 use crate::log::Event;
 
 /// The holds of one name, for the checks of it.

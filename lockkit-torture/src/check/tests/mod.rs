@@ -8,6 +8,7 @@ mod tokens;
 mod validity;
 
 use super::*;
+use crate::log::Record;
 
 const S: u64 = 1_000_000_000;
 

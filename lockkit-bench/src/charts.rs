@@ -21,8 +21,8 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use crate::error::BenchError;
 use crate::report::Row;
-use crate::workloads::BenchError;
 
 /// Room on the right of a bar chart for its legend, in backend groups.
 const LEGEND_ROOM: f64 = 1.3;

@@ -9,9 +9,10 @@ use lockkit::{LockClient, LockOptions};
 use tokio::sync::watch;
 
 use crate::cost::Meter;
+use crate::error::BenchError;
 use crate::peers::{Held, Locker, Peer};
 use crate::report::{Row, Series, histogram};
-use crate::workloads::{BenchError, label, opts, run_id, us};
+use crate::workloads::{label, opts, run_id, us};
 
 /// A lockkit client as a [`Locker`], with the bench's options.
 struct Lockkit {

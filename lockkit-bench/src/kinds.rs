@@ -10,8 +10,9 @@ use hdrhistogram::Histogram;
 use lockkit::{LockClient, LockKind};
 
 use crate::cost::{Cost, Meter};
+use crate::error::BenchError;
 use crate::report::{Row, Series, histogram};
-use crate::workloads::{BenchError, label, opts, run_id, us};
+use crate::workloads::{label, opts, run_id, us};
 
 /// Whether the backend at `client` has `kind`; says so on stderr if not.
 pub fn supports(client: &LockClient, kind: LockKind, workload: &str) -> bool {

@@ -10,9 +10,12 @@ mod contend;
 mod cost;
 mod counting;
 mod crowd;
+mod error;
 mod floor;
 mod kinds;
 mod peers;
+#[cfg(feature = "redis")]
+mod redis_info;
 mod report;
 mod workloads;
 
@@ -25,8 +28,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::crowd::CrowdPlan;
 use crate::crowd::wire::CrowdKind;
+use crate::error::BenchError;
 use crate::report::Row;
-use crate::workloads::BenchError;
 
 #[derive(Parser, Debug)]
 #[command(

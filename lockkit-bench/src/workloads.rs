@@ -9,12 +9,10 @@ use lockkit::{LockClient, LockOptions};
 
 use crate::cost::{Cost, Meter};
 use crate::counting::Counting;
+use crate::error::BenchError;
 use crate::floor::{self, Floor};
 use crate::peers::{Locker, Peer};
 use crate::report::{Row, Series, histogram};
-
-/// Errors of a benchmark run.
-pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
 
 pub(crate) fn us(d: Duration) -> u64 {
     (d.as_micros() as u64).max(1)

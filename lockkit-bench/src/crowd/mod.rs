@@ -34,8 +34,9 @@ use tokio::sync::mpsc;
 pub use table::{print_crowd_table, print_once_table};
 use wire::{CrowdKind, Go, Ready, Waiter, mono_ns};
 
+use crate::error::BenchError;
 use crate::report::{CrowdStats, Row, Series, histogram};
-use crate::workloads::{BenchError, label, run_id};
+use crate::workloads::{label, run_id};
 
 /// How the crowds of a run are laid out.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use lockkit::{LockClient, LockError, LockGuard, LockKind, LockOptions};
 
 use super::wire::{CrowdKind, Go, Grant, Ready, Waiter, error_chain, is_writer, mono_ns};
-use crate::workloads::BenchError;
+use crate::error::BenchError;
 
 /// What the coordinator tells a worker (see [`super::CrowdPlan`]).
 #[derive(Debug, Clone, clap::Args)]

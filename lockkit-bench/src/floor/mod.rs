@@ -10,6 +10,7 @@
 //! | MySQL / Postgres / SQLite | `INSERT` a row of the lock table's shape, `DELETE` it | 2 |
 //! | ZooKeeper | create an ephemeral node, delete it | 2 |
 
+mod cycle;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
@@ -17,27 +18,12 @@ mod sql;
 #[cfg(feature = "zookeeper")]
 mod zk;
 
-use async_trait::async_trait;
-
-use crate::workloads::BenchError;
+pub use self::cycle::Floor;
+use crate::error::BenchError;
 
 /// Connections to every Redis node of a URL (shared with `crate::cost`).
 #[cfg(feature = "redis")]
 pub use self::redis::connect_nodes as redis_nodes;
-
-/// One raw acquire + release cycle of a backend.
-#[async_trait]
-pub trait Floor: Send + Sync {
-    /// One cycle on `name`: take it (it is free) and give it back.
-    async fn cycle(&self, name: &str) -> Result<(), BenchError>;
-    /// The cheapest request the server answers (one round trip), for scale.
-    async fn ping(&self) -> Result<(), BenchError>;
-    /// Commands the server has executed so far, where it counts them (Redis
-    /// `INFO commandstats`), to measure server work per renewal period.
-    async fn server_commands(&self) -> Result<Option<u64>, BenchError> {
-        Ok(None)
-    }
-}
 
 /// The floor for a URL's backend, with its own connections; `None` where
 /// there is none (the in-process memory backend, Redis cluster and

@@ -7,9 +7,9 @@ use lockkit::url::ConnectUrl;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 
-use super::Floor;
-use crate::cost::commandstats_sum;
-use crate::workloads::BenchError;
+use super::cycle::Floor;
+use crate::error::BenchError;
+use crate::redis_info::commandstats_sum;
 
 const COMPARE_AND_DELETE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use lockkit::url::ConnectUrl;
 use lockkit_sql::{Dialect, Mode, SqlBackend, SqlConfig};
 
-use super::Floor;
-use crate::workloads::BenchError;
+use super::cycle::Floor;
+use crate::error::BenchError;
 
 const OWNER: &[u8] = b"floor-owner";
 const TTL_US: i64 = 30_000_000;

@@ -5,8 +5,8 @@ use lockkit::url::ConnectUrl;
 use lockkit_zk::{ZkBackend, ZkConfig};
 use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
 
-use super::Floor;
-use crate::workloads::BenchError;
+use super::cycle::Floor;
+use crate::error::BenchError;
 
 const EPHEMERAL: CreateOptions<'static> = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
 

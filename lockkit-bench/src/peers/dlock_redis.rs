@@ -1,7 +1,7 @@
 //! `distributed-lock-redis`: Redlock on one or N Redis servers through
 //! `fred`, as its README shows (`RedisLockProvider::builder().url(…)`,
 //! `create_lock(name)`, `handle.release()`), with the lease every peer
-//! gets ([`super::TTL`]) as its expiry (its cadence and minimum validity
+//! gets ([`super::locker::TTL`]) as its expiry (its cadence and minimum validity
 //! scaled with it, in the proportions of its defaults).
 //!
 //! Its `acquire(timeout)` tries once and fails when the name is busy, so
@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
 use distributed_lock_redis::{RedisLockHandle, RedisLockProvider};
 
-use super::{Held, Locker, TTL, retry_with_backoff};
-use crate::workloads::BenchError;
+use super::locker::{Held, Locker, TTL, retry_with_backoff};
+use crate::error::BenchError;
 
 /// A provider on every node of the URL, with its own connections.
 pub struct DlockRedisPeer {

@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use rslock::{LockGuard, LockManager};
 
-use super::{Held, Locker, TTL};
-use crate::workloads::BenchError;
+use super::locker::{Held, Locker, TTL};
+use crate::error::BenchError;
 
 /// A lock manager over every node of the URL, with its own connections.
 pub struct RslockPeer {

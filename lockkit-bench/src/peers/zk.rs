@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use lockkit_zk::ZkConfig;
 use zookeeper_client::{Acls, Client, CreateMode, LockOptions, LockPrefix, OwnedLockClient};
 
-use super::{Held, Locker};
-use crate::workloads::BenchError;
+use super::locker::{Held, Locker};
+use crate::error::BenchError;
 
 /// A session of its own, rooted at the URL's chroot.
 pub struct ZkRecipePeer {

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use clap::Args;
 use lockkit::LockInfo;
 
-use crate::{CliError, target};
+use crate::error::CliError;
+use crate::target;
 
 /// Arguments of `lockkit list`.
 #[derive(Args, Debug)]

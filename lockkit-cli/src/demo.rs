@@ -14,8 +14,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lockkit::LockClient;
 use tokio::io::AsyncReadExt;
 
+use crate::args::parse_duration;
+use crate::error::CliError;
 use crate::fenced_store::{FencedStore, WriteOutcome};
-use crate::{CliError, parse_duration, target};
+use crate::target;
 
 const RESULT_PREFIX: &str = "lockkit-demo-result";
 
@@ -262,7 +264,7 @@ pub async fn run(url: String, args: DemoArgs) -> Result<ExitCode, CliError> {
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(crate::EXIT_ERROR)
+        ExitCode::from(crate::error::EXIT_ERROR)
     })
 }
 

@@ -11,7 +11,9 @@ use lockkit::{JobLimits, LockClient, LockError, LockGuard, LockOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{CliError, EXIT_BUSY, EXIT_LOST, parse_duration, target};
+use crate::args::parse_duration;
+use crate::error::{CliError, EXIT_BUSY, EXIT_LOST};
+use crate::target;
 
 /// Arguments of `lockkit exec`.
 #[derive(Args, Debug)]
@@ -186,7 +188,7 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,
         (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
-        _ => crate::EXIT_ERROR,
+        _ => crate::error::EXIT_ERROR,
     }
 }
 

@@ -1,23 +1,19 @@
 //! `lockkit`: distributed locks from the shell.
 
 mod admin;
+mod args;
 mod demo;
+mod error;
 mod exec;
 mod fenced_store;
 mod status;
 mod target;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-/// Exit code when the lock could not be had in time (or at once, with `--no-wait`).
-pub const EXIT_BUSY: u8 = 75;
-/// Exit code when the lock was lost while the command ran (the command was signalled).
-pub const EXIT_LOST: u8 = 76;
-/// Exit code for errors: bad input, unreachable backend.
-pub const EXIT_ERROR: u8 = 1;
+use crate::error::EXIT_ERROR;
 
 #[derive(Parser, Debug)]
 #[command(name = "lockkit", version, about = "Distributed locks from the shell: Redis, SQL, memory.", long_about = None)]
@@ -77,10 +73,6 @@ enum Command {
     DemoWorker(demo::WorkerArgs),
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 30s or 1m: {e}"))
-}
-
 /// Prints an error and its causes on one line (a cause its predecessor
 /// already quotes is not repeated).
 fn report(e: &(dyn std::error::Error + 'static)) {
@@ -113,6 +105,3 @@ async fn main() -> ExitCode {
         }
     }
 }
-
-/// The error type of the commands.
-pub type CliError = Box<dyn std::error::Error + Send + Sync + 'static>;

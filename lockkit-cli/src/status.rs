@@ -7,7 +7,8 @@ use clap::Args;
 use lockkit::{LockClient, LockError, LockInfo, LockKind};
 
 use crate::admin::{info_json, info_text};
-use crate::{CliError, target};
+use crate::error::CliError;
+use crate::target;
 
 /// Arguments of `lockkit status`.
 #[derive(Args, Debug)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use lockkit::{LockClient, LockConfig, URL_VAR};
 use serde::Deserialize;
 
-use crate::CliError;
+use crate::error::CliError;
 
 /// The config file: `lock = "URL"`, or a `[lock]` table (see `LockConfig`).
 #[derive(Deserialize)]

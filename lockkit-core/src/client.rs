@@ -2,14 +2,12 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use tracing::Instrument;
-
-use crate::backend::{AcquireRequest, Capabilities, Hold, Lease, LockBackend, LockInfo, LockKind, TryAcquire};
-use crate::name::{new_attempt_id, random_owner, validate_name, validate_owner};
+use crate::acquire::Shared;
+use crate::backend::{Capabilities, LockBackend, LockInfo, LockKind};
+use crate::name::{random_owner, validate_name, validate_owner};
 use crate::watchdog::Watchdog;
-use crate::{LockError, LockGuard, LockOptions, telemetry};
+use crate::{LockError, LockGuard, LockOptions};
 
 /// A handle on one lock backend, with an owner id and default options.
 ///
@@ -34,18 +32,6 @@ use crate::{LockError, LockGuard, LockOptions, telemetry};
 pub struct LockClient {
     shared: Arc<Shared>,
     owner: Arc<str>,
-}
-
-struct Shared {
-    backend: Arc<dyn LockBackend>,
-    defaults: LockOptions,
-    watchdog: Watchdog,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        self.watchdog.stop();
-    }
 }
 
 impl fmt::Debug for LockClient {
@@ -121,6 +107,7 @@ impl LockClient {
         self.shared.backend.capabilities()
     }
 
+    #[cfg(test)]
     pub(crate) fn watchdog(&self) -> &Watchdog {
         &self.shared.watchdog
     }
@@ -221,82 +208,7 @@ impl LockClient {
         options: &LockOptions,
         no_wait: bool,
     ) -> Result<Option<LockGuard>, LockError> {
-        validate_name(name)?;
-        options.validate()?;
-        let owner = options.owner_value().unwrap_or(&self.owner);
-        let backend = &self.shared.backend;
-        if !backend.capabilities().supports(kind) {
-            return Err(LockError::Unsupported {
-                backend: backend.kind(),
-                operation: kind.family(),
-            });
-        }
-        let attempt = new_attempt_id();
-        let req = AcquireRequest {
-            name,
-            owner,
-            ttl: options.ttl_value(),
-            attempt: &attempt,
-            fair: options.fair_value(),
-            kind,
-        };
-        let wait = if no_wait {
-            Some(Duration::ZERO)
-        } else {
-            options.wait_value()
-        };
-        let span = tracing::debug_span!("lockkit.acquire", backend = backend.kind(), lock = %name, kind = kind.as_str(), %owner, ?wait);
-        let kind = backend.kind();
-        async {
-            let started = Instant::now();
-            let lease = if wait == Some(Duration::ZERO) {
-                backend.try_acquire(&req).await.map(|r| match r {
-                    TryAcquire::Acquired(lease) => Some(lease),
-                    TryAcquire::Busy { .. } => None,
-                })
-            } else {
-                backend.acquire(&req, wait).await
-            };
-            let lease = match lease {
-                Ok(lease) => lease,
-                Err(error) => {
-                    tracing::debug!(%error, "acquire failed");
-                    telemetry::acquire_failed(kind);
-                    if error.is_retryable() {
-                        // It may have been granted unseen: take it back.
-                        let (name, owner) = (name.to_owned(), owner.to_owned());
-                        let undo = crate::undo::undo_failed_attempt(backend.clone(), name, owner, req.kind, attempt.clone(), req.ttl);
-                        undo.await;
-                    }
-                    return Err(error);
-                }
-            };
-            let Some(lease) = lease else {
-                tracing::debug!(waited = ?started.elapsed(), "not acquired");
-                telemetry::refused(kind, !no_wait);
-                return Ok(None);
-            };
-            tracing::debug!(token = lease.token, hold_count = lease.hold_count, waited = ?started.elapsed(), "acquired");
-            telemetry::acquired(kind, started.elapsed());
-            Ok(Some(self.guard(&req, lease, options.auto_extend_value(), started)))
-        }
-        .instrument(span)
-        .await
-    }
-
-    fn guard(&self, req: &AcquireRequest<'_>, lease: Lease, auto_extend: bool, started: Instant) -> LockGuard {
-        let hold = Hold {
-            name: req.name.to_owned(),
-            owner: req.owner.to_owned(),
-            token: lease.token,
-            kind: req.kind,
-        };
-        // The renewal schedule counts from the start of the call: an upper
-        // bound on when the lease began.
-        let held = self
-            .shared
-            .watchdog
-            .register(hold, &lease, req.ttl, auto_extend, started);
-        LockGuard::new(self.clone(), held, lease.hold_count, req.attempt.to_owned())
+        let granted = self.shared.acquire(&self.owner, name, kind, options, no_wait).await?;
+        Ok(granted.map(|g| LockGuard::new(self.shared.clone(), g)))
     }
 }

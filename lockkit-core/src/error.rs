@@ -1,5 +1,6 @@
 //! The one error type of lockkit.
 
+use std::fmt;
 use std::time::Duration;
 
 /// A boxed error from a backend's client library, kept as the `source` of
@@ -74,7 +75,7 @@ pub enum LockError {
         /// The lock name.
         name: String,
         /// Why it was lost.
-        reason: crate::LostReason,
+        reason: LostReason,
     },
 
     /// The name's state on the server does not allow the request: a
@@ -201,3 +202,27 @@ pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// The result type of lockkit.
 pub type Result<T, E = LockError> = std::result::Result<T, E>;
+
+/// Why a guard's lost signal fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The validity deadline passed without a successful extension.
+    Expired,
+    /// The backend reported that the owner no longer holds the lock (it
+    /// expired on the server, or an operator released it).
+    NotHeld,
+    /// The backend's session was suspended or expired (ZooKeeper), or its
+    /// own loss signal fired.
+    Session,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "the lease ran out before it could be extended",
+            LostReason::NotHeld => "the backend no longer has this owner as the holder",
+            LostReason::Session => "the backend session was lost",
+        })
+    }
+}

@@ -4,9 +4,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::acquire::{Granted, Shared};
 use crate::backend::{ExtendOutcome, LockKind, ReleaseOutcome};
-use crate::held::{HeldLock, LostReason, LostSignal, wait_lost};
-use crate::{LockClient, LockError};
+use crate::error::LockError;
+use crate::error::LostReason;
+use crate::held::{HeldLock, LostSignal, wait_lost};
 
 /// What [`LockGuard::unlock`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +38,7 @@ impl Unlocked {
 #[derive(Debug)]
 #[must_use = "dropping a guard releases the lock"]
 pub struct LockGuard {
-    client: LockClient,
+    shared: Arc<Shared>,
     held: Arc<HeldLock>,
     hold_count: u32,
     /// The acquisition attempt whose share of the hold this guard releases.
@@ -46,9 +48,14 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(client: LockClient, held: Arc<HeldLock>, hold_count: u32, attempt: String) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, granted: Granted) -> Self {
+        let Granted {
+            held,
+            hold_count,
+            attempt,
+        } = granted;
         LockGuard {
-            client,
+            shared,
             held,
             hold_count,
             attempt,
@@ -60,7 +67,7 @@ impl LockGuard {
     /// Stops extending this guard's hold and records its hold time.
     fn disarm(&mut self) {
         self.armed = false;
-        self.client.watchdog().unregister(&self.held);
+        self.shared.watchdog.unregister(&self.held);
         crate::telemetry::held(self.held.backend, self.acquired_at.elapsed());
     }
 
@@ -136,14 +143,14 @@ impl LockGuard {
     /// owner as the holder (the lost signal fires too).
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         crate::options::LockOptions::new().ttl(ttl).validate()?;
-        let backend = self.client.backend();
+        let backend = &self.shared.backend;
         let sent_at = Instant::now();
         let outcome = backend.extend(&self.held.hold, ttl).await?;
         match outcome {
             ExtendOutcome::Extended { valid_until } => {
                 crate::telemetry::extended(backend.kind(), 1);
                 tracing::debug!(backend = backend.kind(), lock = %self.name(), ?ttl, "extended");
-                self.client.watchdog().extended(&self.held, valid_until, ttl, sent_at);
+                self.shared.watchdog.extended(&self.held, valid_until, ttl, sent_at);
                 Ok(())
             }
             ExtendOutcome::NotHeld => {
@@ -167,7 +174,7 @@ impl LockGuard {
     /// even if this future is dropped.
     pub async fn unlock(mut self) -> Result<Unlocked, LockError> {
         self.disarm();
-        let backend = self.client.backend().clone();
+        let backend = self.shared.backend.clone();
         let held = self.held.clone();
         let attempt = self.attempt.clone();
         let kind = backend.kind();
@@ -212,7 +219,7 @@ impl LockGuard {
     /// Fails with [`LockError::Conflict`] (the guard unchanged, released
     /// as any dropped guard) unless this is a write hold.
     pub async fn downgrade(self) -> Result<LockGuard, LockError> {
-        let backend = self.client.backend().kind();
+        let backend = self.shared.backend.kind();
         if self.kind() != LockKind::Write {
             return Err(LockError::Conflict {
                 backend,
@@ -223,11 +230,12 @@ impl LockGuard {
                 ),
             });
         }
-        let options = self.client.options().owner(self.owner());
+        let options = self.shared.defaults.clone().owner(self.owner());
         let read = self
-            .client
-            .acquire(self.name(), LockKind::Read, &options, true)
+            .shared
+            .acquire(self.owner(), self.name(), LockKind::Read, &options, true)
             .await?
+            .map(|granted| LockGuard::new(self.shared.clone(), granted))
             .ok_or_else(|| LockError::Conflict {
                 backend,
                 name: self.name().to_owned(),
@@ -250,7 +258,7 @@ impl LockGuard {
     /// a way to keep a name blocked for one ttl ("at most once per ttl").
     pub fn abandon(mut self) {
         self.disarm();
-        tracing::debug!(backend = self.client.backend().kind(), lock = %self.name(), "abandoned");
+        tracing::debug!(backend = self.shared.backend.kind(), lock = %self.name(), "abandoned");
     }
 }
 
@@ -260,7 +268,7 @@ impl Drop for LockGuard {
             return;
         }
         self.disarm();
-        let backend = self.client.backend().clone();
+        let backend = self.shared.backend.clone();
         let held = self.held.clone();
         let attempt = std::mem::take(&mut self.attempt);
         match tokio::runtime::Handle::try_current() {

@@ -2,38 +2,14 @@
 //! schedule and its lost signal. Shared by every guard of the hold (re-entry
 //! within a client) and by the watchdog.
 
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Hold;
+use crate::error::LostReason;
 use crate::lease::SessionDeadline;
-
-/// Why a guard's lost signal fired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The validity deadline passed without a successful extension.
-    Expired,
-    /// The backend reported that the owner no longer holds the lock (it
-    /// expired on the server, or an operator released it).
-    NotHeld,
-    /// The backend's session was suspended or expired (ZooKeeper), or its
-    /// own loss signal fired.
-    Session,
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LostReason::Expired => "the lease ran out before it could be extended",
-            LostReason::NotHeld => "the backend no longer has this owner as the holder",
-            LostReason::Session => "the backend session was lost",
-        })
-    }
-}
 
 /// Mutable part of a hold, guarded by a std mutex never held across an await.
 #[derive(Debug)]

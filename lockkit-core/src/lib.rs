@@ -40,6 +40,7 @@
 //! 255 bytes of UTF-8; errors are typed [`LockError`]s.
 #![warn(missing_docs)]
 
+mod acquire;
 mod admission;
 pub mod backend;
 pub mod backoff;
@@ -71,9 +72,9 @@ pub use backend::{
 };
 pub use client::LockClient;
 pub use detach::{detach, detach_acquisition};
-pub use error::{BoxError, LockError, Result, one_line};
+pub use error::{BoxError, LockError, LostReason, Result, one_line};
 pub use guard::{LockGuard, Unlocked};
-pub use held::{LostReason, LostSignal};
+pub use held::LostSignal;
 pub use kinds::{MAX_PERMITS, RwLock, Semaphore};
 pub use options::{DEFAULT_TTL, DEFAULT_WAIT, LockOptions, MAX_TTL, MAX_WAIT, MIN_TTL, ttl_millis};
 pub use recipes::{Election, JobContext, JobLimits, Leader, Leadership, MultiGuard};

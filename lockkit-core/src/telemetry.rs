@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use crate::LostReason;
+use crate::error::LostReason;
 
 /// Counter: locks acquired.
 pub const ACQUISITIONS: &str = "lockkit_acquisitions_total";

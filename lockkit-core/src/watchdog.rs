@@ -12,7 +12,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{ExtendOutcome, Hold, Lease, LockBackend};
-use crate::held::{HeldLock, HeldState, LostReason};
+use crate::error::LostReason;
+use crate::held::{HeldLock, HeldState};
 use crate::telemetry;
 
 /// How long before the next extension is due a hold may join a batch that

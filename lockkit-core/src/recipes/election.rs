@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use futures_util::Stream;
 
 use crate::backend::HolderWatch;
-use crate::held::LostReason;
+use crate::error::LostReason;
 use crate::name::validate_name;
 use crate::{LockClient, LockError, LockGuard, LockInfo, LockOptions, LostSignal};
 

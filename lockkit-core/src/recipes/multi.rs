@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::select_all;
 
-use crate::held::LostReason;
+use crate::error::LostReason;
 use crate::{LockClient, LockError, LockGuard, LockOptions};
 
 /// Several names held together: what [`LockClient::lock_all`] returns.

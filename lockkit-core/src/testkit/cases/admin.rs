@@ -2,7 +2,7 @@
 
 use tokio::time::timeout;
 
-use super::{holder, must_lock, must_unlock};
+use super::steps::{holder, must_lock, must_unlock};
 use crate::LockError;
 use crate::testkit::kit::Kit;
 

@@ -20,7 +20,8 @@ use futures_util::future::join_all;
 use tokio::sync::Notify;
 use tokio::time::timeout;
 
-use super::{must_unlock, rwlock, semaphore};
+use super::steps::must_unlock;
+use super::{rwlock, semaphore};
 use crate::backend::LockKind;
 use crate::testkit::kit::{Kit, error_chain};
 use crate::{LockClient, LockError, LockGuard, LockOptions};

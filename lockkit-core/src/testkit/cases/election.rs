@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use futures_util::future::join_all;
 use tokio::time::{Instant, timeout};
 
-use super::ttl_leases;
+use super::steps::ttl_leases;
 use crate::recipes::{Leader, Leadership};
 use crate::testkit::kit::{Kit, error_chain};
 use crate::{Election, LockClient};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use tokio::time::timeout;
 
-use super::{assert_holder, holder, is_busy, must_lock, must_unlock};
+use super::steps::{assert_holder, holder, is_busy, must_lock, must_unlock};
 use crate::LockError;
 use crate::testkit::history::{Grant, check_history};
 use crate::testkit::kit::{Kit, error_chain};

@@ -16,7 +16,7 @@ use tokio::time::timeout;
 
 use crate::backend::LockKind;
 
-use super::{assert_holder, holder, must_lock, must_unlock, spawn_lock};
+use super::steps::{assert_holder, holder, must_lock, must_unlock, spawn_lock};
 use crate::testkit::kit::{Kit, error_chain};
 use crate::{LockClient, LockGuard};
 
@@ -34,7 +34,7 @@ fn fair(kit: &Kit, client: &LockClient, case: &str) -> bool {
 
 /// Waits (up to the kit's bound) until `n` acquisitions wait for `name`.
 async fn until_waiting(kit: &Kit, client: &LockClient, name: &str, n: usize) {
-    super::until_waiting(kit, client, name, LockKind::Mutex, n).await;
+    super::steps::until_waiting(kit, client, name, LockKind::Mutex, n).await;
 }
 
 /// The order in which tasks got a name, by their labels.

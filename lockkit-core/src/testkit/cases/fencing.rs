@@ -1,6 +1,6 @@
 //! Fencing tokens: strictly growing over holds, kept by re-entry.
 
-use super::{must_lock, must_unlock, ttl_leases};
+use super::steps::{must_lock, must_unlock, ttl_leases};
 use crate::testkit::kit::Kit;
 
 /// Contract point 9: Tokens strictly grow over many first acquisitions, stay put on

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tokio::time::timeout;
 
-use super::{assert_holder, is_busy, must_lock, must_unlock, ttl_leases};
+use super::steps::{assert_holder, is_busy, must_lock, must_unlock, ttl_leases};
 use crate::LockError;
 use crate::testkit::kit::{Kit, error_chain};
 

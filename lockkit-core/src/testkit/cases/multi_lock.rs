@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::timeout;
 
-use super::{assert_holder, holder, must_lock, must_unlock, ttl_leases};
+use super::steps::{assert_holder, holder, must_lock, must_unlock, ttl_leases};
 use crate::LockError;
 use crate::testkit::kit::{Kit, error_chain};
 

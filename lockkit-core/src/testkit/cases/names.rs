@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{holder, is_busy, must_lock, must_unlock};
+use super::steps::{holder, is_busy, must_lock, must_unlock};
 use crate::LockError;
 use crate::testkit::kit::Kit;
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::timeout;
 
-use super::{assert_holder, must_lock, must_unlock, ttl_leases};
+use super::steps::{assert_holder, must_lock, must_unlock, ttl_leases};
 use crate::LockError;
 use crate::backend::{ExtendOutcome, Hold, ReleaseOutcome};
 use crate::name::new_attempt_id;

@@ -1,7 +1,7 @@
 //! Re-entry and idempotence: one owner's holds are shares of one hold,
 //! and a repeated attempt or release counts once.
 
-use super::{assert_holder, holder, is_busy, must_lock, must_unlock};
+use super::steps::{assert_holder, holder, is_busy, must_lock, must_unlock};
 use crate::LockError;
 use crate::backend::{AcquireRequest, Hold, ReleaseOutcome, TryAcquire};
 use crate::name::new_attempt_id;

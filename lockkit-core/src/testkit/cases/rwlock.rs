@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use tokio::time::timeout;
 
-use super::{must_unlock, ttl_leases, until_waiting};
+use super::steps::{must_unlock, ttl_leases, until_waiting};
 use crate::backend::LockKind;
 use crate::testkit::kit::{Kit, error_chain};
 use crate::{LockClient, LockError, LockGuard, LockOptions, RwLock};

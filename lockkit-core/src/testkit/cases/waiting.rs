@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::time::timeout;
 
-use super::{assert_holder, holder, must_lock, must_unlock, spawn_lock};
+use super::steps::{assert_holder, holder, must_lock, must_unlock, spawn_lock};
 use crate::testkit::kit::{Kit, error_chain};
 use crate::{LockError, LockGuard};
 

@@ -8,8 +8,9 @@ use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
 use crate::backend::RedisBackend;
 use crate::replicas::acquire_replicated;
-use crate::scripts::{self, AcquireReply, Claim, Queueing, TurnOf, millis};
-use crate::wait::{Attempt, Turn, UNKNOWN_LEASE_RECHECK, wait_loop};
+use crate::scripts::{self, AcquireReply, Claim, Queueing, millis};
+use crate::turn::{Turn, TurnOf};
+use crate::wait::{Attempt, UNKNOWN_LEASE_RECHECK, wait_loop};
 
 impl RedisBackend {
     /// [`LockBackend::acquire`]: one attempt when the name looks free, then

@@ -18,7 +18,6 @@ use redis::RedisResult;
 use crate::config::{Mode, RedisConfig};
 use crate::conn::{self, Conn};
 use crate::error::Fault;
-use crate::inspect::inspect_listed;
 use crate::layout::Keys;
 use crate::scripts::{self, Publish, Replicas};
 use crate::wait::Waiters;
@@ -191,12 +190,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
-        let keys = self
-            .lock_keys(prefix)
-            .await
-            .map_err(|f| f.into_error(self.inner.kind, "list", None))?;
-        let names = keys.iter().filter_map(|k| self.inner.keys.name_of(k));
-        inspect_listed(names, prefix, limit, 64, |n| async move { self.inspect(&n).await }).await
+        self.list_held(prefix, limit).await
     }
 
     /// The clients queued for `name`: a client's several waiters for one

@@ -3,7 +3,7 @@
 
 use futures_util::future::join_all;
 use lockkit_core::LockError;
-use lockkit_core::backend::LockInfo;
+use lockkit_core::backend::{LockBackend, LockInfo};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use crate::backend::RedisBackend;
@@ -12,6 +12,16 @@ use crate::error::Fault;
 use crate::scripts;
 
 impl RedisBackend {
+    /// The held locks whose names start with `prefix`, at most `limit`.
+    pub(crate) async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        let keys = self
+            .lock_keys(prefix)
+            .await
+            .map_err(|f| f.into_error(self.inner.kind, "list", None))?;
+        let names = keys.iter().filter_map(|k| self.inner.keys.name_of(k));
+        inspect_listed(names, prefix, limit, 64, |n| async move { self.inspect(&n).await }).await
+    }
+
     /// The lock keys of names starting with `prefix`, on every primary.
     pub(crate) async fn lock_keys(&self, prefix: &str) -> Result<Vec<Vec<u8>>, Fault> {
         let pattern = self.inner.keys.scan_pattern(prefix);

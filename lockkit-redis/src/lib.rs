@@ -190,6 +190,7 @@ mod redlock;
 mod release;
 mod replicas;
 mod scripts;
+mod turn;
 mod wait;
 
 use std::sync::Arc;

@@ -7,17 +7,21 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{ConnectionInfo, ProtocolVersion, Value};
 
+use super::client::{connect_error, connection_info};
 #[cfg(feature = "tls")]
-use super::Tls;
-#[cfg(feature = "tls")]
-use super::tls_certificates;
-use super::{Conn, connect_error, connection_info};
+use super::tls::tls_certificates;
 use crate::config::RedisConfig;
+#[cfg(feature = "tls")]
+use crate::config::Tls;
 use crate::error::Fault;
 use crate::wait::{PubSubConn, Waiters};
 
 /// Opens the command and pub/sub connections of a cluster.
-pub(super) async fn open(config: &RedisConfig, kind: &'static str, waiters: &Waiters) -> Result<Conn, LockError> {
+pub(super) async fn open(
+    config: &RedisConfig,
+    kind: &'static str,
+    waiters: &Waiters,
+) -> Result<ClusterConnection, LockError> {
     let (ct, rt) = (config.connect_timeout, config.response_timeout);
     let seeds = config
         .nodes
@@ -65,7 +69,7 @@ pub(super) async fn open(config: &RedisConfig, kind: &'static str, waiters: &Wai
         .await
         .map_err(|e| connect_error(kind, e))?;
     waiters.set_connections(vec![PubSubConn::Cluster(pubsub)]);
-    Ok(Conn::Cluster(conn))
+    Ok(conn)
 }
 
 /// The primaries of a cluster, from `CLUSTER SLOTS`.

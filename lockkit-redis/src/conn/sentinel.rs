@@ -9,8 +9,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{Cmd, ConnectionAddr, Pipeline, ProtocolVersion, RedisError, RedisFuture, RedisResult, Value};
 
-use super::{Conn, Tls, connect_error, manager_config, pubsub_config, tls_addr};
-use crate::config::RedisConfig;
+use super::client::{connect_error, manager_config, pubsub_config};
+use super::tls::tls_addr;
+use crate::config::{RedisConfig, Tls};
 use crate::wait::{PubSubConn, Waiters};
 
 /// The manager of the master a sentinel group names, looked up again (and
@@ -122,7 +123,7 @@ pub(super) async fn open(
     service: &str,
     kind: &'static str,
     waiters: &Waiters,
-) -> Result<Conn, LockError> {
+) -> Result<SentinelConn, LockError> {
     let (ct, rt) = (config.connect_timeout, config.response_timeout);
     let sentinels: Vec<ConnectionAddr> = config
         .nodes
@@ -170,7 +171,7 @@ pub(super) async fn open(
         ConnectionManager::new_lazy_with_config(client, config_sub.clone()).map_err(|e| connect_error(kind, e))?;
     let pubsub = Arc::new(Mutex::new(pubsub));
     waiters.set_connections(vec![PubSubConn::Swappable(pubsub.clone())]);
-    Ok(Conn::Sentinel(SentinelConn {
+    Ok(SentinelConn {
         shared: Arc::new(SentinelShared {
             sentinel: tokio::sync::Mutex::new(sentinel),
             current: Mutex::new((manager, addr)),
@@ -180,5 +181,5 @@ pub(super) async fn open(
             waiters: waiters.clone(),
             looking: AtomicBool::new(false),
         }),
-    }))
+    })
 }

@@ -6,15 +6,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, LockKind};
+use lockkit_core::backend::{AcquireRequest, Hold, LockBackend, LockKind};
 use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
-use crate::error::{Fault, QuorumError};
-use crate::scripts::{self, AcquireReply, Claim, LineAfter, Publish, Queueing, Slot, TurnOf, UndoThen, millis};
-use crate::wait::Turn;
+use crate::error::Fault;
+use crate::scripts::{self, AcquireReply, Claim, LineAfter, Publish, Queueing, Slot, UndoThen, millis};
+use crate::turn::{Turn, TurnOf};
 
-use super::quorum::{NodeHold, Settled, most_named};
-use super::{Inner, KIND, RedlockBackend};
+use super::nodes::{Inner, KIND, RedlockBackend};
+use super::quorum::{NodeHold, Outcome, Settled, most_named};
 
 /// How far ahead of this process's clock a token proposal is made: node
 /// clocks up to this much ahead still take the proposal.
@@ -35,26 +35,6 @@ pub(super) struct Undo<'a> {
     pub(super) owner: &'a str,
     pub(super) attempt: &'a str,
     pub(super) kind: LockKind,
-}
-
-/// What one Redlock attempt came to.
-pub(super) enum Outcome {
-    Acquired(Lease),
-    /// Not acquired: held elsewhere (`retry_in` until a quorum may be free)
-    /// or a split vote (`split`: retry after a random delay).
-    Busy {
-        retry_in: Option<Duration>,
-        split: bool,
-        /// Free (on the nodes that said so), but another waiting client's
-        /// turn: the most named queue head (and the fewest clients between
-        /// it and the caller any of those nodes counted).
-        turn_of: Option<TurnOf>,
-    },
-    /// Too many nodes failed to answer.
-    Failed(QuorumError),
-    /// A quorum refused the request whoever holds it (a read-write lock's
-    /// reader asking to write): why.
-    Conflict(String),
 }
 
 impl Inner {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use lockkit_core::LockError;
 use lockkit_core::backend::{LockInfo, LockKind};
 
-use super::{KIND, RedlockBackend};
+use super::nodes::{KIND, RedlockBackend};
 use crate::error::Fault;
 use crate::scripts;
 

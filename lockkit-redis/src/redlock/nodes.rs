@@ -1,6 +1,7 @@
 //! Calls to every node at once (decided by a quorum and `node_timeout`),
 //! the background release on nodes that did not answer, and connecting.
 
+use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,12 +15,169 @@ use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;
 use crate::conn::{manager_config, open_client, pubsub_config};
-use crate::error::{Fault, NodeTimeout, redis_error};
+use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
 use crate::layout::Keys;
 use crate::scripts::{self, KindRelease, Publish};
 use crate::wait::{PubSubConn, Waiters};
 
-use super::{Inner, KIND, Node, RedlockBackend};
+pub(super) const KIND: &str = "redlock";
+
+/// Locks over N independent Redis masters (`redlock://h1,h2,h3,…`). Cheap to
+/// clone.
+///
+/// Every operation goes to all nodes at once and counts when a quorum
+/// (N/2 + 1) of them agree. It is decided as soon as a quorum has answered
+/// and `node_timeout` (default 100 ms) has passed, so a slow or hung node
+/// costs at most that; a quorum that is slow to answer (a busy client or
+/// network) is waited for up to `response_timeout` (default 1 s).
+/// Each node runs the same Lua scripts as the single-server backend, so
+/// re-entry, hold counts and compare-and-delete work per node.
+///
+/// * **Acquire**: the acquire script on every node, with the call's attempt
+///   id (each node records it as the attempt's share of the hold, so every
+///   command is safe to repeat). With a quorum held, the lease is valid for
+///   `min over the quorum of the remaining ttl − elapsed − drift` (the time
+///   since the requests were *sent*; drift = 1 % + 2 ms + the configured
+///   `drift`). Without a quorum, or if that validity is already gone, the
+///   attempt's share is taken back on every node (including nodes that did
+///   not answer) and it is retried after a random delay (split vote) or
+///   when the holder releases or expires.
+/// * **Holds are the quorum's, never one node's.** A re-entry counts only
+///   where a quorum of nodes already has the owner's hold under one token;
+///   a first acquisition only where a quorum of nodes made a fresh hold
+///   (this attempt's share alone) under one token. On every other node the
+///   attempt's share is taken back, and nothing else: a share of the same
+///   owner may be a co-owner's (another process configured with the same
+///   owner id, acquiring at the same moment), so no attempt ever removes or
+///   rewrites another's share. A hold therefore always rests on a quorum of
+///   its own shares — one co-owner's unlock cannot take the name below a
+///   quorum while another's guard stands — and two co-owners cannot both
+///   make a first acquisition (their quorums meet in a node where only one
+///   of them was first). A stale hold that one node kept (its peers lost
+///   their keys) can neither turn a first acquisition into a re-entry nor
+///   pull the token back. When a node is slow, or co-owners split the
+///   nodes, and neither rule has a quorum, the attempt is undone and tried
+///   again.
+/// * **Release / extend**: on all nodes; an extension counts only with a
+///   quorum, and the new validity is computed the same way. A release
+///   reports the holds a quorum still has; when fewer than a quorum still
+///   hold the name, it reads as free and the owner's other guards in this
+///   client turn lost at once. Nodes whose answer did not come get the
+///   release again in the background.
+/// * **Waiting**: like the single-server backend, with one pub/sub
+///   connection per node; a waiter relies on messages once a quorum of them
+///   confirmed its subscription (any quorum of holders then includes a node
+///   it listens to).
+///
+/// # Fencing tokens: what they promise, and what not
+///
+/// A first acquisition takes a token from every node's counter (the
+/// single-server rule, `max(counter + 1, the node's clock in µs)`, where the
+/// client also proposes its own clock + 1 s as a floor so that the nodes
+/// agree) and counts only where a quorum of fresh nodes issued **the same
+/// token**: each of them issued it above its counter, and every earlier
+/// hold was on a quorum that meets this one in such a node. Nodes that
+/// issued another token keep nothing (the attempt's share is taken back;
+/// their counter stays raised). When no quorum agrees — a node's clock or
+/// counter ahead of the proposal — the attempt is undone and made again at
+/// once, proposing 1 s above the highest token issued (a few rounds, then
+/// it is retried like a split vote; a node takes a proposal only up to a
+/// minute ahead of its clock, so node clocks that differ by more than that
+/// can keep a first acquisition from ever agreeing). Re-entries return the
+/// hold's token.
+///
+/// * **Promised**: a token is strictly greater than every token issued
+///   before for the name, as long as every quorum that ever held it shares a
+///   node with the next one that kept its counter (always true while nodes
+///   keep their data: two quorums of N always intersect).
+/// * **Also holds** when nodes lose their data (restart without
+///   persistence), because counters never fall behind their node's clock in
+///   µs and a new token is at least the proposal: tokens still grow unless
+///   the clocks of the client and of the nodes are behind the clock the
+///   previous token came from (a client's proposal, or a node's clock ahead
+///   of it) by more than the time between the two acquisitions.
+/// * **Not promised**: with nodes that lose data *and* clocks that jump
+///   back, a token can repeat or go down; a node whose clock runs ahead
+///   issues tokens from its clock, so after it is corrected tokens stay at
+///   its old lead until real time catches up (they still grow, through the
+///   counters). Mutual exclusion itself (not only the token) breaks when
+///   nodes lose their keys while a lease is live and what remains is no
+///   longer a quorum: **one node losing its keys is enough when the holder
+///   had exactly a quorum** (e.g. 3 of 5: a restart without persistence of
+///   one of the three lets another owner take the other two plus the
+///   restarted one). Restart a crashed node only after the longest ttl in
+///   use, or run the nodes with `appendfsync always`. Hence
+///   [`Capabilities::durable_tokens`](lockkit_core::backend::Capabilities::durable_tokens) is `false`.
+/// * **Clocks**: the holder's validity is measured by this process's
+///   monotonic clock (remaining lease − elapsed − drift), but Redis stores
+///   a key's expiry as an absolute wall-clock time: a node whose wall clock
+///   is **stepped forward** expires the key early, before the holder's
+///   deadline — with exactly a quorum, that is the one-node failure above.
+///   Keep node clocks slewed (NTP without steps), and give `drift` room for
+///   the rate error you expect. A client process suspended (SIGSTOP, a VM
+///   pause) past its deadline finds its lost signal fired when it resumes,
+///   but may already be mid-write: that write must be fenced by the token.
+///
+/// # Read-write locks and semaphores
+///
+/// Read and write holds follow the same rules on every node (a writer's
+/// token is proposed and agreed like a mutex's). A read hold stands on a
+/// quorum of nodes that hold it, with the greatest of their last write
+/// tokens (a write attempt that failed may have raised it on some).
+///
+/// A semaphore's N permits are N slots, and a permit is one slot held on a
+/// quorum of nodes, as a mutex is: two permits in one slot would need a
+/// node that admitted both, so at most N stand at once. (A permit held on
+/// any quorum, with every node admitting N, would not bound them: on 5
+/// nodes, 3 permits of 2 can each stand on 3 nodes.) An attempt asks for
+/// one slot; a node where it is taken names the lowest free one, and the
+/// attempt asks for that at once. Tokens come from the name's counter,
+/// agreed as a writer's, so they grow over all permits.
+///
+/// As the Kleppmann/antirez debate makes clear, the token protects a resource
+/// only if the resource checks it (rejects writes whose token is lower than
+/// one it has seen); a lost signal and a validity deadline are the holder's
+/// side of the bargain.
+#[derive(Clone)]
+pub struct RedlockBackend {
+    pub(super) inner: Arc<Inner>,
+}
+
+pub(super) struct Node {
+    pub(super) addr: String,
+    pub(super) conn: ConnectionManager,
+}
+
+pub(super) struct Inner {
+    pub(super) nodes: Vec<Node>,
+    pub(super) quorum: usize,
+    pub(super) keys: Keys,
+    pub(super) waiters: Waiters,
+    pub(super) config: RedisConfig,
+}
+
+impl fmt::Debug for RedlockBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockBackend")
+            .field("quorum", &self.inner.quorum)
+            .field("config", &self.inner.config)
+            .field("waiters", &self.inner.waiters)
+            .finish()
+    }
+}
+
+impl Inner {
+    pub(super) fn n(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+impl RedlockBackend {
+    pub(super) fn failed(&self, operation: &'static str, name: &str, e: QuorumError) -> LockError {
+        let retryable = e.retryable;
+        LockError::backend(KIND, operation, Some(name), retryable, e)
+    }
+}
 
 impl Inner {
     /// Runs `f` on every node at once, and collects the answers: once

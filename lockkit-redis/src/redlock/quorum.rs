@@ -11,8 +11,8 @@ use lockkit_core::{LockError, lease};
 use crate::error::{Fault, QuorumError};
 use crate::scripts::{Share, Stored, millis};
 
-use super::acquire::Outcome;
-use super::{Inner, RedlockBackend};
+use super::nodes::{Inner, RedlockBackend};
+use crate::turn::TurnOf;
 
 /// One node's answer to an acquisition that holds there.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +47,26 @@ pub(super) enum Settled {
     /// Neither a re-entry nor a first acquisition has a quorum, or the
     /// validity is already gone.
     NoQuorum,
+}
+
+/// What one Redlock attempt came to.
+pub(super) enum Outcome {
+    Acquired(Lease),
+    /// Not acquired: held elsewhere (`retry_in` until a quorum may be free)
+    /// or a split vote (`split`: retry after a random delay).
+    Busy {
+        retry_in: Option<Duration>,
+        split: bool,
+        /// Free (on the nodes that said so), but another waiting client's
+        /// turn: the most named queue head (and the fewest clients between
+        /// it and the caller any of those nodes counted).
+        turn_of: Option<TurnOf>,
+    },
+    /// Too many nodes failed to answer.
+    Failed(QuorumError),
+    /// A quorum refused the request whoever holds it (a read-write lock's
+    /// reader asking to write): why.
+    Conflict(String),
 }
 
 impl Inner {

@@ -1,14 +1,18 @@
 //! The acquire script ([`ACQUIRE`]): its call, its reply, and how an attempt
 //! takes part in the waiter queue ([`Queueing`]).
 
+use std::sync::LazyLock;
+
 use lockkit_core::backend::LockKind;
 use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation, Value};
 
-use super::{Publish, Replicas, SCRIPTS, int, kinds, pipelined, text, unexpected};
+use super::call::{Publish, Replicas, pipelined};
+use super::kinds;
+use super::reply::{int, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
-use crate::wait::{FALLBACK, Turn};
+use crate::turn::{FALLBACK, Turn, TurnOf};
 
 /// Acquire, re-enter, or report the holder's remaining lease.
 ///
@@ -45,14 +49,16 @@ use crate::wait::{FALLBACK, Turn};
 /// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
 /// clients queued between it and the caller (and, from the kinds' script,
 /// `{2, SLOT}`: see [`AcquireReply::OtherSlot`]).
-pub(super) const ACQUIRE: &str = concat!(
-    include_str!("../lua/clock.lua"),
-    include_str!("../lua/waiter_channel.lua"),
-    include_str!("../lua/announce.lua"),
-    include_str!("../lua/token.lua"),
-    include_str!("../lua/hold.lua"),
-    include_str!("../lua/acquire.lua")
-);
+pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/waiter_channel.lua"),
+        include_str!("../lua/announce.lua"),
+        include_str!("../lua/token.lua"),
+        include_str!("../lua/hold.lua"),
+        include_str!("../lua/acquire.lua")
+    ))
+});
 
 /// How an acquisition found the caller's hold on one server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,16 +115,6 @@ pub(crate) enum AcquireReply {
         /// Why, for the error.
         reason: String,
     },
-}
-
-/// A free lock that is another waiting client's turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TurnOf {
-    /// The client whose turn it is (the queue's head).
-    pub head: String,
-    /// How many clients wait between the head and the caller (0: the
-    /// caller is next in line).
-    pub behind: u32,
 }
 
 pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> {
@@ -300,8 +296,8 @@ impl Claim<'_> {
     /// The script the claim runs.
     fn script(&self) -> &'static Script {
         match self.kind {
-            LockKind::Mutex => &SCRIPTS.acquire,
-            _ => &SCRIPTS.kinds_acquire,
+            LockKind::Mutex => &ACQUIRE,
+            _ => &kinds::KINDS_ACQUIRE,
         }
     }
 }
@@ -323,7 +319,7 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
     }
     let mut inv = match claim.kind {
         LockKind::Mutex => {
-            let mut inv = SCRIPTS.acquire.key(keys.lock(name));
+            let mut inv = ACQUIRE.key(keys.lock(name));
             inv.key(keys.counter(name)).key(keys.queue(name)).key(keys.turn(name));
             inv
         }

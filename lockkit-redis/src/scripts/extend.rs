@@ -1,13 +1,16 @@
 //! The extend script ([`EXTEND`]): many holds per call, in one pipeline.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use lockkit_core::backend::{Hold, LockKind};
 use lockkit_core::ttl_millis;
-use redis::Value;
 use redis::aio::ConnectionLike;
+use redis::{Script, Value};
 
-use super::{Replicas, SCRIPTS, int, kinds, pipelined, unexpected};
+use super::call::{Replicas, pipelined};
+use super::kinds;
+use super::reply::{int, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 
@@ -16,7 +19,12 @@ use crate::layout::Keys;
 /// KEYS: lock keys. ARGV: owner, token, ttl ms — three per key.
 /// Returns one entry per key: the remaining lease in ms, or -3 when owner
 /// and token do not match.
-pub(super) const EXTEND: &str = concat!(include_str!("../lua/hold.lua"), include_str!("../lua/extend.lua"));
+pub(super) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/hold.lua"),
+        include_str!("../lua/extend.lua")
+    ))
+});
 
 /// The most holds one `EXTEND` call carries; more go in further calls of
 /// the same pipeline, so a script never blocks the server for long.
@@ -89,7 +97,7 @@ pub(crate) async fn extend<C: ConnectionLike + Send>(
     let mut chunks: Vec<&[usize]> = Vec::new();
     let mut invocations = Vec::new();
     for chunk in mutexes.chunks(EXTEND_CHUNK) {
-        let mut inv = SCRIPTS.extend.prepare_invoke();
+        let mut inv = EXTEND.prepare_invoke();
         for item in chunk.iter().map(|&i| &items[i]) {
             inv.key(&item.key).arg(item.owner).arg(item.token).arg(item.ttl_ms);
         }
@@ -97,7 +105,7 @@ pub(crate) async fn extend<C: ConnectionLike + Send>(
         chunks.push(chunk);
     }
     for chunk in others.chunks(EXTEND_CHUNK) {
-        let mut inv = SCRIPTS.kinds_extend.prepare_invoke();
+        let mut inv = kinds::KINDS_EXTEND.prepare_invoke();
         for item in chunk.iter().map(|&i| &items[i]) {
             inv.key(&item.key)
                 .key(&item.expiries)
@@ -111,7 +119,7 @@ pub(crate) async fn extend<C: ConnectionLike + Send>(
     }
     let (replies, acked) = match (invocations.as_slice(), replicas) {
         ([one], None) => (vec![one.invoke_async(conn).await?], None),
-        _ => pipelined(conn, &[&SCRIPTS.extend, &SCRIPTS.kinds_extend], &invocations, replicas).await?,
+        _ => pipelined(conn, &[&EXTEND, &kinds::KINDS_EXTEND], &invocations, replicas).await?,
     };
     let mut out = vec![None; items.len()];
     let mut answered = 0;

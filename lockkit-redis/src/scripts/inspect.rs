@@ -1,15 +1,22 @@
 //! Reading holds: the inspect script ([`INSPECT`]), the stored hold it
 //! reports ([`Stored`]), and the key scan behind `list`.
 
-use redis::Value;
-use redis::aio::ConnectionLike;
+use std::sync::LazyLock;
 
-use super::{SCRIPTS, int, text, unexpected};
+use redis::aio::ConnectionLike;
+use redis::{Script, Value};
+
+use super::reply::{int, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 
 /// Who holds a lock. KEYS: lock. Returns `{owner, count, token, pttl}` or `{}`.
-pub(super) const INSPECT: &str = concat!(include_str!("../lua/hold.lua"), include_str!("../lua/inspect.lua"));
+pub(super) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/hold.lua"),
+        include_str!("../lua/inspect.lua")
+    ))
+});
 
 /// A hold as the server stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +62,7 @@ pub(crate) async fn inspect<C: ConnectionLike + Send>(
     keys: &Keys,
     name: &str,
 ) -> Result<Option<Stored>, Fault> {
-    let v: Value = SCRIPTS.inspect.key(keys.lock(name)).invoke_async(conn).await?;
+    let v: Value = INSPECT.key(keys.lock(name)).invoke_async(conn).await?;
     Ok(parse_inspect(&v)?)
 }
 

@@ -2,12 +2,16 @@
 //! release ([`KINDS_RELEASE`]), extend ([`KINDS_EXTEND`]) and the holders
 //! ([`KINDS_HOLDERS`]). The mutex keeps its own scripts, unchanged.
 
+use std::sync::LazyLock;
+
 use lockkit_core::backend::{LockInfo, LockKind};
 use redis::aio::ConnectionLike;
-use redis::{ScriptInvocation, Value};
+use redis::{Script, ScriptInvocation, Value};
 
+use super::call::Publish;
 use super::release::parse_release;
-use super::{Publish, Released, SCRIPTS, UndoThen, int, parse_flag, text, unexpected};
+use super::release::{Released, UndoThen};
+use super::reply::{int, parse_flag, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 
@@ -51,13 +55,15 @@ use crate::layout::Keys;
 /// slot, r its place among the clients the line lets in, which differs for
 /// clients let in together and is the same on every node whose line and
 /// holds agree, whatever order the attempts reach it in.
-pub(super) const KINDS_ACQUIRE: &str = concat!(
-    include_str!("../lua/clock.lua"),
-    include_str!("../lua/waiter_channel.lua"),
-    include_str!("../lua/token.lua"),
-    include_str!("../lua/holds.lua"),
-    include_str!("../lua/kinds_acquire.lua")
-);
+pub(super) static KINDS_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/waiter_channel.lua"),
+        include_str!("../lua/token.lua"),
+        include_str!("../lua/holds.lua"),
+        include_str!("../lua/kinds_acquire.lua")
+    ))
+});
 
 /// Release one share of a permit, a read or a write hold, as the mutex's
 /// release does; a hold that goes tells the clients it lets in.
@@ -66,12 +72,14 @@ pub(super) const KINDS_ACQUIRE: &str = concat!(
 /// token, attempt id, kind, `PUBLISH`/`SPUBLISH`, where a waiter's channel
 /// differs from the holds key, message nonce. Replies as the mutex's
 /// release: the holds left, -1, or the message naming the clients told.
-pub(super) const KINDS_RELEASE: &str = concat!(
-    include_str!("../lua/clock.lua"),
-    include_str!("../lua/waiter_channel.lua"),
-    include_str!("../lua/holds.lua"),
-    include_str!("../lua/kinds_release.lua")
-);
+pub(super) static KINDS_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/waiter_channel.lua"),
+        include_str!("../lua/holds.lua"),
+        include_str!("../lua/kinds_release.lua")
+    ))
+});
 
 /// Redlock: take back what one failed attempt did on a node, as the
 /// mutex's [`UNDO`](super::release::UNDO) does: its share, found by the
@@ -88,12 +96,14 @@ pub(super) const KINDS_RELEASE: &str = concat!(
 /// `PUBLISH`, waiter id (`''`: none), place (`''`: no requeue), `s` or
 /// `''`, where a waiter's channel differs from the holds key, message
 /// nonce, the move (`''`: none). Returns 1 when something was undone.
-pub(super) const KINDS_UNDO: &str = concat!(
-    include_str!("../lua/clock.lua"),
-    include_str!("../lua/waiter_channel.lua"),
-    include_str!("../lua/holds.lua"),
-    include_str!("../lua/kinds_undo.lua")
-);
+pub(super) static KINDS_UNDO: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/waiter_channel.lua"),
+        include_str!("../lua/holds.lua"),
+        include_str!("../lua/kinds_undo.lua")
+    ))
+});
 
 /// A waiting client leaves the line of a semaphore or read-write lock
 /// (its last waiter there gave up): its entries (to read and to write) out
@@ -110,32 +120,38 @@ pub(super) const KINDS_UNDO: &str = concat!(
 /// `r`), `PUBLISH`/`SPUBLISH`, where a waiter's channel differs from the
 /// holds key, message nonce, the entry (`''`: all). Returns how many
 /// entries left.
-pub(super) const KINDS_LEAVE: &str = concat!(
-    include_str!("../lua/clock.lua"),
-    include_str!("../lua/waiter_channel.lua"),
-    include_str!("../lua/holds.lua"),
-    include_str!("../lua/kinds_leave.lua")
-);
+pub(super) static KINDS_LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/waiter_channel.lua"),
+        include_str!("../lua/holds.lua"),
+        include_str!("../lua/kinds_leave.lua")
+    ))
+});
 
 /// Extend holds of these kinds to at least their ttl from now.
 ///
 /// KEYS: holds and lease ends, two per hold. ARGV: kind, owner, token, ttl
 /// ms — four per hold. Replies as the mutex's extend.
-pub(super) const KINDS_EXTEND: &str = concat!(
-    include_str!("../lua/clock.lua"),
-    include_str!("../lua/waiter_channel.lua"),
-    include_str!("../lua/holds.lua"),
-    include_str!("../lua/kinds_extend.lua")
-);
+pub(super) static KINDS_EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/waiter_channel.lua"),
+        include_str!("../lua/holds.lua"),
+        include_str!("../lua/kinds_extend.lua")
+    ))
+});
 
 /// The live holds of one kind, in the order granted. KEYS: holds, lease
 /// ends. ARGV: kind. Returns `{owner, count, token, pttl}` per hold.
-pub(super) const KINDS_HOLDERS: &str = concat!(
-    include_str!("../lua/clock.lua"),
-    include_str!("../lua/waiter_channel.lua"),
-    include_str!("../lua/holds.lua"),
-    include_str!("../lua/kinds_holders.lua")
-);
+pub(super) static KINDS_HOLDERS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/waiter_channel.lua"),
+        include_str!("../lua/holds.lua"),
+        include_str!("../lua/kinds_holders.lua")
+    ))
+});
 
 /// The scripts' name of a kind (not the mutex).
 pub(crate) fn flag(kind: LockKind) -> &'static str {
@@ -150,7 +166,7 @@ pub(crate) fn flag(kind: LockKind) -> &'static str {
 /// keys (the arguments follow: see [`KINDS_ACQUIRE`]).
 pub(super) fn acquire_call(keys: &Keys, name: &str, kind: LockKind) -> ScriptInvocation<'static> {
     let holds = keys.holds(name, kind);
-    let mut inv = SCRIPTS.kinds_acquire.key(&holds);
+    let mut inv = KINDS_ACQUIRE.key(&holds);
     inv.key(keys.expiries(&holds))
         .key(keys.counter(name))
         .key(keys.queue_of_lock(&holds))
@@ -185,8 +201,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
     r: &KindRelease<'_>,
 ) -> Result<Released, Fault> {
     let holds = keys.holds(r.name, r.kind);
-    let v: Value = SCRIPTS
-        .kinds_release
+    let v: Value = KINDS_RELEASE
         .key(&holds)
         .key(keys.expiries(&holds))
         .key(keys.queue_of_lock(&holds))
@@ -201,31 +216,6 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
         .invoke_async(conn)
         .await?;
     Ok(parse_release(&v)?)
-}
-
-/// Takes a waiting client out of the line of a semaphore or read-write
-/// lock, telling the entries that lets in (see [`KINDS_LEAVE`]).
-pub(crate) async fn leave<C: ConnectionLike + Send>(
-    conn: &mut C,
-    keys: &Keys,
-    leave: &super::Leaving<'_>,
-) -> Result<(), Fault> {
-    let holds = leave.channel;
-    let _: Value = SCRIPTS
-        .kinds_leave
-        .key(holds)
-        .key(keys.expiries(holds))
-        .key(keys.queue_of_lock(holds))
-        .key(keys.told(holds))
-        .arg(leave.id)
-        .arg(if keys.is_rw(holds) { "r" } else { "p" })
-        .arg(leave.publish.command())
-        .arg(keys.waiter_mark())
-        .arg(nonce())
-        .arg(leave.entry.unwrap_or(""))
-        .invoke_async(conn)
-        .await?;
-    Ok(())
 }
 
 /// Redlock: undoes one failed attempt at a hold of `kind` on one node.
@@ -243,8 +233,7 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
         (None, None) => ("", String::new()),
     };
     let moved = then.moved.map(|(_, after)| after.arg()).unwrap_or_default();
-    let v: Value = SCRIPTS
-        .kinds_undo
+    let v: Value = KINDS_UNDO
         .key(&holds)
         .key(keys.expiries(&holds))
         .key(keys.queue_of_lock(&holds))
@@ -273,8 +262,7 @@ pub(crate) async fn holders<C: ConnectionLike + Send>(
     kind: LockKind,
 ) -> Result<Vec<(LockInfo, Option<u32>)>, Fault> {
     let holds = keys.holds(name, kind);
-    let v: Value = SCRIPTS
-        .kinds_holders
+    let v: Value = KINDS_HOLDERS
         .key(&holds)
         .key(keys.expiries(&holds))
         .arg(flag(kind))

@@ -2,11 +2,15 @@
 //! forced release ([`FORCE`]) and Redlock's undo of a failed attempt
 //! ([`UNDO`]).
 
-use redis::Value;
-use redis::aio::ConnectionLike;
+use std::sync::LazyLock;
 
+use redis::aio::ConnectionLike;
+use redis::{Script, Value};
+
+use super::call::Publish;
+use super::inspect::Stored;
 use super::inspect::parse_inspect;
-use super::{Publish, SCRIPTS, Stored, int, parse_flag, unexpected};
+use super::reply::{int, parse_flag, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
 
@@ -29,13 +33,15 @@ use crate::layout::Keys;
 /// Returns the holds left, or -1 when owner and token do not match; a
 /// release that published returns the message instead (its holds left are
 /// 0), for the releasing client to hand to the waiters of its own process.
-pub(super) const RELEASE: &str = concat!(
-    include_str!("../lua/clock.lua"),
-    include_str!("../lua/waiter_channel.lua"),
-    include_str!("../lua/announce.lua"),
-    include_str!("../lua/hold.lua"),
-    include_str!("../lua/release.lua")
-);
+pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/waiter_channel.lua"),
+        include_str!("../lua/announce.lua"),
+        include_str!("../lua/hold.lua"),
+        include_str!("../lua/release.lua")
+    ))
+});
 
 /// What a release did: the holds left (`None`: it was not held), and the
 /// message it published, if it did.
@@ -77,8 +83,7 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
     queued: bool,
 ) -> Result<Released, Fault> {
     let key = keys.lock(name);
-    let v: Value = SCRIPTS
-        .release
+    let v: Value = RELEASE
         .key(&key)
         .key(keys.queue(name))
         .key(keys.turn(name))
@@ -98,7 +103,12 @@ pub(crate) async fn release<C: ConnectionLike + Send>(
 /// release (a name clients queue for stays theirs: see `FREE` in
 /// `lua/hold.lua`). KEYS: lock, queue. ARGV: channel, `PUBLISH` or `SPUBLISH`.
 /// Returns what was removed, like [`INSPECT`], or `{}`.
-pub(super) const FORCE: &str = concat!(include_str!("../lua/hold.lua"), include_str!("../lua/force.lua"));
+pub(super) static FORCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/hold.lua"),
+        include_str!("../lua/force.lua")
+    ))
+});
 
 /// Removes the hold on `name` whoever holds it; what was removed.
 pub(crate) async fn force_release<C: ConnectionLike + Send>(
@@ -108,8 +118,7 @@ pub(crate) async fn force_release<C: ConnectionLike + Send>(
     publish: Publish,
 ) -> Result<Option<Stored>, Fault> {
     let key = keys.lock(name);
-    let v: Value = SCRIPTS
-        .force
+    let v: Value = FORCE
         .key(&key)
         .key(keys.queue(name))
         .arg(&key)
@@ -134,13 +143,15 @@ pub(crate) async fn force_release<C: ConnectionLike + Send>(
 /// (`''`: none), place, where a waiting client's channel differs from the
 /// lock channel (see [`Keys::waiter_mark`]), `s` or `''`.
 /// Returns 1 when something was undone.
-pub(super) const UNDO: &str = concat!(
-    include_str!("../lua/clock.lua"),
-    include_str!("../lua/waiter_channel.lua"),
-    include_str!("../lua/announce.lua"),
-    include_str!("../lua/hold.lua"),
-    include_str!("../lua/undo.lua")
-);
+pub(super) static UNDO: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/waiter_channel.lua"),
+        include_str!("../lua/announce.lua"),
+        include_str!("../lua/hold.lua"),
+        include_str!("../lua/undo.lua")
+    ))
+});
 
 /// What an undo does besides taking the attempt back (see [`UNDO`]).
 #[derive(Debug, Clone, Copy)]
@@ -192,8 +203,7 @@ pub(crate) async fn undo<C: ConnectionLike + Send>(
         (None, Some((w, _))) => (w, String::new()),
         (None, None) => ("", String::new()),
     };
-    let v: Value = SCRIPTS
-        .undo
+    let v: Value = UNDO
         .key(&key)
         .key(keys.queue(name))
         .key(keys.turn(name))

@@ -7,7 +7,8 @@ use futures_util::future::join_all;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{FALLBACK, LINGER, Shared, Turn, now_micros};
+use super::state::{LINGER, Shared, now_micros};
+use crate::turn::{FALLBACK, Turn};
 
 /// One waiter's registration on a channel.
 pub(crate) struct Subscription {

@@ -9,9 +9,10 @@ use lockkit_core::LockError;
 use lockkit_core::backend::LockKind;
 use tokio::time::Instant;
 
+use super::state::fallback;
 use super::subscription::{Baton, Subscription};
-use super::{Waiters, fallback};
-use crate::scripts::TurnOf;
+use super::waiters::Waiters;
+use crate::turn::{Turn, TurnOf};
 
 /// What one attempt of a waiting acquisition found.
 pub(crate) enum Attempt<T> {
@@ -33,28 +34,6 @@ pub(crate) enum Attempt<T> {
         /// The random delay.
         after: Duration,
     },
-}
-
-/// What a waiting attempt should tell the waiter queue.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Turn {
-    /// More waiters of this client wait for the same name.
-    pub others_wait: bool,
-    /// More of this client's readers woken by the same turn are yet to try:
-    /// a reader's turn lets all the client's readers in, so the line entry
-    /// keeps its place until the last of them has come.
-    pub batch_follows: bool,
-    /// The place in line of the client's entry this waiter stands for (to
-    /// write, or not; µs, this process's clock): Redlock joins every node's
-    /// line there, so that the nodes' lines agree whichever of the
-    /// client's waiters reaches a node first.
-    pub place: u64,
-    /// Where a grant sends the client when more of its waiters wait: the
-    /// time of this attempt (µs), the same on every Redlock node.
-    pub back: u64,
-    /// A client that was given the turn and did not take it (seen before a
-    /// fallback wake-up).
-    pub stale: Option<String>,
 }
 
 /// The delay after the `failures`-th failed attempt in a row: exponential

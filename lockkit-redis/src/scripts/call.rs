@@ -1,0 +1,88 @@
+//! Sending script calls: in one pipeline with the `WAIT` for replicas,
+//! loading a script a server does not know yet; how turns are published.
+
+use redis::aio::ConnectionLike;
+use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
+
+use super::reply::{int, unexpected};
+use crate::error::{Fault, UnexpectedReply};
+
+/// `PUBLISH` on a single server, `SPUBLISH` (sharded, to the slot's node
+/// only) in a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    Classic,
+    Sharded,
+}
+
+impl Publish {
+    pub fn command(self) -> &'static str {
+        match self {
+            Publish::Classic => "PUBLISH",
+            Publish::Sharded => "SPUBLISH",
+        }
+    }
+}
+
+/// Waiting for replicas after a change: `WAIT n timeout_ms`, sent in the
+/// same pipeline as the script call, so on the same connection (a `WAIT`
+/// covers the writes of its own connection only) and, in a cluster, to the
+/// same node: a pipeline goes to the slot of its first keyed command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    /// Replicas that must acknowledge.
+    pub n: u32,
+    /// How long the master waits for them, in ms (at least 1: 0 is forever).
+    pub timeout_ms: u64,
+}
+
+/// Script calls of `scripts` in one pipeline (one round trip), followed
+/// by `WAIT` when `replicas` is given: the calls' replies, and the number
+/// of replicas that acknowledged. A server that does not know a script
+/// yet (`NOSCRIPT`) is sent their bodies and the pipeline again.
+pub(super) async fn pipelined<C: ConnectionLike + Send>(
+    conn: &mut C,
+    scripts: &[&Script],
+    calls: &[ScriptInvocation<'_>],
+    replicas: Option<Replicas>,
+) -> Result<(Vec<Value>, Option<u32>), Fault> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for call in calls {
+        pipe.invoke_script(call);
+    }
+    if let Some(r) = replicas {
+        pipe.cmd("WAIT").arg(r.n).arg(r.timeout_ms.max(1));
+    }
+    let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+    let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
+    if replies.iter().any(noscript) {
+        for script in scripts {
+            script.load_async(conn).await?;
+        }
+        replies = pipe.query_async(conn).await?;
+    }
+    let expected = calls.len() + usize::from(replicas.is_some());
+    if replies.len() != expected {
+        return Err(UnexpectedReply(format!(
+            "{} replies to a pipeline of {expected} commands",
+            replies.len()
+        ))
+        .into());
+    }
+    // A script's error first: a demoted master answers READONLY (retryable)
+    // to the script and a plain error to its WAIT.
+    if let Some(Value::ServerError(e)) = replies.iter().find(|v| matches!(v, Value::ServerError(_))) {
+        return Err(Fault::from(redis::RedisError::from(e.clone())));
+    }
+    let acked = match replicas {
+        None => None,
+        Some(_) => replies.pop().map(|v| {
+            int(&v)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| unexpected("wait", &v))
+        }),
+    }
+    .transpose()?;
+    Ok((replies, acked))
+}

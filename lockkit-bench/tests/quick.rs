@@ -126,7 +126,7 @@ fn on_server(var: &str, peers: &[&str]) {
             // Uncontended, every peer must work. Contended, a peer may do
             // nothing: distributed-lock-redis on Redlock leaves the nodes of a
             // failed attempt taken, and its contenders split the nodes until
-            // the keys expire (the README's peers run).
+            // the keys expire, or for good (docs/bench/README.md, the peers).
             if w == "w1" {
                 assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{url}: {peer} did nothing: {r}");
             } else {

@@ -130,8 +130,8 @@ struct Panel<'a> {
     marked: Vec<(&'a str, String)>,
 }
 
-/// The throughput panels: w1 cycles/s, w2 switches/s, w3 at C=16 (or the
-/// largest C measured), w5 and w6 operations/s.
+/// The throughput panels: w1 cycles, w2 switches, w3 at C=16 (or the
+/// largest C measured), w5 and w6 operations, each per second.
 fn throughput_panels(rows: &[Row]) -> Vec<Panel<'_>> {
     let mut panels = Vec::new();
     let of = |w: &str, c: Option<usize>| -> Vec<&Row> {
@@ -267,7 +267,7 @@ fn bar_panel(panel: &Panel<'_>, area: &DrawingArea<SVGBackend<'_>, Shift>) -> Re
     Ok(())
 }
 
-/// The goal of lockkit ÷ floor for a backend on a workload (issue 30):
+/// The goal of lockkit ÷ floor for a backend on a workload:
 /// w1 ≥ 0.95 (Redis, MariaDB/MySQL, Postgres, SQLite), ≥ 0.90 (Redlock,
 /// ZooKeeper); w3 ≥ 0.75 everywhere.
 pub fn goal(backend: &str, workload: &str) -> Option<f64> {

@@ -1,4 +1,4 @@
-//! `lockkit demo`: the red-packet budget split (seed 003) made runnable.
+//! `lockkit demo`: the red-packet budget split made runnable.
 //!
 //! Several worker processes split a fixed budget, taking random amounts from
 //! a shared balance in a file (read, think, write) under one lock. The file

@@ -72,11 +72,10 @@
 //!   once for a killed process: the kernel closes its sockets). The release
 //!   (or any change) that would tell it its turn sees its `PUBLISH` reach
 //!   nobody, drops it from the line and tells the next one: the dead
-//!   waiter costs the next about one more command (measured 1–7 ms on
-//!   loopback, 3–35 ms on Redlock). A client that cannot be told so — its
+//!   waiter costs the next about one more command. A client that cannot be told so — its
 //!   process frozen, its network cut, or a connection the server has not
 //!   seen close yet — is dropped by the next in line after the fallback
-//!   delay of 200–400 ms (`FALLBACK` in `wait`), which bounds what a dead
+//!   delay of 200–400 ms (`FALLBACK` in `turn`), which bounds what a dead
 //!   waiter costs. A live client dropped so (its pub/sub connection
 //!   reconnecting, a process starved past the delay) joins again at the
 //!   back of the line with its next attempt; its grant is still decided by
@@ -157,12 +156,9 @@
 //! fails with a retryable [`ReplicasError`]; an extension counts as failed,
 //! so the lost signal fires at the validity deadline unless a later one is
 //! acknowledged. Releases do not wait. It does not close the window: a
-//! replica that acknowledged can still lose the election. Its cost, measured
-//! with `lockkit-bench --workload w1` (one client, uncontended lock and
-//! unlock) against a loopback master with one replica on a busy 2-core
-//! machine: 0.54–0.59 of the raw floor's cycles/s with `wait_replicas=1`
-//! against 0.75–0.82 without (e.g. 3,422 against 5,732 cycles/s), about 28 %
-//! fewer, and the median cycle about 55 µs slower (five runs). While
+//! replica that acknowledged can still lose the election. It costs a
+//! replica's acknowledgement on every acquisition and extension (the
+//! README gives the measured cost). While
 //! replicas lag, a `WAIT` holds up the commands queued behind it on the
 //! backend's command connection (up to the timeout each), and an answer
 //! that the name is busy also waits for the replicas.

@@ -13,15 +13,17 @@ use zookeeper_client::Error as ZkError;
 
 use crate::backend::Inner;
 use crate::change::{Change, Known, change};
-use crate::conn::{SESSION_RESTARTS, Session};
+use crate::conn::session::{SESSION_RESTARTS, Session};
 use crate::error::{BACKEND, is_session_end, session_kept_ending, zk};
 use crate::hold::count_after;
 use crate::join::Joined;
-use crate::kinds::Want;
 use crate::layout::{Mark, Share, kind_parent, node_name, owner_tag, parent_path};
-use crate::leftover::{Cleanup, Leftover, Orphan};
+use crate::leftover::{Cleanup, Leftover};
+use crate::orphan::Orphan;
 use crate::queue::{Plan, enqueue, plan, refresh};
+use crate::step::step;
 use crate::wait::{Waited, enqueue_failed, until};
+use crate::want::Want;
 
 /// An acquisition carried on from a session that ended, until it queues
 /// in a new one: if it ends first (its wait runs out or fails while a new
@@ -48,43 +50,6 @@ impl Drop for CarriedOn {
         }
     }
 }
-
-/// Unwraps a ZooKeeper result in a function returning `Result<Waited, _>`
-/// (or `Result<Option<_>, _>`): a session that ended means "start over".
-macro_rules! step {
-    ($session:expr, $name:expr, $restart:expr, $e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) if $crate::error::is_session_end(&e) => {
-                $session.end(&e);
-                return Ok($restart);
-            }
-            Err(e) => return Err($crate::error::zk("acquire", Some($name), e)),
-        }
-    };
-    // With the acquisition's clean-up: an error takes its node (and any
-    // share it may have made) back before it is returned. A session that
-    // ended disarms it: the call carries on with the same attempt in a new
-    // session, where the old session's node (which the server may keep a
-    // while) is taken back as one of the attempt's earlier nodes — a
-    // clean-up handed to the new session now could take the carried-on
-    // attempt's new node for a leftover.
-    ($session:expr, $name:expr, $restart:expr, $e:expr, $cleanup:ident) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) if $crate::error::is_session_end(&e) => {
-                $session.end(&e);
-                $cleanup.disarm();
-                return Ok($restart);
-            }
-            Err(e) => {
-                $cleanup.run().await;
-                return Err($crate::error::zk("acquire", Some($name), e));
-            }
-        }
-    };
-}
-pub(crate) use step;
 
 /// Refuses an attempt id that lockkit-core did not make: it is part of node
 /// names and data.

@@ -40,7 +40,7 @@
 //! session's node only — a process never holds a lock through another
 //! process's session.
 //!
-//! Every change is idempotent by attempt id (contract point 13): an attempt
+//! Every change is idempotent by attempt id ([the contract](lockkit_core::contract#attempts-are-idempotent)): an attempt
 //! already recorded is not added again, a release whose attempt is gone
 //! changes nothing and reports the holds left, and a write whose answer was
 //! lost with the connection is recognised on the next read by its attempt id
@@ -48,7 +48,7 @@
 //! applied what the leader did).
 //!
 //! An acquisition that fails or is given up takes back whatever it may have
-//! made (contract point 4): its contender node — found by the attempt id in
+//! made ([the contract](lockkit_core::contract#lock-waits-cancel-safe)): its contender node — found by the attempt id in
 //! its name when the create's answer never came, which is also what the
 //! client library reports when it gives a silent connection up — and a
 //! share a join or re-entry may have added to this session's node of the
@@ -101,13 +101,16 @@ use lockkit_core::backend::{
 use lockkit_core::url::ConnectUrl;
 use tokio::time::Instant;
 
-use crate::cache::Held;
 use crate::config::ZkConfig;
-use crate::conn::{Counters, Sessions};
+use crate::conn::counters::Counters;
+use crate::conn::session::Sessions;
 use crate::dead::Liveness;
 use crate::error::{BACKEND, zk};
+use crate::held::Held;
 use crate::layout::{parent_path, queue};
+use crate::leftover::Leftover;
 use crate::queue::list;
+use crate::scheme::SCHEME_NAMES;
 
 /// The ZooKeeper lock backend. Cheap to clone; clones share the session.
 ///
@@ -185,7 +188,7 @@ impl ZkBackend {
     pub async fn connect(config: ZkConfig) -> Result<Self, LockError> {
         let counters = Arc::new(Counters::default());
         let inner = Arc::new(Inner {
-            sessions: Arc::new(Sessions::new(config, counters.clone())),
+            sessions: Arc::new(Sessions::new(config, counters.clone(), Leftover::adopt)),
             counters,
             held: Mutex::new(Held::default()),
             liveness: Liveness::default(),
@@ -199,7 +202,7 @@ impl ZkBackend {
     /// (`ttl`, `wait`, …) are ignored here: they belong to a `LockClient`.
     pub async fn from_url(url: &str) -> Result<Self, LockError> {
         let mut url = ConnectUrl::parse(url)?;
-        if !crate::SCHEMES.names.contains(&url.scheme.as_str()) {
+        if !SCHEME_NAMES.contains(&url.scheme.as_str()) {
             return Err(LockError::config("url scheme", "expected zk:// or zookeeper://"));
         }
         let config = ZkConfig::from_url(&mut url)?;

@@ -6,7 +6,7 @@ use zookeeper_client::{Client, Error as ZkError, Stat};
 use crate::conn::reconnect::Reconnect;
 use crate::error::is_connection_loss;
 use crate::layout::NodeData;
-use crate::queue::ZkResult;
+use crate::result::ZkResult;
 
 /// A node's data as last known: skips the read before a versioned write.
 #[derive(Debug, Clone)]

@@ -16,15 +16,15 @@
 //! **When.** Before the hold is handed out: a hold never rests on
 //! anything but its session, so a holder whose process stalls (for less
 //! than its session timeout) keeps it. The hand-off after a wait costs one
-//! write more than it would unclaimed (a mutex's crowd measured 215
-//! against 405 hand-offs/s with a claim deferred until the hold had lasted
-//! 50 ms, a design that lost holds whose process stalled for 300 ms).
+//! write more than it would unclaimed; a claim deferred until the hold had
+//! lasted a while cost less but lost holds whose process stalled.
 
 use zookeeper_client::{Client, Error as ZkError};
 
 use crate::change::Known;
 use crate::error::is_connection_loss;
-use crate::queue::{ZkResult, read};
+use crate::queue::read;
+use crate::result::ZkResult;
 
 /// Claims the node at `path` (as `known`) for its holder before the hold
 /// is handed out. `None`: the node is gone (deleted as a dead waiter's, or

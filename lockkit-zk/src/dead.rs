@@ -38,7 +38,7 @@
 //! waiters (a quorum commit on an ensemble), and reads of the records of
 //! the sessions waited for, one per session per [`CHECK_EVERY`] per
 //! backend. A holder's crash is not covered: its hold ends with its
-//! session (contract point 9).
+//! session ([the contract](lockkit_core::contract#crash-release)).
 //!
 //! [`REFRESH_EVERY`]: crate::conn::liveness::REFRESH_EVERY
 
@@ -49,10 +49,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Client, Error as ZkError};
 
+use crate::conn::counters::Counters;
 use crate::conn::liveness::{LIVE_TAG, REFRESH_EVERY, STALE_AFTER};
-use crate::conn::{Counters, SESSIONS, Session};
+use crate::conn::session::{SESSIONS, Session};
 use crate::error::BACKEND;
-use crate::queue::ZkResult;
+use crate::result::ZkResult;
 
 /// How often a waiter looks whether the nodes it waits for are dead
 /// waiters'.

@@ -6,7 +6,7 @@ use lockkit_core::backend::{ExtendOutcome, Hold};
 use zookeeper_client::Error as ZkError;
 
 use crate::backend::Inner;
-use crate::conn::SESSION_RESTARTS;
+use crate::conn::session::SESSION_RESTARTS;
 use crate::error::{is_session_end, session_kept_ending, zk};
 use crate::hold::{View, hold_of};
 use crate::layout::parent_path;

@@ -9,10 +9,11 @@ use lockkit_core::LockInfo;
 use zookeeper_client::{Client, Error as ZkError, Stat};
 
 use crate::change::Known;
-use crate::conn::Session;
+use crate::conn::session::Session;
 use crate::error::is_connection_loss;
 use crate::layout::{Child, NodeData, Share, decode_name, parent_path, queue, shares};
-use crate::queue::{ZkResult, list};
+use crate::queue::list;
+use crate::result::ZkResult;
 
 /// One node of a hold, as read.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lockkit_core::backend::{HolderWatch, LockInfo};
 
 use crate::backend::Inner;
-use crate::conn::SESSION_RESTARTS;
+use crate::conn::session::SESSION_RESTARTS;
 use crate::error::{BACKEND, ForeignNode, is_connection_loss, is_session_end, session_kept_ending, zk};
 use crate::hold::{DeleteError, View, delete_hold, hold_of, list_held};
 use crate::layout::parent_path;

@@ -9,11 +9,12 @@ use zookeeper_client::{Error as ZkError, MultiWriteError, MultiWriteResult};
 use crate::backend::Inner;
 use crate::change::{Change, Known, change};
 use crate::claim::claim;
-use crate::conn::Session;
+use crate::conn::session::Session;
 use crate::error::is_connection_loss;
 use crate::hold::{View, count_after, hold_of};
 use crate::layout::{NodeData, node_name, owner_tag, share_name};
-use crate::queue::{ZkResult, read, sync};
+use crate::queue::{read, sync};
+use crate::result::ZkResult;
 
 /// How joining the hold of this owner ended.
 pub(crate) enum Joined {
@@ -92,7 +93,7 @@ impl Inner {
             // its holder's next versioned write notices that the hold has
             // another node now (see `HeldNode::alone`).
             let checked = &view.nodes[0];
-            // And this session's marker stands (see `conn::SESSIONS`).
+            // And this session's marker stands (see `conn::session::SESSIONS`).
             let mut multi = client.new_multi_writer();
             let fenced = session.marker.is_some();
             if let Some(marker) = &session.marker {

@@ -11,11 +11,11 @@ use lockkit_core::backend::{ExtendOutcome, Hold, LockInfo, LockKind, ReleaseOutc
 
 use crate::backend::Inner;
 use crate::change::{Change, change};
-use crate::conn::{SESSION_RESTARTS, Session};
+use crate::conn::session::{SESSION_RESTARTS, Session};
 use crate::error::{is_session_end, session_kept_ending, zk};
 use crate::layout::{beside_name, kind_parent, node_name, owner_tag};
 use crate::line::{Scope, line_of, line_synced};
-use crate::queue::ZkResult;
+use crate::result::ZkResult;
 
 /// Deletes the beside marker of the released reader `reader` under
 /// `parent`, once: left behind (the answer lost) it is only ignored — a

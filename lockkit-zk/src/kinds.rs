@@ -19,32 +19,26 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::{Lease, LockKind};
+use lockkit_core::backend::Lease;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher, WatchedEvent};
 
-use crate::acquire::step;
 use crate::backend::Inner;
 use crate::change::{Change, Known, change};
 use crate::claim::claim;
-use crate::conn::{Counters, Session};
+use crate::conn::counters::Counters;
+use crate::conn::session::Session;
 use crate::dead::Suspects;
 use crate::error::{BACKEND, is_connection_loss};
 use crate::layout::{Child, Mark, beside_name, kind_parent, node_name, parse_last_write, queue_of};
 use crate::leftover::{Leftover, take_back_earlier};
 use crate::line::{Entry, Listed, Node, Scope, Step, Watch, plan, read_line};
-use crate::queue::{ZkResult, get, refresh, refresh_watching, sync};
+use crate::queue::{get, refresh, refresh_watching, sync};
+use crate::result::ZkResult;
+use crate::step::step;
 use crate::wait::{Waited, bounded_step, enqueue_bounded, give_up, until, watch_step};
-
-/// One acquisition of a semaphore's permit or a read-write lock's hold.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Want<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) owner: &'a str,
-    pub(crate) attempt: &'a str,
-    pub(crate) kind: LockKind,
-}
+use crate::want::Want;
 
 /// Sets the data of `path` (under `version`) only while the node `check`
 /// stands, in one `multi`. `None`: `check` is gone or `path` changed.

@@ -9,11 +9,13 @@ use std::time::Duration;
 use zookeeper_client::Client;
 
 use crate::change::{Change, Known, change};
-use crate::conn::Session;
+use crate::conn::session::Session;
 use crate::error::{BACKEND, is_session_end};
 use crate::hold::{View, read_hold};
 use crate::layout::{child_stem, owner_tag};
-use crate::queue::{Queued, ZkResult, list, read, sync};
+use crate::orphan::Orphan;
+use crate::queue::{Queued, list, read, sync};
+use crate::result::ZkResult;
 
 /// How often taking back what a failed or abandoned acquisition left is
 /// tried, before it is left to the session's end. Every try waits for the
@@ -62,33 +64,6 @@ pub(crate) struct Leftover {
     share_at: Option<String>,
 }
 
-/// What an acquisition whose session ended before it could take back its
-/// leftover asks the backend's next session to take back (see
-/// [`Leftover::orphaned`]). Holds no session: an ended one is not kept
-/// alive by it.
-#[derive(Debug, Clone)]
-pub(crate) struct Orphan {
-    parent: String,
-    owner: String,
-    attempt: String,
-    /// The leftover may include a share in a node of the hold (not only
-    /// the contender node).
-    find_share: bool,
-}
-
-impl Orphan {
-    /// Everything `attempt` of `owner` may have left under `parent` (its
-    /// contender nodes, its share in any node of the hold).
-    pub(crate) fn new(parent: &str, owner: &str, attempt: &str) -> Self {
-        Orphan {
-            parent: parent.to_owned(),
-            owner: owner.to_owned(),
-            attempt: attempt.to_owned(),
-            find_share: true,
-        }
-    }
-}
-
 impl Leftover {
     /// The contender node of `q`, as created, and any other node of the
     /// attempt that `q`'s first listing shows (an earlier session's: it
@@ -128,6 +103,14 @@ impl Leftover {
             orphaned: true,
             share_at: None,
         }
+    }
+
+    /// Takes back in `session`, in the background, what an ended session
+    /// handed over (see [`Leftover::orphaned`]): the backend's sessions
+    /// adopt leftovers with it (see
+    /// [`Adopt`](crate::conn::session::Adopt)).
+    pub(crate) fn adopt(session: &Arc<Session>, orphan: Orphan) {
+        tokio::spawn(Leftover::orphaned(session, orphan).take_back_retrying());
     }
 
     /// Hands this leftover to the backend's next session: its own ended.
@@ -344,9 +327,7 @@ impl Leftover {
     /// (latency) or a suspended one keeps the session, and with it the
     /// call's node, on the server: left to the background, the node could
     /// come first in the queue after the call returned and stand as a hold
-    /// of the owner that its other processes join (a torture run saw that
-    /// 0.8 s after such a call failed, when the first try gave up after
-    /// 250 ms). A session that ends meanwhile hands the leftover to the
+    /// of the owner that its other processes join. A session that ends meanwhile hands the leftover to the
     /// next one (see [`in_next_session`](Self::in_next_session)).
     pub(crate) async fn take_back_now(mut self) {
         if self.session.is_dead() {
@@ -424,8 +405,8 @@ async fn take_out_of<'a>(
 /// own that nobody holds, and stand after the call returned until the
 /// server ended the old session. A late create of the old session cannot
 /// add one after the listing: this session fenced it before it queued (see
-/// `conn::SESSIONS`). The attempt's nodes of this session are left alone
-/// (a repeated attempt joins them).
+/// `conn::session::SESSIONS`). The attempt's nodes of this session are
+/// left alone (a repeated attempt joins them).
 pub(crate) async fn take_back_earlier(session: &Session, q: &Queued, owner: &str, attempt: &str) -> ZkResult<bool> {
     let stem = child_stem(q.me.owner_tag, attempt);
     let earlier: Vec<&String> = q

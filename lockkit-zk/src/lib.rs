@@ -154,6 +154,7 @@ mod conn;
 mod dead;
 mod error;
 mod extend;
+mod held;
 mod hold;
 mod inspect;
 mod join;
@@ -162,9 +163,14 @@ mod kinds;
 mod layout;
 mod leftover;
 mod line;
+mod orphan;
 mod queue;
 mod release;
+mod result;
+mod scheme;
+mod step;
 mod wait;
+mod want;
 
 pub use backend::{ZkBackend, ZkStats};
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, ZkConfig};
@@ -173,7 +179,7 @@ pub use layout::{decode_name, encode_name};
 
 /// The schemes this crate serves (see [`connect`]).
 pub const SCHEMES: BackendSchemes = BackendSchemes {
-    names: &["zk", "zookeeper"],
+    names: scheme::SCHEME_NAMES,
     connect: |url| Box::pin(connect(url)),
 };
 

@@ -47,7 +47,8 @@ use zookeeper_client::{Client, Error as ZkError, Stat};
 use crate::change::Known;
 use crate::error::is_connection_loss;
 use crate::layout::{Child, Mark, NodeData, besides, parse_last_write, queue_of};
-use crate::queue::{ZkResult, get, list, read, sync};
+use crate::queue::{get, list, read, sync};
+use crate::result::ZkResult;
 
 /// A contender node's data and session, as read.
 #[derive(Debug, Clone)]

@@ -10,14 +10,14 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher, Stat};
 
 use crate::change::Known;
+use crate::conn::counters::Counters;
 use crate::conn::reconnect::Reconnect;
-use crate::conn::{Counters, Session};
+use crate::conn::session::Session;
 use crate::error::is_connection_loss;
 use crate::layout::{
     Child, Mark, NodeData, Share, besides, child_prefix, child_stem, parse_last_write, queue_of, shares,
 };
-
-pub(crate) type ZkResult<T> = Result<T, ZkError>;
+use crate::result::ZkResult;
 
 /// A contender's node, and the queue as last listed.
 pub(crate) struct Queued {
@@ -247,7 +247,7 @@ pub(crate) async fn enqueue(
     loop {
         let epoch = session.epoch();
         // Sent now, answered in order: the listing includes our node. The
-        // create checks this session's marker (see `conn::SESSIONS`).
+        // create checks this session's marker (see `conn::session::SESSIONS`).
         let mut multi = client.new_multi_writer();
         if let Some(marker) = &session.marker {
             multi.add_check_version(marker, -1)?;

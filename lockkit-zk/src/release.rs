@@ -6,11 +6,11 @@ use lockkit_core::backend::{Hold, ReleaseOutcome};
 
 use crate::backend::Inner;
 use crate::change::{Change, change};
-use crate::conn::{SESSION_RESTARTS, Session};
+use crate::conn::session::{SESSION_RESTARTS, Session};
 use crate::error::{BACKEND, is_session_end, session_kept_ending, zk};
 use crate::hold::{View, count_after, hold_of};
 use crate::layout::{Share, node_name, parent_path};
-use crate::queue::ZkResult;
+use crate::result::ZkResult;
 
 impl Inner {
     /// Releases a hold whose acquirer stopped waiting for it.

@@ -10,17 +10,19 @@ use lockkit_core::{LockError, detach};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, EventType, WatchedEvent};
 
-use crate::acquire::step;
 use crate::backend::Inner;
 use crate::claim::claim;
-use crate::conn::{Counters, Session};
+use crate::conn::counters::Counters;
+use crate::conn::session::Session;
 use crate::dead::{CHECK_EVERY, Suspects};
 use crate::error::{BACKEND, is_session_end, zk};
 use crate::join::Joined;
-use crate::kinds::Want;
 use crate::layout::{Mark, owner_tag, parent_path};
 use crate::leftover::{Cleanup, Leftover};
-use crate::queue::{Plan, Queued, ZkResult, enqueue, plan, refresh};
+use crate::queue::{Plan, Queued, enqueue, plan, refresh};
+use crate::result::ZkResult;
+use crate::step::step;
+use crate::want::Want;
 
 /// How a wait in one session ended.
 pub(crate) enum Waited {
@@ -37,7 +39,7 @@ pub(crate) enum Waited {
 macro_rules! bounded_step {
     ($deadline:expr, $session:expr, $name:expr, $cleanup:ident, $e:expr) => {
         match $crate::wait::until($deadline, $e).await {
-            Some(r) => $crate::acquire::step!($session, $name, $crate::wait::Waited::Restart, r, $cleanup),
+            Some(r) => $crate::step::step!($session, $name, $crate::wait::Waited::Restart, r, $cleanup),
             None => return Ok($crate::wait::give_up($cleanup).await),
         }
     };
@@ -56,7 +58,7 @@ pub(crate) use bounded_step;
 /// is returned.
 macro_rules! watch_step {
     ($inner:expr, $deadline:expr, $session:expr, $name:expr, $cleanup:ident, $suspects:expr, $armed:expr) => {
-        $crate::conn::Counters::bump(&$inner.counters.watches);
+        $crate::conn::counters::Counters::bump(&$inner.counters.watches);
         match $crate::wait::until($deadline, $armed).await {
             None => return Ok($crate::wait::give_up($cleanup).await),
             Some(Ok(None)) => {}
@@ -71,7 +73,7 @@ macro_rules! watch_step {
             // Gone already, or the answer was lost: look again.
             Some(Err(e)) if e == ::zookeeper_client::Error::NoNode || $crate::error::is_connection_loss(&e) => {}
             Some(Err(e)) => {
-                $crate::acquire::step!(
+                $crate::step::step!(
                     $session,
                     $name,
                     $crate::wait::Waited::Restart,

@@ -16,8 +16,9 @@
 use std::sync::Weak;
 use std::time::Instant;
 
+use super::counters::Counters;
 use super::liveness::{LIVE_TAG, REFRESH_EVERY};
-use super::{Counters, Session};
+use super::session::Session;
 use crate::error::is_session_end;
 
 /// Beats until the session ends or its backend is dropped. Holds no strong

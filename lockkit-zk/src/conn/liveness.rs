@@ -11,7 +11,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::{Session, lock};
+use super::mutex::lock;
+use super::session::Session;
 
 /// How often a session with waiters rewrites its liveness record.
 pub(crate) const REFRESH_EVERY: Duration = Duration::from_millis(100);

@@ -9,7 +9,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::EventType;
 
-use super::{Session, lock};
+use super::arming::Arming;
+use super::mutex::lock;
+use super::session::Session;
 use crate::error::BACKEND;
 
 impl Session {
@@ -63,15 +65,6 @@ impl Drop for Session {
 /// its holder (an operator's force release) is noticed at most this much
 /// later; the session's end is signalled at once, watch or not.
 pub(super) const ARM_AFTER: Duration = Duration::from_millis(100);
-
-/// A held node waiting for its watch.
-pub(super) struct Arming {
-    due: Instant,
-    path: String,
-    czxid: i64,
-    id: u64,
-    token: CancellationToken,
-}
 
 /// Arms the watch of every held node that is still held when due.
 pub(super) async fn arm_watches(session: Weak<Session>) {

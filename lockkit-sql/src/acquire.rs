@@ -50,12 +50,12 @@ use lockkit_core::backoff::Backoff;
 use lockkit_core::name::check_attempt_id;
 use lockkit_core::{LockError, detach_acquisition, ttl_millis};
 
-use crate::backend::{Inner, SqlBackend};
 use crate::conn::sent;
-use crate::conn::{Arg, Col, count, from_us, us};
+use crate::handle::{Inner, SqlBackend};
 use crate::sql::ClaimShape;
 #[cfg(feature = "mysql")]
 use crate::sql::{MysqlClaim, MysqlTokens};
+use crate::value::{Arg, Col, count, from_us, us};
 use crate::wait::line_key;
 
 /// What a claim found.

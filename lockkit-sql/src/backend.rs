@@ -1,9 +1,11 @@
-//! [`SqlBackend`]: the handle and its shared state, and its [`LockBackend`]
-//! implementation, each method delegating to the module that does the work
-//! (`acquire.rs`, `wait/`, `release.rs`, `extend.rs`, `inspect.rs`). The
-//! logic is the same for every database; the SQL text comes from `sql/`.
+//! [`SqlBackend`]'s [`LockBackend`] implementation, each method delegating
+//! to the module that does the work (`acquire.rs`, `wait/`, `release.rs`,
+//! `extend.rs`, `inspect.rs`), and [`SqlBackend::connect`], which opens a
+//! backend: its pools, the schema check (`layout.rs`), the background tasks
+//! (the sweeper, the renewal of places in line) and, on Postgres, the
+//! listener and wait-list connections. The logic is the same for every
+//! database; the SQL text comes from `sql/`.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,63 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Dialect, SqlConfig};
 use crate::conn::Db;
+use crate::error::backend_error;
 use crate::extend::EXTEND_CHUNK;
+use crate::handle::{Inner, SqlBackend};
 use crate::sql::{KindStatements, Statements};
 use crate::wait::listener::Waiters;
-use crate::wait::live::Live;
-use crate::wait::queue::Places;
-
-/// A lock table in MySQL/MariaDB, Postgres or SQLite.
-///
-/// Cheap to clone (clones share the pool). The sweeper and the Postgres
-/// listener stop when the last clone is dropped.
-#[derive(Clone)]
-pub struct SqlBackend {
-    pub(crate) inner: Arc<Inner>,
-}
-
-/// What the clones of a [`SqlBackend`] share: settings, pools, statements,
-/// this process's waiters, and the stop signal of the background tasks.
-pub(crate) struct Inner {
-    pub(crate) kind: &'static str,
-    pub(crate) config: SqlConfig,
-    pub(crate) db: Db,
-    /// The fair line's statements (see [`Db::open_line`]).
-    pub(crate) line_db: Db,
-    /// Lease extensions: `db`'s pool, with the connections its operations
-    /// leave free (see [`Db::renewals`]).
-    pub(crate) renew_db: Db,
-    pub(crate) sql: Statements,
-    /// Semaphores' and read-write locks' statements (see `kinds/`).
-    pub(crate) ksql: KindStatements,
-    pub(crate) waiters: Arc<Waiters>,
-    /// The places this backend's fair waiters hold in line (renewed by the
-    /// task in `wait/queue.rs`).
-    pub(crate) places: Arc<Places>,
-    /// The key that tells other processes this backend's waiters live.
-    pub(crate) live: Live,
-    /// MySQL/MariaDB: where the claims draw tokens (set by `migrate`).
-    #[cfg(feature = "mysql")]
-    pub(crate) tokens: std::sync::OnceLock<crate::sql::MysqlTokens>,
-    /// Postgres: this backend's places on the wait lists of names.
-    #[cfg(feature = "postgres")]
-    pub(crate) wait_list: std::sync::OnceLock<crate::wait::waitlist::WaitList>,
-    pub(crate) stop: CancellationToken,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-impl fmt::Debug for SqlBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqlBackend")
-            .field("config", &self.inner.config)
-            .finish()
-    }
-}
 
 #[async_trait]
 impl LockBackend for SqlBackend {
@@ -153,5 +103,129 @@ impl LockBackend for SqlBackend {
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         self.force_release_name(name).await
+    }
+}
+
+impl SqlBackend {
+    /// Opens the pool, creates or checks the tables ([`migrate`](Self::migrate)),
+    /// and starts the sweeper (and on Postgres the release listener).
+    pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
+        let kind = config.dialect.kind();
+        if config.dialect == Dialect::Sqlite {
+            check_sqlite_dir(&config.database)?;
+        }
+        let opened = Db::open(&config).and_then(|db| {
+            let line_db = db.open_line(&config)?;
+            Ok((db, line_db))
+        });
+        let (db, line_db) = opened.map_err(|e| match e {
+            sqlx::Error::Configuration(e) => LockError::config("url", e.to_string()),
+            e => backend_error(kind, "connect", None, e),
+        })?;
+        // Backends of this process on one database and table share their
+        // waiters, so a release wakes the next in line whichever backend
+        // it waits on.
+        let shared_key =
+            (config.database != ":memory:").then(|| format!("{}\0{}\0{}", kind, config.database, config.table));
+        let backend = SqlBackend {
+            inner: Arc::new(Inner {
+                kind,
+                sql: Statements::new(config.dialect, &config.table),
+                ksql: KindStatements::new(config.dialect, &config.table),
+                renew_db: db.renewals(),
+                db,
+                line_db,
+                waiters: Waiters::shared(shared_key),
+                places: Arc::default(),
+                live: Default::default(),
+                #[cfg(feature = "mysql")]
+                tokens: std::sync::OnceLock::new(),
+                #[cfg(feature = "postgres")]
+                wait_list: std::sync::OnceLock::new(),
+                stop: CancellationToken::new(),
+                config,
+            }),
+        };
+        // A direct connection first: the pool would report a refused
+        // connection or a bad password only as a timeout, this says why.
+        Db::probe(&backend.inner.config)
+            .await
+            .map_err(|e| backend_error(kind, "connect", None, e))?;
+        backend.migrate().await?;
+        let inner = &backend.inner;
+        if let Some(interval) = inner.config.sweep_interval {
+            let mut sweeps = vec![
+                inner.sql.sweep.clone(),
+                inner.sql.sweep_waiters.clone(),
+                inner.ksql.sweep.clone(),
+            ];
+            sweeps.extend(inner.sql.sweep_live.clone());
+            crate::sweeper::spawn(
+                inner.db.clone(),
+                sweeps,
+                interval,
+                inner.config.sweep_batch,
+                inner.stop.clone(),
+            );
+        }
+        let renewal = crate::wait::queue::Renewal {
+            db: inner.line_db.clone(),
+            sql: inner.sql.clone(),
+            places: inner.places.clone(),
+            waiters: inner.waiters.clone(),
+        };
+        crate::wait::queue::spawn_renewer(renewal, inner.config.queue_lease, inner.stop.clone());
+        #[cfg(feature = "postgres")]
+        if inner.config.dialect == Dialect::Postgres {
+            use std::str::FromStr;
+            let options = sqlx::postgres::PgConnectOptions::from_str(&inner.config.database)
+                .map_err(|e| backend_error(kind, "connect", None, e))?
+                .application_name("lockkit-listener");
+            inner
+                .waiters
+                .listen_pg(options.clone(), inner.config.connect_timeout, inner.sql.channel());
+            if let (Some(join), Some(leave)) = (&inner.sql.wait_join, &inner.sql.wait_leave) {
+                let statements = crate::wait::waitlist::Statements {
+                    join: join.clone(),
+                    leave: leave.clone(),
+                    live: inner.sql.live_take.clone(),
+                    key: inner.live.key(),
+                    held: inner.live.held_flag(),
+                };
+                let list = crate::wait::waitlist::WaitList::spawn(
+                    options.application_name("lockkit-waitlist"),
+                    inner.config.connect_timeout,
+                    statements,
+                    inner.stop.clone(),
+                );
+                let _ = inner.wait_list.set(list);
+            }
+        }
+        Ok(backend)
+    }
+}
+
+/// SQLite creates a missing database file but not its directory; say so
+/// instead of the driver's "unable to open database file".
+fn check_sqlite_dir(database: &str) -> Result<(), LockError> {
+    if database == ":memory:" {
+        return Ok(());
+    }
+    let path = std::path::Path::new(database);
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let bad = |why: &str| LockError::config("url path", format!("{database:?}: {why}"));
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(bad(&format!("{} is not a directory", dir.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(bad(&format!(
+            "the directory {} does not exist (SQLite creates the file, not its directory)",
+            dir.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            Err(bad(&format!("a part of {} is not a directory", dir.display())))
+        }
+        Err(e) => Err(bad(&format!("cannot use the directory {}: {e}", dir.display()))),
     }
 }

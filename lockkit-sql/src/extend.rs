@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use lockkit_core::backend::{ExtendOutcome, Hold, LockKind};
 use lockkit_core::{LockError, lease, ttl_millis};
 
-use crate::backend::{Inner, SqlBackend};
 #[cfg(feature = "postgres")]
 use crate::config::Dialect;
 use crate::conn::sent;
-use crate::conn::{Arg, Col, Val, from_us, us};
+use crate::handle::{Inner, SqlBackend};
+use crate::value::{Arg, Col, Val, from_us, us};
 
 /// Holds per `extend_many` statement.
 pub(crate) const EXTEND_CHUNK: usize = 256;
@@ -236,7 +236,7 @@ mod tests {
 
     use crate::SqlBackend;
     use crate::config::{Dialect, SqlConfig};
-    use crate::conn::{Col, text};
+    use crate::value::{Col, text};
 
     /// A name renewed twice in one batch (a lost hold beside the one that
     /// followed it) goes to a second statement.

@@ -4,8 +4,8 @@
 use lockkit_core::LockError;
 use lockkit_core::backend::LockInfo;
 
-use crate::backend::{Inner, SqlBackend};
-use crate::conn::{Arg, Col, Val, count, from_us, text};
+use crate::handle::{Inner, SqlBackend};
+use crate::value::{Arg, Col, Val, count, from_us, text};
 
 /// The smallest byte string above every name that starts with `prefix`
 /// (UTF-8 never contains 0xFF).

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use lockkit_core::LockError;
 
-use crate::backend::SqlBackend;
-use crate::conn::{Arg, Col, Val, text};
 use crate::error::{Class, backend_error, classify, schema_error};
+use crate::handle::SqlBackend;
+use crate::value::{Arg, Col, Val, text};
 
 impl SqlBackend {
     /// Creates the lock table and its token counter if they are missing

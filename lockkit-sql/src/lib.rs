@@ -25,7 +25,7 @@
 //!
 //! # The table
 //!
-//! One row per held name (seed 000's `lockedOrder`, made robust): the name
+//! One row per held name (the classic lock table, made robust): the name
 //! as exact bytes (`VARBINARY`/`BYTEA`/`BLOB`, so `"A"` and `"a"`, NUL
 //! bytes, quotes and emoji are all distinct names), the owner id, the hold
 //! count (reentrancy by owner, shared by every process using that owner), the
@@ -91,7 +91,7 @@
 //!
 //! # Waiting
 //!
-//! **Fair by default** (contract point 12): waiters are served in the order
+//! **Fair by default** ([the contract](lockkit_core::contract#fair-by-default)): waiters are served in the order
 //! they began waiting. A busy `lock` takes a place in the name's line, a row
 //! in the companion table `<table>_waiters` (name, owner, attempt id, an
 //! increasing `id` for the order, and a lease by the database's clock). The
@@ -120,17 +120,16 @@
 //! more connection per backend that waits) and Postgres as an advisory
 //! lock on the wait-list connection; when the process dies its
 //! connections close, the server frees the key, and the next claim passes
-//! the dead place by (measured: 7–30 ms from the release to the next live
-//! waiter's grant). SQLite has no server: the key is a row of
+//! the dead place by. SQLite has no server: the key is a row of
 //! `<table>_live` with a short lease (`?live_lease=`, default 400 ms) that
 //! the backend renews with one statement every quarter of it while it
-//! waits, so a dead waiter costs the next at most `live_lease` (measured
-//! ~380 ms). A live process whose key lapses — its carrying connection
-//! lost, or on SQLite its renewals stalled longer than `live_lease` — is
-//! passed over while it does and keeps its places: its turn comes back
-//! with the key. A claim grants only the live head of the line, so nobody
-//! is granted out of turn or twice. Places without a key (an older
-//! lockkit's) live by their lease alone.
+//! waits, so a dead waiter costs the next at most `live_lease`. A live
+//! process whose key lapses — its carrying connection lost, or on SQLite
+//! its renewals stalled longer than `live_lease` — is passed over while it
+//! does and keeps its places: its turn comes back with the key. A claim
+//! grants only the live head of the line, so nobody is granted out of turn
+//! or twice. Places without a key (an older lockkit's) live by their lease
+//! alone.
 //!
 //! Only the head of the line tries again on its own, with jittered
 //! exponential backoff never longer than the holder's remaining lease or
@@ -257,6 +256,7 @@ mod config;
 mod conn;
 mod error;
 mod extend;
+mod handle;
 mod inspect;
 mod kinds;
 mod layout;
@@ -264,10 +264,12 @@ mod release;
 mod retry;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 pub mod session;
+mod shared;
 mod sql;
 mod sweeper;
 #[cfg(feature = "mysql")]
 mod token_source;
+mod value;
 mod wait;
 
 use std::sync::Arc;
@@ -276,12 +278,12 @@ use lockkit_core::LockError;
 use lockkit_core::backend::LockBackend;
 use lockkit_core::url::{BackendSchemes, ConnectUrl};
 
-pub use backend::SqlBackend;
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIVE_LEASE, DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, DEFAULT_QUEUE_LEASE,
     DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, Mode, SqlConfig,
     validate_table,
 };
+pub use handle::SqlBackend;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 pub use session::SessionBackend;
 

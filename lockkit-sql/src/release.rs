@@ -8,12 +8,12 @@ use lockkit_core::LockError;
 use lockkit_core::backend::{Hold, LockInfo, LockKind, ReleaseOutcome};
 use lockkit_core::backoff::Backoff;
 
-use crate::backend::{Inner, SqlBackend};
 #[cfg(feature = "mysql")]
 use crate::config::Dialect;
-use crate::conn::{Arg, Col, count};
+use crate::handle::{Inner, SqlBackend};
 #[cfg(feature = "mysql")]
 use crate::sql::mysql_inline;
+use crate::value::{Arg, Col, count};
 
 /// How often a release looks again when the hold changed under it. Tasks
 /// of one owner that re-enter and give back one hold as fast as they can

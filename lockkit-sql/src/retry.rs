@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use lockkit_core::LockError;
 use lockkit_core::backoff::Backoff;
 
-use crate::backend::Inner;
 use crate::error::{Class, backend_error, classify};
+use crate::handle::Inner;
 
 /// How many times a statement that certainly did not take effect (deadlock,
 /// lock wait timeout, busy database) is tried before the error is returned

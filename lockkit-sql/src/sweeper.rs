@@ -1,4 +1,4 @@
-//! The sweeper (seed 000's `clear_timeout_lock`): a background task that
+//! The sweeper: a background task that
 //! deletes expired rows in small batches, so a crashed holder's row does not
 //! stay in the table forever.
 //!
@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::conn::{Arg, Db};
+use crate::conn::Db;
+use crate::value::Arg;
 
 /// Sweeps in a row without a pause at most, when every batch comes back full.
 const MAX_BATCHES_PER_SWEEP: u32 = 100;
@@ -71,7 +72,7 @@ mod tests {
 
     use crate::SqlBackend;
     use crate::config::{Dialect, SqlConfig};
-    use crate::conn::{Arg, Col, text};
+    use crate::value::{Arg, Col, text};
 
     /// A sweep costs PostgreSQL no JIT compilation. The sweeps scan the
     /// table (no index serves them), and with sequential scans disabled

@@ -22,11 +22,11 @@ use std::sync::Arc;
 
 use lockkit_core::LockError;
 
-use crate::backend::SqlBackend;
-use crate::conn::{Col, text};
 use crate::error::schema_error;
+use crate::handle::SqlBackend;
 use crate::layout::create_failed;
 use crate::sql::MysqlTokens;
+use crate::value::{Col, text};
 
 impl SqlBackend {
     /// Finds (and, unless `create_table=false`, creates) the table's token

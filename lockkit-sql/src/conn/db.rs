@@ -17,47 +17,7 @@ use std::time::Duration;
 use super::kept::{Kept, PING_IF_IDLE};
 use super::lane::Lane;
 use crate::config::{Dialect, SqlConfig};
-
-/// A statement argument.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Arg<'a> {
-    Bytes(&'a [u8]),
-    Int(i64),
-    Text(Option<&'a str>),
-}
-
-/// The type of a result column.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Col {
-    Int,
-    Bytes,
-    Text,
-}
-
-/// A decoded result value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Val {
-    Int(i64),
-    Bytes(Vec<u8>),
-    Text(String),
-}
-
-impl Val {
-    pub fn int(&self) -> i64 {
-        match self {
-            Val::Int(i) => *i,
-            _ => 0,
-        }
-    }
-
-    pub fn into_bytes(self) -> Vec<u8> {
-        match self {
-            Val::Bytes(b) => b,
-            Val::Text(t) => t.into_bytes(),
-            Val::Int(_) => Vec::new(),
-        }
-    }
-}
+use crate::value::{Arg, Col, Val};
 
 /// What an `exec` did.
 #[derive(Debug, Clone, Copy, Default)]
@@ -178,7 +138,7 @@ macro_rules! decode_row {
 /// never held across an await of anything but its own statement.
 #[cfg(feature = "sqlite")]
 fn sqlite_gate(database: &str) -> Arc<tokio::sync::Mutex<()>> {
-    static GATES: crate::wait::listener::SharedByKey<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
+    static GATES: crate::shared::SharedByKey<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
     // The directory resolved (the file may not exist yet).
     let path = std::path::Path::new(database);
     let dir = match path.parent() {
@@ -189,7 +149,7 @@ fn sqlite_gate(database: &str) -> Arc<tokio::sync::Mutex<()>> {
         (Ok(dir), Some(file)) => dir.join(file).to_string_lossy().into_owned(),
         _ => database.to_owned(),
     };
-    crate::wait::listener::shared_by_key(&GATES, key)
+    crate::shared::shared_by_key(&GATES, key)
 }
 
 impl Db {

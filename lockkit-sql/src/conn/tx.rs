@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
-use super::db::{Arg, Col, Db, Done, Pool, Val};
+use super::db::{Db, Done, Pool};
 use super::lane::Admitted;
+use crate::value::{Arg, Col, Val};
 
 /// An open transaction; dropped without [`commit`](Self::commit), it rolls
 /// back (a connection lost mid-way rolls back on the server).

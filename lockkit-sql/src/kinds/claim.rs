@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 use lockkit_core::backend::{AcquireRequest, Lease, LockKind, TryAcquire};
 use lockkit_core::{LockError, ttl_millis};
 
+use super::hold::{name_args, share_count};
 use super::rules::{Grant, Line, Row, decide, permits_of};
-use super::{name_args, share_count};
-use crate::backend::Inner;
-use crate::conn::{Arg, Col, Tx, Val, sent, text, us};
+use crate::conn::{Tx, sent};
+use crate::handle::Inner;
 use crate::sql::KindStatements;
+use crate::value::{Arg, Col, Val, text, us};
 use crate::wait::line_key;
 
 /// How often a claim looks again when the hold it was to join went.
@@ -319,7 +320,8 @@ mod tests {
 
     use crate::SqlBackend;
     use crate::config::{Dialect, SqlConfig};
-    use crate::conn::{Col, Tx, text};
+    use crate::conn::Tx;
+    use crate::value::{Col, text};
     use crate::wait::line_key;
 
     async fn temporary_tables(tx: &mut Tx) -> i64 {

@@ -1,9 +1,13 @@
-//! Semaphores and read-write locks ([`LockKind::Permit`], [`LockKind::Read`],
-//! [`LockKind::Write`]): the rules that grant a request (`rules.rs`), the
-//! claim (`claim.rs`), and release, extension and inspection
-//! (`release.rs`). The mutex keeps its own table and statements; these
-//! kinds' holds live in `<table>_kinds` and `<table>_holds` (see
-//! `sql/kinds.rs`), and their waiters in the mutex's line (`wait/`).
+//! Semaphores and read-write locks
+//! ([`LockKind::Permit`](lockkit_core::backend::LockKind::Permit),
+//! [`LockKind::Read`](lockkit_core::backend::LockKind::Read),
+//! [`LockKind::Write`](lockkit_core::backend::LockKind::Write)): the rules
+//! that grant a request (`rules.rs`), the claim (`claim.rs`), release,
+//! extension and inspection (`release.rs`), and the arguments and shares
+//! that name a hold (`hold.rs`). The mutex keeps its own table and
+//! statements; these kinds' holds live in `<table>_kinds` and
+//! `<table>_holds` (see `sql/kinds.rs`), and their waiters in the mutex's
+//! line (`wait/`).
 //!
 //! # How a hold is taken
 //!
@@ -41,49 +45,21 @@
 //! it lets in, one after the other.
 
 mod claim;
+mod hold;
 mod release;
 mod rules;
-
-use lockkit_core::backend::{AcquireRequest, Hold, LockKind};
-
-use crate::conn::Arg;
-use crate::sql::family;
-
-/// The attempt ids of a hold's shares (its `attempts`, space-separated).
-fn shares(attempts: &str) -> impl Iterator<Item = &str> {
-    attempts.split(' ').filter(|a| !a.is_empty())
-}
-
-/// The hold count: how many shares.
-fn share_count(attempts: &str) -> u32 {
-    crate::conn::count(shares(attempts).count() as i64)
-}
-
-/// The arguments that find a hold: `(family, name, owner, token, writer)`.
-fn hold_args(hold: &Hold) -> [Arg<'_>; 5] {
-    [
-        Arg::Int(family(hold.kind)),
-        Arg::Bytes(hold.name.as_bytes()),
-        Arg::Bytes(hold.owner.as_bytes()),
-        Arg::Int(hold.token as i64),
-        Arg::Int(i64::from(hold.kind == LockKind::Write)),
-    ]
-}
-
-/// `(family, name)` of a request.
-fn name_args<'a>(req: &AcquireRequest<'a>) -> [Arg<'a>; 2] {
-    [Arg::Int(family(req.kind)), Arg::Bytes(req.name.as_bytes())]
-}
 
 #[cfg(all(test, feature = "sqlite"))]
 pub(crate) mod tests {
     use std::time::Duration;
 
-    use lockkit_core::backend::{ExtendOutcome, LockBackend, ReleaseOutcome, TryAcquire};
+    use lockkit_core::backend::{
+        AcquireRequest, ExtendOutcome, Hold, LockBackend, LockKind, ReleaseOutcome, TryAcquire,
+    };
 
-    use super::*;
     use crate::SqlBackend;
     use crate::config::{Dialect, SqlConfig};
+    use crate::value::Arg;
 
     /// A fair request of `kind` for the name "n", ttl 30 s (also the
     /// line's tests').

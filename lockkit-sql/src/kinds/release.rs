@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 use lockkit_core::backend::{ExtendOutcome, Hold, LockInfo, LockKind, ReleaseOutcome};
 use lockkit_core::{LockError, lease};
 
-use super::{hold_args, share_count};
-use crate::backend::Inner;
-use crate::conn::{Arg, Col, Val, from_us, sent, text, us};
+use super::hold::{hold_args, share_count};
+use crate::conn::sent;
+use crate::handle::Inner;
 use crate::release::{LastShare, ShareSteps};
 use crate::sql::family;
+use crate::value::{Arg, Col, Val, from_us, text, us};
 use crate::wait::line_key;
 
 impl Inner {

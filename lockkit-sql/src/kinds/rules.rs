@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lockkit_core::backend::{AcquireRequest, LockKind};
 
-use crate::conn::{Val, from_us, text};
+use crate::value::{Val, from_us, text};
 
 /// One live hold of `<table>_holds`.
 #[derive(Debug, Clone)]
@@ -36,7 +36,7 @@ impl Row {
     }
 
     pub fn has(&self, attempt: &str) -> bool {
-        super::shares(&self.attempts).any(|a| a == attempt)
+        super::hold::shares(&self.attempts).any(|a| a == attempt)
     }
 }
 

@@ -11,9 +11,9 @@ use lockkit_core::detach_acquisition;
 use lockkit_core::raw::Joined;
 use tokio::time::Instant;
 
+use super::handle::{Inner, SessionBackend};
 use super::key::Key;
-use super::wait::{Turn, Waiter};
-use super::{Inner, SessionBackend};
+use super::line::{Turn, Waiter};
 use crate::error::{Class, backend_error, classify};
 
 /// How long a name a try found busy goes straight to the line: a `lock`

@@ -1,64 +1,19 @@
-//! [`Session`]: a connection that carries holds, watched while it does;
-//! and the backend's connections: the primary one (tries and their holds)
-//! and the spare ones (for the server-side waits, one per name waited for;
-//! a granted wait's connection carries that hold, and is a spare again when
-//! its last hold is released).
+//! The backend's connections: the primary one (tries and their holds),
+//! the spare ones (for the server-side waits, one per name waited for; a
+//! granted wait's connection carries that hold, and is a spare again when
+//! its last hold is released), and a connection a statement failed on
+//! (dropped with its holds). The connections themselves, [`Session`] and
+//! [`Spare`], are in `sessions.rs`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use lockkit_core::LockError;
-use tokio_util::sync::CancellationToken;
 
-use super::Inner;
 use super::conn::Conn;
-use crate::error::backend_error;
-
-/// A server connection and the holds on it. The holds end with it: when
-/// a ping or a statement finds it gone, `lost` is cancelled (every lease
-/// taken on it carries that token) and the connection is dropped.
-#[derive(Debug)]
-pub(crate) struct Session {
-    /// The connection; `None` once it was found dead (or handed back to
-    /// the spares).
-    pub conn: tokio::sync::Mutex<Option<Conn>>,
-    /// The server's id of the connection (for messages).
-    pub id: i64,
-    /// Cancelled when the connection, and so every hold on it, is lost.
-    pub lost: CancellationToken,
-    /// How many names this backend holds on it.
-    pub holds: AtomicUsize,
-    /// The primary connection (tries); the others came from a wait.
-    pub primary: bool,
-}
-
-impl Session {
-    pub(crate) fn new(conn: Conn, id: i64, primary: bool) -> Arc<Session> {
-        Arc::new(Session {
-            conn: tokio::sync::Mutex::new(Some(conn)),
-            id,
-            lost: CancellationToken::new(),
-            holds: AtomicUsize::new(0),
-            primary,
-        })
-    }
-
-    /// Whether the connection was found dead.
-    pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
-    }
-
-    pub(crate) fn hold_count(&self) -> usize {
-        self.holds.load(Ordering::Acquire)
-    }
-}
-
-/// A connection not carrying holds, ready for a wait, with its id.
-#[derive(Debug)]
-pub(crate) struct Spare {
-    pub conn: Conn,
-    pub id: i64,
-}
+use super::handle::Inner;
+use super::sessions::{Session, Spare};
+use crate::error::{Class, backend_error, classify};
 
 /// A connection counted as returning to the spares (see
 /// [`Inner::returning`]); the count goes down, and waits looking for a
@@ -150,5 +105,25 @@ impl Inner {
             }
             let _ = tokio::time::timeout_at(give_up, back).await;
         }
+    }
+
+    /// A statement on `session` failed: unless the error is the
+    /// statement's own (permanent), the connection is dropped and its holds
+    /// are lost.
+    pub(super) fn statement_failed(&self, session: &Arc<Session>, conn: &mut Option<Conn>, e: &sqlx::Error) {
+        if classify(e) != Class::Permanent {
+            *conn = None;
+            self.forget_session(session);
+        }
+    }
+
+    pub(super) fn lost_error(&self, operation: &'static str, name: &str, session: &Session) -> LockError {
+        LockError::backend(
+            self.kind,
+            operation,
+            Some(name),
+            true,
+            std::io::Error::other(format!("connection {} was lost", session.id)),
+        )
     }
 }

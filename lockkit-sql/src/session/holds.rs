@@ -8,41 +8,9 @@ use std::sync::atomic::Ordering;
 
 use lockkit_core::backend::{Lease, LockInfo, TryAcquire};
 
-use super::Inner;
-use super::carrier::Session;
-
-/// One held name.
-#[derive(Debug)]
-pub(crate) struct Entry {
-    pub owner: String,
-    pub token: u64,
-    /// One attempt id per share of the hold (the hold count is their number).
-    pub attempts: Vec<String>,
-    /// The connection the server lock is on.
-    pub session: Arc<Session>,
-}
-
-impl Entry {
-    fn lease(&self) -> Lease {
-        Lease {
-            token: self.token,
-            hold_count: u32::try_from(self.attempts.len()).unwrap_or(u32::MAX),
-            valid_until: None,
-            lost: Some(self.session.lost.child_token()),
-            session_deadline: None,
-        }
-    }
-
-    pub(crate) fn info(&self, name: &str) -> LockInfo {
-        LockInfo {
-            name: name.to_owned(),
-            owner: self.owner.clone(),
-            hold_count: u32::try_from(self.attempts.len()).unwrap_or(u32::MAX),
-            token: self.token,
-            remaining: None,
-        }
-    }
-}
+use super::entry::Entry;
+use super::handle::Inner;
+use super::sessions::Session;
 
 impl Inner {
     /// What this backend can answer alone: re-entry by the holding owner

@@ -4,9 +4,9 @@
 //!
 //! # Why
 //!
-//! Every table write is a flushed commit; a session lock writes nothing.
-//! On MariaDB 10.11 one client did 460–590 acquire+release cycles/s on the
-//! table and 3,900 with `GET_LOCK` (issue 18). This mode keeps lockkit's
+//! Every table write is a flushed commit; a session lock writes nothing,
+//! and is several times as fast (docs/session-mode.md has the
+//! measurements). This mode keeps lockkit's
 //! contract where it can at the cost of a round trip per acquisition and
 //! release, like the raw functions.
 //!
@@ -60,8 +60,7 @@
 //! - **A waiter that dies** (its process killed) leaves the server's queue
 //!   with its connection: the server drops the wait, or, if the grant comes
 //!   first, fails to send it and frees the lock with the connection. The
-//!   next waiter is not held up (a few milliseconds measured on both
-//!   databases).
+//!   next waiter is not held up.
 //! - **The lease is the connection** ([`LeaseKind::Session`], like a
 //!   ZooKeeper session): it lasts until released or until the connection
 //!   is lost. One task per backend pings every connection that carries
@@ -105,7 +104,7 @@
 //!   holds it. [`LockBackend::inspect`] of a name held elsewhere says only
 //!   that it is held (`IS_USED_LOCK` / `pg_locks`): owner `""`, count 0,
 //!   token 0. Two processes configured with the same owner id do not share
-//!   a hold (contract point 2's shared count): the second waits. Not
+//!   a hold (the shared count of [the contract](lockkit_core::contract#re-entry-by-owner)): the second waits. Not
 //!   declared: [`Capabilities::shared_holds`].
 //! - No `list` or `force_release` (enumerating user locks needs
 //!   `performance_schema` / `metadata_lock_info` on MariaDB); no
@@ -125,316 +124,27 @@
 //! the sequence (MariaDB: `NEXTVAL` is an insert) / `USAGE` on it
 //! (Postgres). Ending an abandoned wait kills one of the user's own
 //! connections, which needs no privilege on either server.
+//!
+//! [`LeaseKind::Session`]: lockkit_core::backend::LeaseKind::Session
+//! [`Capabilities::durable_tokens`]: lockkit_core::backend::Capabilities::durable_tokens
+//! [`LockBackend::inspect`]: lockkit_core::backend::LockBackend::inspect
+//! [`Capabilities::shared_holds`]: lockkit_core::backend::Capabilities::shared_holds
+//! [`Capabilities::fair`]: lockkit_core::backend::Capabilities::fair
 
 mod acquire;
+mod backend;
 mod carrier;
 mod conn;
+mod entry;
+mod handle;
 mod holds;
 mod key;
+mod line;
 mod pinger;
 mod release;
+mod sessions;
 mod sql;
 mod wait;
 
+pub use handle::SessionBackend;
 pub use key::server_key;
-
-use std::collections::HashMap;
-use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
-
-use async_trait::async_trait;
-use lockkit_core::LockError;
-use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, LockKind,
-    ReleaseOutcome, TryAcquire,
-};
-use lockkit_core::name::check_attempt_id;
-use tokio_util::sync::CancellationToken;
-
-use self::carrier::{Session, Spare};
-use self::conn::Conn;
-use self::holds::Entry;
-use self::key::Key;
-use self::sql::SessionSql;
-use self::wait::WaitLines;
-use crate::config::{Dialect, SqlConfig};
-use crate::error::{Class, backend_error, classify};
-
-/// The SQL backend in session mode (`?mode=session` on a `mysql://`,
-/// `mariadb://` or `postgres://` URL): holds are MariaDB `GET_LOCK` locks
-/// or Postgres advisory locks on this backend's connections. See the
-/// [module documentation](self) for how, and for what it gives up against
-/// the lock table ([`SqlBackend`](crate::SqlBackend)).
-///
-/// Cheap to clone (clones share connections and holds). The ping task
-/// stops, and the connections close (freeing their locks), when the last
-/// clone is dropped.
-#[derive(Clone)]
-pub struct SessionBackend {
-    inner: Arc<Inner>,
-}
-
-/// What the clones of a [`SessionBackend`] share.
-pub(crate) struct Inner {
-    kind: &'static str,
-    config: SqlConfig,
-    sql: SessionSql,
-    /// The holds of this backend, by name.
-    holds: std::sync::Mutex<HashMap<String, Entry>>,
-    /// The connection tries run on (opened again when lost).
-    primary: tokio::sync::Mutex<Option<Arc<Session>>>,
-    /// Connections that carry holds granted by a wait.
-    carriers: std::sync::Mutex<Vec<Arc<Session>>>,
-    /// Connections without holds, for waits.
-    spares: std::sync::Mutex<Vec<Spare>>,
-    /// Connections whose last hold is being released: spares again once
-    /// the server answers.
-    returning: std::sync::atomic::AtomicUsize,
-    /// Rung when a connection was put back with the spares, or a returning
-    /// one was not.
-    spare_back: tokio::sync::Notify,
-    /// The tasks waiting for each name, in line behind the one
-    /// server-side wait for it.
-    lines: WaitLines,
-    /// Names a try of this backend found busy, and when (see `BUSY_FOR`
-    /// in `acquire.rs`).
-    busy: std::sync::Mutex<HashMap<String, tokio::time::Instant>>,
-    stop: CancellationToken,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-impl fmt::Debug for SessionBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SessionBackend")
-            .field("config", &self.inner.config)
-            .finish()
-    }
-}
-
-impl SessionBackend {
-    /// Connects: opens the primary connection, draws a token to check the
-    /// sequence (creating it first if that fails and `create_table`
-    /// allows), and starts the ping task. Fails with a configuration
-    /// error on SQLite, on MySQL without sequences, and when the sequence
-    /// is missing or not usable by this user.
-    pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
-        let kind = config.dialect.kind();
-        if config.dialect == Dialect::Sqlite {
-            return Err(LockError::config(
-                "query parameter mode",
-                "SQLite has no session locks: mode=session needs mysql://, mariadb:// or postgres://",
-            ));
-        }
-        let sql = SessionSql::new(config.dialect, &config.table);
-        let mut conn = Conn::open(&config).await.map_err(|e| match e {
-            sqlx::Error::Configuration(e) => LockError::config("url", e.to_string()),
-            e => backend_error(kind, "connect", None, e),
-        })?;
-        prepare_sequence(&mut conn, &sql, &config).await?;
-        let id = conn
-            .id(&sql)
-            .await
-            .map_err(|e| backend_error(kind, "connect", None, e))?;
-        let inner = Arc::new_cyclic(|weak| Inner {
-            kind,
-            sql,
-            holds: std::sync::Mutex::default(),
-            primary: tokio::sync::Mutex::new(Some(Session::new(conn, id, true))),
-            carriers: std::sync::Mutex::default(),
-            spares: std::sync::Mutex::default(),
-            returning: std::sync::atomic::AtomicUsize::new(0),
-            spare_back: tokio::sync::Notify::new(),
-            lines: wait::lines(weak.clone()),
-            busy: std::sync::Mutex::default(),
-            stop: CancellationToken::new(),
-            config,
-        });
-        pinger::spawn(&inner);
-        Ok(SessionBackend { inner })
-    }
-
-    /// The settings this backend runs with.
-    pub fn config(&self) -> &SqlConfig {
-        &self.inner.config
-    }
-
-    fn check_kind(&self, kind: LockKind) -> Result<(), LockError> {
-        match kind {
-            LockKind::Mutex => Ok(()),
-            other => Err(LockError::Unsupported {
-                backend: self.inner.kind,
-                operation: other.family(),
-            }),
-        }
-    }
-}
-
-/// Creates the sequence if missing and allowed, and draws a token from it:
-/// a missing sequence, missing rights or a server without sequences is a
-/// configuration error that says what to do.
-async fn prepare_sequence(conn: &mut Conn, sql: &SessionSql, config: &SqlConfig) -> Result<(), LockError> {
-    // The sequence is created only when drawing from it fails: on MariaDB
-    // `CREATE SEQUENCE IF NOT EXISTS` of an existing sequence waits for an
-    // exclusive metadata lock, which every wait in progress (its statement
-    // draws the token) holds off, and which, queued, holds off every token
-    // draw after it: a client connecting while another waits would stall
-    // every acquisition until that wait ended.
-    let mut drawn = conn.next_token(sql).await;
-    if config.create_table && matches!(&drawn, Err(e) if classify(e) == Class::Permanent) {
-        // A user without CREATE may still use an existing sequence.
-        if let Err(e) = conn.execute(&sql.create_seq).await {
-            tracing::debug!(sequence = %sql.seq, error = %e, "creating the token sequence failed; checking it");
-        }
-        drawn = conn.next_token(sql).await;
-    }
-    match drawn {
-        Ok(_) => Ok(()),
-        Err(e) if classify(&e) == Class::Permanent => {
-            let mariadb = if config.dialect == Dialect::Mysql {
-                " (mode=session needs MariaDB 10.3 or later: MySQL has no sequences)"
-            } else {
-                ""
-            };
-            Err(LockError::config(
-                "query parameter mode",
-                format!(
-                    "the token sequence {:?} cannot be used: {e}{mariadb}; create it as its owner \
-                     (connect once with create_table=true) and grant this user {}",
-                    sql.seq,
-                    match config.dialect {
-                        Dialect::Postgres => "USAGE on it",
-                        _ => "SELECT, INSERT on it",
-                    }
-                ),
-            ))
-        }
-        Err(e) => Err(backend_error(config.dialect.kind(), "connect", None, e)),
-    }
-}
-
-impl Inner {
-    /// A statement on `session` failed: unless the error is the
-    /// statement's own (permanent), the connection is dropped and its holds
-    /// are lost.
-    fn statement_failed(&self, session: &Arc<Session>, conn: &mut Option<Conn>, e: &sqlx::Error) {
-        if classify(e) != Class::Permanent {
-            *conn = None;
-            self.forget_session(session);
-        }
-    }
-
-    fn lost_error(&self, operation: &'static str, name: &str, session: &Session) -> LockError {
-        LockError::backend(
-            self.kind,
-            operation,
-            Some(name),
-            true,
-            std::io::Error::other(format!("connection {} was lost", session.id)),
-        )
-    }
-}
-
-#[async_trait]
-impl LockBackend for SessionBackend {
-    fn kind(&self) -> &'static str {
-        self.inner.kind
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        let caps = Capabilities::session_leases().with_idempotent_attempts();
-        debug_assert_eq!(caps.leases, LeaseKind::Session);
-        match self.inner.config.dialect {
-            Dialect::Postgres => caps.with_fair(),
-            _ => caps.with_durable_tokens(),
-        }
-    }
-
-    async fn try_acquire(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-        check_attempt_id(req.attempt)?;
-        self.attempt(req).await
-    }
-
-    async fn acquire(&self, req: &AcquireRequest<'_>, wait: Option<Duration>) -> Result<Option<Lease>, LockError> {
-        check_attempt_id(req.attempt)?;
-        self.acquire_waiting(req, wait).await
-    }
-
-    async fn release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
-        check_attempt_id(attempt)?;
-        if hold.kind != LockKind::Mutex {
-            return Ok(ReleaseOutcome::NotHeld);
-        }
-        self.release_hold(hold, attempt).await
-    }
-
-    /// A session lease has no ttl: extending checks that the hold stands.
-    async fn extend(&self, hold: &Hold, _ttl: Duration) -> Result<ExtendOutcome, LockError> {
-        Ok(if self.inner.holds_now(&hold.name, &hold.owner, hold.token) {
-            ExtendOutcome::Extended { valid_until: None }
-        } else {
-            ExtendOutcome::NotHeld
-        })
-    }
-
-    /// This backend's own hold in full; a hold by any other connection as
-    /// owner `""`, count 0, token 0 (the server knows only that it is held).
-    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        if let Some(info) = self.inner.local_info(name) {
-            return Ok(Some(info));
-        }
-        let held = self
-            .inner
-            .on_primary("inspect", name, |conn, sql, key| Box::pin(conn.held(sql, key)))
-            .await?;
-        Ok(held.then(|| LockInfo {
-            name: name.to_owned(),
-            owner: String::new(),
-            hold_count: 0,
-            token: 0,
-            remaining: None,
-        }))
-    }
-
-    async fn waiting(&self, name: &str) -> Result<usize, LockError> {
-        let n = self
-            .inner
-            .on_primary("waiting", name, |conn, sql, key| Box::pin(conn.waiting(sql, key)))
-            .await?;
-        n.ok_or(LockError::Unsupported {
-            backend: self.inner.kind,
-            operation: "waiting",
-        })
-    }
-}
-
-type ConnFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, sqlx::Error>> + Send + 'a>>;
-
-impl Inner {
-    /// Runs a look (no hold taken) on the primary connection.
-    async fn on_primary<T>(
-        &self,
-        operation: &'static str,
-        name: &str,
-        run: impl for<'a> FnOnce(&'a mut Conn, &'a SessionSql, &'a Key) -> ConnFuture<'a, T>,
-    ) -> Result<T, LockError> {
-        let key = Key::of(self.config.dialect, name);
-        let session = self.primary().await?;
-        let mut guard = session.conn.lock().await;
-        let Some(conn) = guard.as_mut() else {
-            return Err(self.lost_error(operation, name, &session));
-        };
-        match run(conn, &self.sql, &key).await {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                self.statement_failed(&session, &mut guard, &e);
-                Err(backend_error(self.kind, operation, Some(name), e))
-            }
-        }
-    }
-}

@@ -9,9 +9,9 @@ use lockkit_core::LockError;
 use lockkit_core::backend::{Hold, ReleaseOutcome};
 use lockkit_core::detach;
 
-use super::carrier::Session;
+use super::handle::{Inner, SessionBackend};
 use super::key::Key;
-use super::{Inner, SessionBackend};
+use super::sessions::Session;
 use crate::error::backend_error;
 
 /// What the local table says about a release.

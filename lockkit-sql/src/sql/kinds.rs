@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use lockkit_core::backend::LockKind;
 
-use super::alive;
+use super::fragments::{SQLITE_NOW, alive, pg_us};
 use crate::config::Dialect;
 
 /// A kind family's code in the tables: each family keeps its own names.
@@ -158,7 +158,7 @@ impl Words {
             },
             Dialect::Sqlite => Words {
                 quote: '"',
-                now: super::SQLITE_NOW,
+                now: SQLITE_NOW,
                 greatest: "MAX",
                 for_update: "",
                 int8: "",
@@ -182,7 +182,7 @@ fn remaining(dialect: Dialect) -> String {
     let now = Words::of(dialect).now;
     match dialect {
         Dialect::Mysql => format!("TIMESTAMPDIFF(MICROSECOND, {now}, expires_at)"),
-        Dialect::Postgres => super::pg_us(&format!("expires_at - {now}")),
+        Dialect::Postgres => pg_us(&format!("expires_at - {now}")),
         Dialect::Sqlite => format!("expires_at - {now}"),
     }
 }

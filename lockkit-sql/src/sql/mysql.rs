@@ -1,7 +1,8 @@
 //! MySQL/MariaDB's statements, and its multi-statement batches (claim,
 //! fair claim, join), whose values are spliced in as literals.
 
-use super::{ClaimShape, Statements, alive, s};
+use super::fragments::{MY_REMAINING, alive, s};
+use super::statements::{ClaimShape, Statements};
 use crate::config::Dialect;
 
 /// A MySQL hex literal: `X'…'` (`X''` for no bytes).
@@ -23,8 +24,8 @@ fn hex(bytes: &[u8]) -> String {
 /// letters, digits and `_`), and the literals cannot change a statement:
 /// nothing but `[0-9A-F]`, digits and `-`.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-pub(crate) fn mysql_inline(statement: &str, args: &[crate::conn::Arg<'_>]) -> String {
-    use crate::conn::Arg;
+pub(crate) fn mysql_inline(statement: &str, args: &[crate::value::Arg<'_>]) -> String {
+    use crate::value::Arg;
     let mut args = args.iter();
     let mut out = String::with_capacity(statement.len() + 64);
     for (i, part) in statement.split('?').enumerate() {
@@ -146,9 +147,6 @@ impl MysqlTokens {
         }
     }
 }
-
-/// MySQL: microseconds from now to `expires_at`, at least 1.
-pub(super) const MY_REMAINING: &str = "GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))";
 
 /// MySQL: a hold's row made free (expired, no owner) for the line.
 const MY_FREE: &str = "owner = X'', hold_count = 0, attempts = '', memo = NULL, expires_at = UTC_TIMESTAMP(6)";
@@ -516,7 +514,7 @@ mod tests {
 
     #[test]
     fn mysql_inline_fills_each_placeholder_in_order() {
-        use crate::conn::Arg;
+        use crate::value::Arg;
         let sql = mysql_inline(
             "DELETE FROM `t` WHERE name = ? AND token = ? AND attempts = ? AND memo = ?",
             &[Arg::Bytes(b"a'?"), Arg::Int(-7), Arg::Text(Some("0f")), Arg::Text(None)],

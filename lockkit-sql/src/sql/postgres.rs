@@ -1,19 +1,8 @@
 //! PostgreSQL's statements.
 
-use super::{ClaimShape, Statements, alive, s, shares};
+use super::fragments::{PG_NO_FLUSH, alive, pg_us, s, shares};
+use super::statements::{ClaimShape, Statements};
 use crate::config::Dialect;
-
-/// Microseconds of the interval `x` as an int8 (Postgres).
-pub(super) fn pg_us(x: &str) -> String {
-    format!("(extract(epoch from ({x})) * 1000000)::int8")
-}
-
-/// Postgres, as a one-row subquery of a statement that writes only the
-/// fair line (joining, leaving, renewing a place): its transaction's commit
-/// does not wait for the flush to disk (see `Db::open_line`). Set locally
-/// inside the statement, it is in force when the statement's own implicit
-/// transaction commits, and gone after.
-pub(super) const PG_NO_FLUSH: &str = "SELECT set_config('synchronous_commit', 'off', true)";
 
 pub(super) fn postgres(t: &str) -> Statements {
     let remaining = pg_us("expires_at - now()");

@@ -1,10 +1,8 @@
 //! SQLite's statements.
 
-use super::{ClaimShape, Statements, alive, s, shares};
+use super::fragments::{SQLITE_NOW, alive, s, shares};
+use super::statements::{ClaimShape, Statements};
 use crate::config::Dialect;
-
-/// SQLite's clock in microseconds since the epoch (millisecond resolution).
-pub(super) const SQLITE_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
 
 pub(super) fn sqlite(t: &str) -> Statements {
     let now = SQLITE_NOW;

@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use tokio::sync::Notify;
 
+use crate::shared::{SharedByKey, shared_by_key};
+
 /// The names somebody in this process waits for.
 #[derive(Debug, Default)]
 pub(crate) struct Waiters {
@@ -63,7 +65,7 @@ struct Slot {
     /// Unfair waiters, one woken by a release (the others try on their
     /// backoff): woken all at once, they met the releaser's next claim
     /// in a herd — on SQLite, in turn at the file's gate, which cut
-    /// `fair=false` throughput from 1,115 to 401 cycles/s (w2, 8 clients).
+    /// `fair=false` throughput to a third.
     all: Weak<Notify>,
     /// Fair waiters by their place in the database's line.
     line: BTreeMap<(i64, u64), Turn>,
@@ -228,25 +230,6 @@ impl Drop for InLine {
 
 /// Registries shared by the backends of this process, by database and table.
 static SHARED: SharedByKey<Waiters> = OnceLock::new();
-
-/// Values the backends of this process share by a key, held weakly: the
-/// last backend that drops one forgets it.
-pub(crate) type SharedByKey<T> = OnceLock<Mutex<HashMap<String, Weak<T>>>>;
-
-/// The value `registry` has for `key`, or a new default one, kept there.
-pub(crate) fn shared_by_key<T: Default>(registry: &SharedByKey<T>, key: String) -> Arc<T> {
-    let mut shared = registry
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    shared.retain(|_, w| w.strong_count() > 0);
-    if let Some(v) = shared.get(&key).and_then(Weak::upgrade) {
-        return v;
-    }
-    let v = Arc::<T>::default();
-    shared.insert(key, Arc::downgrade(&v));
-    v
-}
 
 impl Waiters {
     fn names(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Slot>> {

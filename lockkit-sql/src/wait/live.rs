@@ -3,7 +3,8 @@
 //! can tell, instead of after their leases.
 //!
 //! Each backend that waits in a line draws a random key and names it in
-//! the `live` column of its places (see `sql::alive` for the checks).
+//! the `live` column of its places (see `alive` in `sql/fragments.rs` for
+//! the checks).
 //!
 //! - **MySQL/MariaDB**: a connection of its own holds `GET_LOCK` on
 //!   `lockkit-live-<key>`. When the process dies its connections close, the
@@ -35,62 +36,23 @@
 //! second) or the renewal tick wakes the line, not at once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+#[cfg(feature = "mysql")]
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 #[cfg(any(feature = "mysql", feature = "sqlite"))]
 use std::time::Duration;
 
-use tokio::sync::OnceCell;
-
-use crate::backend::Inner;
+use super::live_key::Live;
 #[cfg(any(feature = "mysql", feature = "sqlite"))]
 use crate::config::Dialect;
+use crate::handle::Inner;
 
 /// How often the MySQL carrier checks its connection (and retakes the key
 /// on a new one when it is gone).
 #[cfg(feature = "mysql")]
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// A backend's liveness key and whether it is carried now.
-#[derive(Debug)]
-pub(crate) struct Live {
-    key: i64,
-    held: Arc<AtomicBool>,
-    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
-    started: OnceCell<()>,
-    /// SQLite: when the liveness row was last renewed (ms on the
-    /// backend's clock, see [`Live::since`]); 0: never.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    renewed_ms: AtomicI64,
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    since: tokio::time::Instant,
-}
-
-impl Default for Live {
-    fn default() -> Self {
-        Live {
-            // Positive and never 0, which the statements take for "none".
-            key: (rand::random::<u64>() >> 2) as i64 + 1,
-            held: Arc::default(),
-            started: OnceCell::new(),
-            renewed_ms: AtomicI64::new(0),
-            since: tokio::time::Instant::now(),
-        }
-    }
-}
-
 impl Live {
-    /// The key (Postgres: the wait list takes it on each connection).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub fn key(&self) -> i64 {
-        self.key
-    }
-
-    /// Set while the key is carried (Postgres: by the wait list).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub fn held_flag(&self) -> Arc<AtomicBool> {
-        self.held.clone()
-    }
-
     /// The key a new place names: this backend's if it is carried now
     /// (started on the first call), else 0 (none: the place lives by its
     /// lease). Postgres: the caller waited for its wait list first.
@@ -130,7 +92,7 @@ impl Live {
 /// skip, never a wrong grant).
 #[cfg(feature = "sqlite")]
 async fn renew_sqlite(live: &Live, inner: &Inner) {
-    use crate::conn::{Arg, us};
+    use crate::value::{Arg, us};
     let args = [Arg::Int(live.key), Arg::Int(us(inner.config.live_lease))];
     let asked = live.since.elapsed();
     match inner.line_db.exec(&inner.sql.live_take, &args).await {

@@ -4,7 +4,7 @@
 //! the Postgres `LISTEN` connection that feeds it (`pg_listener.rs`), the
 //! Postgres wait lists (`waitlist.rs`), the renewal of places in the line
 //! (`queue.rs`), and the liveness key that lets a dead process's places be
-//! skipped at once (`live.rs`).
+//! skipped at once (`live.rs`, the key itself in `live_key.rs`).
 //!
 //! # The fair line
 //!
@@ -36,6 +36,7 @@
 
 pub(crate) mod listener;
 pub(crate) mod live;
+pub(crate) mod live_key;
 mod pg_listener;
 pub(crate) mod queue;
 #[cfg(feature = "postgres")]
@@ -49,11 +50,11 @@ use lockkit_core::backoff::Backoff;
 use lockkit_core::{LockError, detach};
 use sha2::{Digest, Sha256};
 
-use crate::backend::{Inner, SqlBackend};
 #[cfg(feature = "mysql")]
 use crate::config::Dialect;
-use crate::conn::{Arg, Col, us};
+use crate::handle::{Inner, SqlBackend};
 use crate::sql::family;
+use crate::value::{Arg, Col, us};
 use listener::{InLine, Served};
 use queue::Place;
 
@@ -88,9 +89,9 @@ const IDLE: Duration = Duration::from_secs(3600);
 /// waiter of each process looks whether the line moved in another process
 /// (at most `max_backoff`): it becomes the head when the waiter before it
 /// takes the name, and nobody tells it. One read per process and waited
-/// name every 10 ms; a hand-off across processes then costs ~5 ms more
-/// than a poll of the head (measured on `lockkit demo`, SQLite, 4
-/// processes: looking every 250 ms made 9–12 hand-offs/s).
+/// name every 10 ms; a hand-off across processes then costs a few
+/// milliseconds more than a poll of the head, where looking a few times a
+/// second made hand-offs across processes an order of magnitude slower.
 const LOOK: Duration = Duration::from_millis(10);
 
 /// Leaves a line now, after a wait gave up (wait bound, error): `leaving`
@@ -159,7 +160,7 @@ impl Drop for Queued {
 }
 
 impl SqlBackend {
-    /// A fair `lock` (contract point 12) of any kind: one attempt; if the
+    /// A fair `lock` ([the contract](lockkit_core::contract#fair-by-default)) of any kind: one attempt; if the
     /// name is busy, a place at the back of the name's line
     /// (`<table>_waiters`, under its [`line_key`]), then attempts that take
     /// the name only when this one heads the line (a reader: when no

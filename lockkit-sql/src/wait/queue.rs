@@ -27,8 +27,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::listener::Waiters;
-use crate::conn::{Arg, Db};
+use crate::conn::Db;
 use crate::sql::Statements;
+use crate::value::Arg;
 
 /// Waiter rows per renewal statement.
 const RENEW_CHUNK: usize = 256;

@@ -1,8 +1,8 @@
 //! Postgres: telling releasers that somebody waits, without a write.
 //!
 //! A `NOTIFY` in every release would serialize the commits of all releases
-//! on the server's notification queue (measured: w3 at 16 clients went from
-//! 4,219 to 1,781 cycles/s). So a release notifies only when somebody may be
+//! on the server's notification queue, which more than halved the
+//! throughput of many names at once. So a release notifies only when somebody may be
 //! waiting for the name, and waiting is announced with a shared session-level
 //! advisory lock on the name (key [`Statements::wait_join`]) held by this
 //! backend's wait-list connection for as long as any of its callers waits.

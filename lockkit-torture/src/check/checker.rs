@@ -42,7 +42,7 @@ pub(crate) struct Hold {
     pub(crate) next_t: Option<u64>,
     pub(crate) intervals: Vec<(u64, u64)>,
     /// Until when this hold's share may still be on the server (see
-    /// [`shares::share_ends`]).
+    /// [`shares::share_ends`](super::shares::share_ends)).
     pub(crate) share_end: u64,
     /// Not a grant: a `lock` call that never returned (its process was
     /// killed or ended) or was cancelled when the run ended. The server may
@@ -90,7 +90,7 @@ pub(crate) struct ProcInfo {
     pub(super) pauses: Vec<(u64, u64)>,
 }
 
-/// What the steps of [`check`] share: the logs, the bounds of the run's
+/// What the steps of [`check`](super::check) share: the logs, the bounds of the run's
 /// `Run` line, and what the steps read from the logs.
 pub(super) struct Checker<'a> {
     pub(super) procs: &'a [ProcLog],

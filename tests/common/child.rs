@@ -607,6 +607,7 @@ macro_rules! child_process_tests {
     ($var:literal, $label:literal) => {
         /// The entry point of the child processes the other tests start.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "a child process entry: the tests that need it start it"]
         async fn child_process() {
             $crate::common::child::child_main().await;
         }

@@ -41,7 +41,9 @@ pub fn test_name(module_path: &str, test: &str) -> String {
 
 /// This test binary run again for the one test `test` of the module whose
 /// `module_path!()` is `module_path` (its output shown, one thread): the
-/// child process of a test that needs several processes. The caller adds
+/// child process of a test that needs several processes. Child entries are
+/// `#[ignore]`d, so a test run does not count them; the child runs its one
+/// entry with `--ignored`. The caller adds
 /// the environment that tells the child what to do, and spawns it (or
 /// lets [`spawn_child`] do both).
 pub fn child_command(module_path: &str, test: &str) -> std::process::Command {
@@ -49,6 +51,7 @@ pub fn child_command(module_path: &str, test: &str) -> std::process::Command {
     command.args([
         &test_name(module_path, test),
         "--exact",
+        "--ignored",
         "--nocapture",
         "--test-threads=1",
     ]);

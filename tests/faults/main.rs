@@ -11,7 +11,7 @@
 //! - latency: 50 ms each way keeps a 1 s lease alive for several ttls;
 //! - resets mid-hold: the holder keeps the lock or is told it lost it —
 //!   another owner never holds it while the holder still believes it does;
-//! - lost replies (contract point 13): the server runs a claim or a release
+//! - lost replies (the contract: attempts are idempotent): the server runs a claim or a release
 //!   and its answer is lost; the command is sent again on a new connection
 //!   and takes effect once — one share, one decrement;
 //! - a lock that failed on a lost reply (Redis) leaves no hold behind.

@@ -1,4 +1,4 @@
-//! Crowds across processes (contract point 14): 4 processes × 50 waiters
+//! Crowds across processes (the contract's fair by default, with crowds): 4 processes × 50 waiters
 //! on one name — a mutex, a semaphore of 3, a read-write lock with a
 //! writer in every ten — each waiter taking its hold once for a short
 //! section. A gate holds the name until all 200 stand in line. Every
@@ -61,6 +61,7 @@ fn now_ns() -> u128 {
 
 /// A child: `PER_PROCESS` waiters, each with an owner of its own, take
 /// their hold once; each section is logged as `writer enter leave token`.
+#[ignore = "a child process entry: the tests that need it start it"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crowd_child() {
     let Ok(crowd) = std::env::var(ROLE) else {

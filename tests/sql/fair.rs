@@ -1,4 +1,4 @@
-//! The SQL backend's fair line (contract point 12) where the conformance
+//! The SQL backend's fair line (the contract's fair by default) where the conformance
 //! kit does not reach: a place left in `<table>_waiters` by a process that
 //! is gone (nobody renews it) is skipped once its lease ends; a fair
 //! `try_lock` refuses a free name while somebody waits, `fair=false`

@@ -7,7 +7,7 @@
 //! client (its session closes): another owner must not get the lock while
 //! P2's guard is not lost.
 //!
-//! **Answers lost after the server acted** (contract point 13): a
+//! **Answers lost after the server acted** (the contract: attempts are idempotent): a
 //! contender's create, a re-entry's write and a release whose replies are
 //! lost with the connection (the testkit's [`FaultProxy`] delivers the
 //! requests and drops the replies, then closes the connection) take effect
@@ -605,7 +605,7 @@ async fn a_release_whose_answer_came_too_late_takes_one_share() {
     a_release_whose_answer_was_lost_takes_one_share(Loss::TooLate).await;
 }
 
-/// A `lock` that gives up leaves nothing in the queue (contract point 4).
+/// A `lock` that gives up leaves nothing in the queue (the contract: lock waits, cancel safe).
 ///
 /// The torture run with seed 77741357886000 found a failed `lock` whose
 /// contender node stayed behind: a latency fault longer than the client

@@ -22,6 +22,7 @@ use crate::common::unique;
 use crate::support::{BOUND, Server, server};
 
 /// The entry point of the child processes the other tests start.
+#[ignore = "a child process entry: the tests that need it start it"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_process() {
     child::child_main().await;

@@ -1,5 +1,5 @@
 //! An acquisition that starts over in a new session takes back the node its
-//! old session queued (contract point 4: a lock call leaves no share behind).
+//! old session queued (the contract's cancel safety: a lock call leaves no share behind).
 //!
 //! The ZooKeeper torture run with seed 73134003798754 (shared owners, proxy
 //! faults; 100,043 grants) saw a `lock` granted with hold count 2 where no other share

@@ -69,10 +69,34 @@ pub const CASES: &[&str] = &[
 /// Expands to one `#[tokio::test]` per conformance case. The argument is an
 /// expression of type `Option<Kit>`, evaluated in every test (`None`: the
 /// server is not configured and the case prints that it skipped).
+///
+/// Cases of a capability the backend does not declare (fair queues,
+/// idempotent attempts) are listed after `not_applicable:` with the reason;
+/// they are generated `#[ignore]`d with it, so a run reports them as not
+/// run. A listed case that applies, or one that does not and is not
+/// listed, fails.
+///
+/// ```text
+/// lockkit_core::conformance_tests!(
+///     kit(),
+///     not_applicable: [fifo_order, releaser_does_not_overtake, dead_waiter_skipped]
+///         because "no fair queue: Capabilities::fair is not declared"
+/// );
+/// ```
 #[macro_export]
 macro_rules! conformance_tests {
     ($kit:expr) => {
-        $crate::conformance_tests!(@cases ($kit)
+        $crate::conformance_tests!($kit, not_applicable: [] because "");
+    };
+    ($kit:expr, not_applicable: [$($skip:ident),* $(,)?] because $why:literal) => {
+        $crate::conformance_tests!(@with ($) ($kit) [$($skip)*] $why);
+    };
+    (@with ($d:tt) ($kit:expr) [$($skip:ident)*] $why:literal) => {
+        macro_rules! __lockkit_conformance_case {
+            $( ($skip) => { $crate::conformance_tests!(@case ($kit) $skip [ignore = $why]); }; )*
+            ($d case:ident) => { $crate::conformance_tests!(@case ($kit) $d case []); };
+        }
+        $crate::conformance_tests!(@each
             mutual_exclusion reentrancy try_lock_never_waits bounded_wait cancellation_safety
             release_by_non_owner idempotent_attempts extend_and_auto_extend lost_signal lost_when_starved fencing_monotonic crash_release
             names invalid_input stress admin
@@ -83,15 +107,17 @@ macro_rules! conformance_tests {
             job_runs_once_and_at_least_holds job_at_most_stops
             crowd_mutex crowd_semaphore crowd_rwlock);
     };
-    (@cases ($kit:expr) $($case:ident)*) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let kit: ::std::option::Option<$crate::testkit::Kit> = $kit;
-                if let ::std::option::Option::Some(kit) = kit {
-                    $crate::testkit::cases::$case(&kit).await;
-                }
+    (@each $($case:ident)*) => {
+        $( __lockkit_conformance_case!($case); )*
+    };
+    (@case ($kit:expr) $case:ident [$($attr:meta)?]) => {
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $(#[$attr])?
+        async fn $case() {
+            let kit: ::std::option::Option<$crate::testkit::Kit> = $kit;
+            if let ::std::option::Option::Some(kit) = kit {
+                $crate::testkit::cases::$case(&kit).await;
             }
-        )*
+        }
     };
 }

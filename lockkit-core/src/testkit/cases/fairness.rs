@@ -1,11 +1,12 @@
-//! The conformance cases of contract point 12, fair by default: waiters
-//! are served in the order they began waiting, a releaser does not overtake
-//! the queue, a dead waiter leaves it within a bound, and `fair=false`
-//! (barging) stays correct.
+//! The conformance cases of the contract's
+//! [fair by default](crate::contract#fair-by-default): waiters are served
+//! in the order they began waiting, a releaser does not overtake the queue,
+//! a dead waiter leaves it within a bound, and `fair=false` (barging) stays
+//! correct.
 //!
-//! A backend that does not declare [`Capabilities::fair`] says so on stderr
-//! and the fairness checks do not apply to it (the `fair=false` case runs
-//! everywhere).
+//! A backend that does not declare [`Capabilities::fair`] lists the
+//! fairness checks as not applicable (`conformance_tests!`); the
+//! `fair=false` case runs everywhere.
 //!
 //! [`Capabilities::fair`]: crate::backend::Capabilities::fair
 
@@ -20,16 +21,15 @@ use super::steps::{assert_holder, holder, must_lock, must_unlock, spawn_lock};
 use crate::testkit::kit::{Kit, error_chain};
 use crate::{LockClient, LockGuard};
 
-/// Whether the backend declares fair queues; says so when it does not.
-fn fair(kit: &Kit, client: &LockClient, case: &str) -> bool {
-    let fair = client.capabilities().fair;
-    if !fair {
-        eprintln!(
-            "{}: {case}: the backend does not declare fair queues (Capabilities::fair): waiters may be served in any order",
-            kit.label()
-        );
-    }
-    fair
+/// Fails the case where the backend does not declare fair queues: such a
+/// backend lists the fairness cases as not applicable
+/// (`conformance_tests!(…, not_applicable: […] because …)`).
+fn require_fair(kit: &Kit, client: &LockClient, case: &str) {
+    assert!(
+        client.capabilities().fair,
+        "{}: {case}: the backend does not declare fair queues (Capabilities::fair): list the case as not applicable",
+        kit.label()
+    );
 }
 
 /// Waits (up to the kit's bound) until `n` acquisitions wait for `name`.
@@ -72,9 +72,7 @@ fn spawn_take(kit: &Kit, client: &LockClient, name: &str, who: &str, order: &Ord
 pub async fn fifo_order(kit: &Kit) {
     let name = kit.name("fifo_order");
     let holder_client = kit.client().await;
-    if !fair(kit, &holder_client, "fifo_order") {
-        return;
-    }
+    require_fair(kit, &holder_client, "fifo_order");
     let guard = must_lock(&holder_client, &name, &kit.long(&holder_client)).await;
     let order = Order::default();
     let mut tasks = Vec::new();
@@ -105,9 +103,7 @@ pub async fn fifo_order(kit: &Kit) {
 pub async fn releaser_does_not_overtake(kit: &Kit) {
     let name = kit.name("releaser_does_not_overtake");
     let (a, b) = (kit.client().await, kit.client().await);
-    if !fair(kit, &a, "releaser_does_not_overtake") {
-        return;
-    }
+    require_fair(kit, &a, "releaser_does_not_overtake");
     let ga = must_lock(&a, &name, &kit.long(&a)).await;
     let order = Order::default();
     let waiter = spawn_lock(&b, &name, kit.long(&b));
@@ -159,9 +155,7 @@ pub async fn releaser_does_not_overtake(kit: &Kit) {
 pub async fn dead_waiter_skipped(kit: &Kit) {
     let name = kit.name("dead_waiter_skipped");
     let (a, c) = (kit.client().await, kit.client().await);
-    if !fair(kit, &a, "dead_waiter_skipped") {
-        return;
-    }
+    require_fair(kit, &a, "dead_waiter_skipped");
     let ga = must_lock(&a, &name, &kit.long(&a)).await;
     // The doomed waiter lives on a runtime of its own: shutting it down
     // drops its tasks and connections without letting any clean-up talk to

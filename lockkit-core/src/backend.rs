@@ -88,10 +88,10 @@ pub struct AcquireRequest<'a> {
     /// acquisition's share of the hold count, so that a repeat of the same
     /// attempt — lockkit's own retry, or a client library re-sending a
     /// command after a lost reply — is recognised and counted once
-    /// (contract point 13). Release names it again to take exactly this share
-    /// back.
+    /// ([the contract](crate::contract#attempts-are-idempotent)). Release
+    /// names it again to take exactly this share back.
     pub attempt: &'a str,
-    /// Serve waiters in order (contract point 12, [`LockOptions::fair`]):
+    /// Serve waiters in order ([the contract](crate::contract#fair-by-default), [`LockOptions::fair`]):
     /// a free name goes to the first in line, not to whoever asks first.
     /// An unfair acquisition takes a free name whoever waits.
     ///
@@ -258,10 +258,11 @@ pub struct Capabilities {
     /// [`LockBackend::list`] and [`LockBackend::force_release`] are
     /// implemented.
     pub admin: bool,
-    /// Attempts are idempotent (contract point 13): an acquisition or a
-    /// release repeated with the same attempt id takes effect once. A
-    /// backend that does not declare it may count a retried acquisition as
-    /// a re-entry; the conformance kit checks it wherever it is declared.
+    /// Attempts are idempotent
+    /// ([the contract](crate::contract#attempts-are-idempotent)): an
+    /// acquisition or a release repeated with the same attempt id takes
+    /// effect once. A backend that does not declare it may count a retried
+    /// acquisition as a re-entry; the conformance kit checks it wherever it is declared.
     pub idempotent_attempts: bool,
     /// Waiters are served in order when the request asks for it
     /// ([`AcquireRequest::fair`]), and [`LockBackend::waiting`] counts them;

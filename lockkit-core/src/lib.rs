@@ -37,7 +37,8 @@
 //! extended by one watchdog per client; a lost signal fires no later than the
 //! moment another owner could acquire; fencing tokens grow per name; a
 //! crashed holder's lock comes free after its ttl or session; names are 1 to
-//! 255 bytes of UTF-8; errors are typed [`LockError`]s.
+//! 255 bytes of UTF-8; errors are typed [`LockError`]s; waiters are served
+//! in order; attempts are idempotent. Each point in full: [`contract`].
 #![warn(missing_docs)]
 
 mod acquire;
@@ -45,6 +46,7 @@ mod admission;
 pub mod backend;
 pub mod backoff;
 mod client;
+pub mod contract;
 mod detach;
 mod error;
 mod forward;

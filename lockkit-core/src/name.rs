@@ -1,4 +1,4 @@
-//! Lock name and owner id validation (contract point 10), in one place.
+//! Lock name and owner id validation ([the contract](crate::contract#names)), in one place.
 
 use crate::LockError;
 

@@ -100,7 +100,7 @@ impl LockOptions {
     }
 
     /// Whether waiters are served in the order they began waiting (default:
-    /// on; contract point 12). Fair, a free name goes to the first waiter in
+    /// on; the contract's fair by default). Fair, a free name goes to the first waiter in
     /// line — a client that just released it, or a `try_lock`, does not
     /// take it ahead of those already queued; re-entry by the holder stays
     /// immediate. Off (`fair=false` in a URL), whoever asks first after a

@@ -1,4 +1,4 @@
-//! The conformance cases, one per contract point (the README's "The contract").
+//! The conformance cases, one per point of [the contract](crate::contract).
 //!
 //! Each case panics with a message naming what broke. Cases wait for events
 //! within [`Kit::bound`](crate::testkit::Kit::bound); the only sleeps are

@@ -36,15 +36,17 @@ fn arrows(tree: &Tree) -> BTreeMap<PathBuf, BTreeMap<PathBuf, BTreeSet<String>>>
     for (module, scope) in tree.modules.iter().zip(&scopes) {
         let from = out.entry(module.file.clone()).or_default();
         for path in &scope.named {
-            let Some(target) = locate(tree, &scopes, path, 0) else {
+            let mut passed = Vec::new();
+            let Some(target) = locate(tree, &scopes, path, 0, &mut passed) else {
                 continue;
             };
-            let target = &tree.modules[target];
-            if target.file == module.file {
-                continue;
-            }
             let name = path.last().cloned().unwrap_or_else(|| "crate".into());
-            from.entry(target.file.clone()).or_default().insert(name);
+            for at in passed.into_iter().chain([target]) {
+                let file = &tree.modules[at].file;
+                if *file != module.file {
+                    from.entry(file.clone()).or_default().insert(name.clone());
+                }
+            }
         }
     }
     out
@@ -52,8 +54,12 @@ fn arrows(tree: &Tree) -> BTreeMap<PathBuf, BTreeMap<PathBuf, BTreeSet<String>>>
 
 /// The module that defines what `path` (from the crate root) names,
 /// following `use`s (re-exports and imports alike) to the definition;
-/// `None` for a name brought in from outside the crate.
-fn locate(tree: &Tree, scopes: &[Scope], path: &[String], depth: usize) -> Option<usize> {
+/// `None` for a name brought in from outside the crate. The modules below
+/// the crate root whose `use` the name passed through go to `passed`: a
+/// file that takes a name through a folder's `mod.rs` depends on that
+/// `mod.rs` too (the crate root's re-exports are the crate's face, and
+/// every module is below it).
+fn locate(tree: &Tree, scopes: &[Scope], path: &[String], depth: usize, passed: &mut Vec<usize>) -> Option<usize> {
     let at = tree.deepest(path);
     let rest = &path[tree.modules[at].path.len()..];
     let Some(name) = rest.first() else { return Some(at) };
@@ -63,9 +69,12 @@ fn locate(tree: &Tree, scopes: &[Scope], path: &[String], depth: usize) -> Optio
         return Some(at);
     }
     if let Some(target) = scope.aliases.get(name) {
+        if at != 0 {
+            passed.push(at);
+        }
         let mut next = target.clone();
         next.extend(rest[1..].iter().cloned());
-        return locate(tree, scopes, &next, depth + 1);
+        return locate(tree, scopes, &next, depth + 1, passed);
     }
     if scope.external.contains(name) {
         return None;
@@ -78,9 +87,12 @@ fn locate(tree: &Tree, scopes: &[Scope], path: &[String], depth: usize) -> Optio
                 || scopes[m].aliases.contains_key(name)
         };
         if tree.modules[g].path.len() == glob.len() && has(g) {
+            if at != 0 {
+                passed.push(at);
+            }
             let mut next = glob.clone();
             next.extend(rest.iter().cloned());
-            return locate(tree, scopes, &next, depth + 1);
+            return locate(tree, scopes, &next, depth + 1, passed);
         }
     }
     Some(at)

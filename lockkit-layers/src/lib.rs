@@ -4,10 +4,12 @@
 //!
 //! An arrow goes from a file to the file of every module of its crate that
 //! it names: in a `use`, in a path (`crate::conn::Arg`, `super::Shared`,
-//! `child::f`), and in a macro call's paths. The module an item is named
-//! through counts, not where it is defined: naming a re-export in
-//! `mod.rs` is an arrow to `mod.rs`. Code under `#[cfg(test)]` is left
-//! out.
+//! `child::f`), and in a macro call's paths. A name taken through another
+//! module's `use` (a re-export in a folder's `mod.rs`) is an arrow to that
+//! module as well as to the file that defines it; the crate root's
+//! re-exports are the crate's face and count only where they lead. Code
+//! under `#[cfg(test)]` is left out; a method called on a value is not
+//! seen (the check reads names, not types).
 //!
 //! ```no_run
 //! let cycles = lockkit_layers::check(std::path::Path::new("lockkit-sql"))?;

@@ -138,3 +138,33 @@ fn a_missing_module_file_is_an_error() {
     let err = check(dir.path()).expect_err("an error");
     assert!(err.to_string().contains("gone.rs"), "{err}");
 }
+
+#[test]
+fn a_name_taken_through_a_folders_mod_rs_counts_that_mod_rs_too() {
+    // `faults` takes `Args` through `chaos/mod.rs`, which uses `faults`:
+    // a cycle, though `Args` is defined in `chaos/args.rs`.
+    let dir = krate(&[
+        ("lib.rs", "mod chaos;\nmod faults;\n"),
+        (
+            "chaos/mod.rs",
+            "mod args;\npub use args::Args;\npub fn run() { crate::faults::go() }\n",
+        ),
+        ("chaos/args.rs", "pub struct Args;\n"),
+        ("faults.rs", "use crate::chaos::Args;\npub fn go() { let _ = Args; }\n"),
+    ]);
+    assert_eq!(cycles(dir.path()), [["chaos/mod.rs", "faults.rs"]]);
+    // Taken from the file that defines it, no cycle.
+    let dir = krate(&[
+        ("lib.rs", "mod chaos;\nmod faults;\n"),
+        (
+            "chaos/mod.rs",
+            "pub(crate) mod args;\npub fn run() { crate::faults::go() }\n",
+        ),
+        ("chaos/args.rs", "pub struct Args;\n"),
+        (
+            "faults.rs",
+            "use crate::chaos::args::Args;\npub fn go() { let _ = Args; }\n",
+        ),
+    ]);
+    assert!(cycles(dir.path()).is_empty());
+}

@@ -28,7 +28,8 @@ use std::time::Duration;
 use lockkit::testkit::{Fault, FaultProxy};
 use lockkit::url::ConnectUrl;
 
-use crate::chaos::{RunArgs, SplitMix};
+use crate::chaos::args::RunArgs;
+use crate::chaos::rng::SplitMix;
 use crate::log::{Event, mono_ns, nanos};
 
 /// The fault kinds in the order a run starts with (so a short run sees

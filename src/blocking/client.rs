@@ -4,8 +4,9 @@ use std::future::Future;
 
 use lockkit_core::{Capabilities, LockError, LockInfo, LockOptions};
 
+use super::guard::LockGuard;
+use super::kinds::{RwLock, Semaphore};
 use super::runtime::{OnRuntime, Runtime, blocking_methods, refuse_in_async, same_methods};
-use super::{LockGuard, RwLock, Semaphore};
 
 /// A handle on one lock backend, with an owner id and default options: the
 /// blocking [`LockClient`](crate::LockClient), whose contract and methods

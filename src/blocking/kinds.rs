@@ -2,7 +2,7 @@
 
 use lockkit_core::{LockError, LockInfo, LockOptions};
 
-use super::LockGuard;
+use super::guard::LockGuard;
 use super::runtime::{OnRuntime, blocking_methods, same_methods};
 
 /// A semaphore of `permits` on one name: the blocking

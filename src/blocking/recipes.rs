@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use futures_util::{Stream, StreamExt};
 use lockkit_core::{JobContext, JobLimits, Leader, LockError, LockOptions, LostReason};
 
+use super::client::LockClient;
+use super::guard::{LockGuard, LostSignal};
 use super::runtime::{OnRuntime, blocking_methods, refuse_in_async, same_methods};
-use super::{LockClient, LockGuard, LostSignal};
 
 impl LockClient {
     blocking_methods! {

@@ -36,7 +36,7 @@ impl Stored {
             owner: self.owner,
             hold_count: self.count,
             token: self.token,
-            remaining: (self.pttl >= 0).then(|| super::millis(self.pttl)),
+            remaining: (self.pttl >= 0).then(|| super::reply::millis(self.pttl)),
         }
     }
 }

@@ -85,13 +85,13 @@ macro_rules! with_pool {
     ($db:expr, $pool:ident => $body:expr) => {
         match &$db.pool {
             #[cfg(feature = "mysql")]
-            $crate::conn::Pool::Mysql($pool) => $body,
+            $crate::conn::db::Pool::Mysql($pool) => $body,
             #[cfg(feature = "postgres")]
-            $crate::conn::Pool::Postgres($pool) => $body,
+            $crate::conn::db::Pool::Postgres($pool) => $body,
             #[cfg(feature = "sqlite")]
-            $crate::conn::Pool::Sqlite($pool, _) => $body,
+            $crate::conn::db::Pool::Sqlite($pool, _) => $body,
             #[cfg(not(any(feature = "mysql", feature = "postgres", feature = "sqlite")))]
-            $crate::conn::Pool::None(never) => match *never {},
+            $crate::conn::db::Pool::None(never) => match *never {},
         }
     };
 }

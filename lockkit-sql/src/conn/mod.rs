@@ -4,11 +4,11 @@
 //! connection (`sent.rs`).
 
 #[macro_use]
-mod db;
+pub(crate) mod db;
 mod kept;
 mod lane;
 pub(crate) mod sent;
 mod tx;
 
-pub(crate) use db::{Db, Pool};
+pub(crate) use db::Db;
 pub(crate) use tx::Tx;

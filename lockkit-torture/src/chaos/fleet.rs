@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{RunArgs, SplitMix};
+use super::args::RunArgs;
+use super::rng::SplitMix;
 use crate::log::{Event, LineWriter, Record, mono_ns};
 
 /// Follows a worker's log as it grows: which of its owners hold a lock now,

@@ -3,10 +3,10 @@
 //! them, run the server restart command, restart killed workers), then
 //! stops everything, reaps every child and runs the checker.
 
-mod args;
+pub(crate) mod args;
 mod fleet;
 mod inspect;
-mod rng;
+pub(crate) mod rng;
 
 use std::fs::OpenOptions;
 use std::path::Path;

@@ -29,12 +29,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lockkit_core::backoff::acquire_with_backoff;
+use lockkit_core::raw::acquire_with_backoff;
 use lockkit_core::raw::{
-    AcquireRequest, Backoff, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockError, LockInfo,
-    ReleaseOutcome, TryAcquire, async_trait, check_attempt_id, detach_acquisition, ttl_millis, valid_until,
+    AcquireRequest, Backoff, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire, async_trait,
+    check_attempt_id, detach_acquisition, ttl_millis, valid_until,
 };
-use lockkit_core::url::{BackendSchemes, ConnectUrl};
+use lockkit_core::raw::{BackendSchemes, ConnectUrl};
+use lockkit_core::{Capabilities, LockError, LockInfo};
 use lockkit_core::{LockClient, LockOptions};
 
 /// The backend's name in errors, traces and metrics.

@@ -89,7 +89,7 @@ impl TryFrom<Repr> for LockConfig {
 impl fmt::Debug for LockConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockConfig")
-            .field("url", &lockkit_core::url::redact(&self.url))
+            .field("url", &lockkit_core::raw::redact(&self.url))
             .field("ttl", &self.ttl)
             .field("wait", &self.wait)
             .field("auto_extend", &self.auto_extend)

@@ -1,7 +1,7 @@
 //! `connect(url)`: the scheme table's backend for the URL (see
 //! [`schemes`](crate::schemes)).
 
-use lockkit_core::url::ConnectUrl;
+use lockkit_core::raw::ConnectUrl;
 
 use lockkit_core::{LockClient, LockError};
 
@@ -62,12 +62,12 @@ impl Connect for LockClient {
 mod tests {
     use super::*;
     use crate::register_backend;
-    use lockkit_core::LockBackend;
     use lockkit_core::memory::MemoryBackend;
-    use lockkit_core::url::BackendSchemes;
+    use lockkit_core::raw::BackendSchemes;
+    use lockkit_core::raw::LockBackend;
     use std::sync::Arc;
 
-    fn inproc(url: &mut ConnectUrl) -> lockkit_core::url::Connecting<'_> {
+    fn inproc(url: &mut ConnectUrl) -> lockkit_core::raw::Connecting<'_> {
         let named = url.take("store");
         Box::pin(async move {
             let backend = match named {

@@ -45,9 +45,10 @@ pub use config::LockConfig;
 pub use connect::{Connect, URL_VAR, connect, connect_from_env};
 #[doc(inline)]
 pub use lockkit_core::{
-    Capabilities, DEFAULT_TTL, DEFAULT_WAIT, Election, JobContext, JobLimits, Leader, Leadership, LeaseKind,
-    LockBackend, LockClient, LockError, LockGuard, LockInfo, LockKind, LockOptions, LostReason, LostSignal,
-    MAX_PERMITS, MultiGuard, RwLock, Semaphore, Unlocked, backend, memory, one_line, recipes, url,
+    Capabilities, DEFAULT_OBSERVE_INTERVAL, DEFAULT_TTL, DEFAULT_WAIT, Election, JobContext, JobLimits, Leader,
+    Leadership, LeaseKind, LockClient, LockError, LockGuard, LockInfo, LockKind, LockOptions, LostReason, LostSignal,
+    MAX_PERMITS, MAX_TTL, MAX_WAIT, MIN_TTL, MultiGuard, PUSHED_RECHECK, RwLock, Semaphore, Unlocked, contract, memory,
+    one_line, raw, telemetry,
 };
 pub use schemes::register_backend;
 

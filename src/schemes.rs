@@ -6,7 +6,7 @@
 use std::sync::RwLock;
 
 use lockkit_core::LockError;
-use lockkit_core::url::{BackendSchemes, Connector, is_scheme};
+use lockkit_core::raw::{BackendSchemes, Connector, is_scheme};
 
 /// One backend crate of lockkit's, by the cargo feature of this crate that
 /// compiles it in.
@@ -129,8 +129,9 @@ fn known() -> Vec<&'static str> {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use lockkit::url::BackendSchemes;
-/// use lockkit::{LockBackend, memory::MemoryBackend, register_backend};
+/// use lockkit::raw::BackendSchemes;
+/// use lockkit::{memory::MemoryBackend, register_backend};
+/// use lockkit::raw::LockBackend;
 ///
 /// const INPROC: BackendSchemes = BackendSchemes {
 ///     names: &["inproc"],

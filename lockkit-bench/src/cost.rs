@@ -67,7 +67,7 @@ impl RedisStats {
     /// for a URL that is not plain Redis or Redlock (cluster and sentinel
     /// URLs do not list the servers that run the commands).
     pub async fn connect(url: &str) -> Result<Option<Self>, BenchError> {
-        let parsed = lockkit::url::ConnectUrl::parse(url)?;
+        let parsed = lockkit::raw::ConnectUrl::parse(url)?;
         if !matches!(parsed.scheme.as_str(), "redis" | "rediss" | "redlock") {
             return Ok(None);
         }

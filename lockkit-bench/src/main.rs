@@ -130,7 +130,7 @@ async fn bench_backend(
 ) -> Result<(Vec<Row>, Vec<String>), BenchError> {
     let mut rows = Vec::new();
     let mut failed = Vec::new();
-    let shown = lockkit::url::redact(url);
+    let shown = lockkit::raw::redact(url);
     let floor = floor::floor_for(url).await?;
     let peers = peers::peers_for(url);
     let meter = cost::Meter::connect(url).await?;
@@ -229,7 +229,7 @@ async fn run(args: Args) -> Result<(), BenchError> {
     for url in &backends {
         let (mut r, mut f) = bench_backend(url, &args, &plan, &bar)
             .await
-            .map_err(|e| format!("{}: {e}", lockkit::url::redact(url)))?;
+            .map_err(|e| format!("{}: {e}", lockkit::raw::redact(url)))?;
         rows.append(&mut r);
         failed.append(&mut f);
     }

@@ -196,7 +196,7 @@ impl Row {
             imp,
             note: None,
             backend: backend.to_owned(),
-            url: lockkit::url::redact(url),
+            url: lockkit::raw::redact(url),
             workload,
             clients,
             seconds,

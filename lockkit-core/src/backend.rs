@@ -407,7 +407,7 @@ pub type HolderWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 
 /// Names and owners arrive validated. Every method must be **cancel safe**:
 /// if its future is dropped at any await point, no hold and no queue entry
 /// may be left behind (or it must be cleaned up at once in the background,
-/// e.g. with [`detach`](crate::detach)).
+/// e.g. with [`detach`](crate::raw::detach)).
 #[async_trait]
 pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// The backend's short name for messages, traces and metrics, e.g. `redis`.

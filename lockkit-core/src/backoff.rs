@@ -11,8 +11,8 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockkit_core::LockError> {
 //! use std::time::Duration;
-//! use lockkit_core::backoff::{Backoff, acquire_with_backoff};
-//! use lockkit_core::{Lease, TryAcquire};
+//! use lockkit_core::raw::{Backoff, acquire_with_backoff};
+//! use lockkit_core::raw::{Lease, TryAcquire};
 //!
 //! let mut tries = 0;
 //! let lease = acquire_with_backoff(Some(Duration::from_secs(5)), Backoff::default(), None, || {
@@ -123,7 +123,7 @@ pub fn bounded_delay(
 /// deadline one last attempt is made.
 ///
 /// Cancel safe as far as the waiting goes; each `attempt` must be cancel
-/// safe itself (see [`detach`](crate::detach)).
+/// safe itself (see [`detach`](crate::raw::detach)).
 pub async fn acquire_with_backoff<F, Fut>(
     wait: Option<Duration>,
     mut backoff: Backoff,

@@ -20,7 +20,8 @@ use crate::{LockError, LockGuard, LockOptions};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockkit_core::LockError> {
-/// use lockkit_core::{LockClient, LockOptions, memory::MemoryBackend};
+/// use lockkit_core::memory::MemoryBackend;
+/// use lockkit_core::{LockClient, LockOptions};
 ///
 /// let locks = LockClient::new(MemoryBackend::shared("doc"), LockOptions::new())?;
 /// let guard = locks.lock("order:42").await?;

@@ -23,7 +23,8 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockkit_core::LockError> {
-/// use lockkit_core::{LockClient, LockOptions, memory::MemoryBackend};
+/// use lockkit_core::memory::MemoryBackend;
+/// use lockkit_core::{LockClient, LockOptions};
 ///
 /// let locks = LockClient::new(MemoryBackend::new(), LockOptions::new())?;
 /// let slots = locks.semaphore("render-farm", 2)?;
@@ -119,7 +120,8 @@ impl Semaphore {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockkit_core::LockError> {
-/// use lockkit_core::{LockClient, LockOptions, memory::MemoryBackend};
+/// use lockkit_core::memory::MemoryBackend;
+/// use lockkit_core::{LockClient, LockOptions};
 ///
 /// let locks = LockClient::new(MemoryBackend::new(), LockOptions::new())?;
 /// let config = locks.rw_lock("config")?;

@@ -1,9 +1,11 @@
 //! The lockkit contract: one lock API over several backends.
 //!
-//! Applications use [`LockClient`] and [`LockGuard`]; backends implement
-//! [`LockBackend`]. This crate also holds the watchdog that keeps leases
-//! alive, the in-memory backend ([`memory`]), the URL parser ([`url`]), and —
-//! behind the `testkit` feature — the conformance kit every backend runs.
+//! Applications use [`LockClient`] and [`LockGuard`], at the crate root;
+//! backends implement [`raw::LockBackend`], and everything a backend author
+//! needs is in [`raw`] alone. This crate also holds the watchdog that keeps
+//! leases alive, the in-memory backend ([`memory`]), the URL parser
+//! ([`raw::ConnectUrl`]), and — behind the `testkit` feature — the
+//! conformance kit every backend runs.
 //!
 //! Most applications depend on the `lockkit` facade crate instead, which adds
 //! `lockkit::connect(url)` and the network backends.
@@ -12,7 +14,8 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockkit_core::LockError> {
 //! use std::time::Duration;
-//! use lockkit_core::{LockClient, LockOptions, memory::MemoryBackend};
+//! use lockkit_core::memory::MemoryBackend;
+//! use lockkit_core::{LockClient, LockOptions};
 //!
 //! let locks = LockClient::new(MemoryBackend::new(), LockOptions::new())?;
 //! let guard = locks
@@ -43,8 +46,8 @@
 
 mod acquire;
 mod admission;
-pub mod backend;
-pub mod backoff;
+mod backend;
+mod backoff;
 mod client;
 pub mod contract;
 mod detach;
@@ -53,33 +56,31 @@ mod forward;
 mod guard;
 mod held;
 mod kinds;
-pub mod lease;
+mod lease;
 mod line;
 pub mod memory;
-pub mod name;
+mod name;
 mod options;
 pub mod raw;
-pub mod recipes;
+mod recipes;
 pub mod telemetry;
 mod undo;
-pub mod url;
+mod url;
 mod watchdog;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, HolderWatch, Lease, LeaseKind, LockBackend, LockInfo, LockKind,
-    ReleaseOutcome, TryAcquire,
-};
+pub use backend::{Capabilities, LeaseKind, LockInfo, LockKind};
 pub use client::LockClient;
-pub use detach::{detach, detach_acquisition};
 pub use error::{BoxError, LockError, LostReason, Result, one_line};
 pub use guard::{LockGuard, Unlocked};
 pub use held::LostSignal;
 pub use kinds::{MAX_PERMITS, RwLock, Semaphore};
-pub use options::{DEFAULT_TTL, DEFAULT_WAIT, LockOptions, MAX_TTL, MAX_WAIT, MIN_TTL, ttl_millis};
-pub use recipes::{Election, JobContext, JobLimits, Leader, Leadership, MultiGuard};
+pub use options::{DEFAULT_TTL, DEFAULT_WAIT, LockOptions, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use recipes::{
+    DEFAULT_OBSERVE_INTERVAL, Election, JobContext, JobLimits, Leader, Leadership, MultiGuard, PUSHED_RECHECK,
+};
 
 /// Re-exported so backends and the testkit macro name the same versions.
 pub use async_trait::async_trait;

@@ -10,8 +10,11 @@
 //!
 //! - the trait and its types: [`LockBackend`], [`AcquireRequest`],
 //!   [`TryAcquire`], [`Lease`], [`Hold`], [`ReleaseOutcome`],
-//!   [`ExtendOutcome`], [`LockInfo`], and [`Capabilities`] (declare what
-//!   the backend supports: `Capabilities::ttl_leases().with_admin()`);
+//!   [`ExtendOutcome`]; what it reports and declares is the application's
+//!   too, so it is at the crate root: [`LockInfo`](crate::LockInfo),
+//!   [`LockKind`](crate::LockKind) and [`Capabilities`](crate::Capabilities)
+//!   (declare what the backend supports:
+//!   `Capabilities::ttl_leases().with_admin()`);
 //! - cancel safety: [`detach`] runs one network attempt so that a caller
 //!   who stops waiting cannot leave a hold behind, and
 //!   [`detach_acquisition`] releases what such an acquisition got;
@@ -24,20 +27,25 @@
 //! - lease arithmetic: [`valid_until`] turns a server's remaining lease
 //!   into a local deadline (with the clock-drift allowance);
 //!   [`SessionDeadline`] for session leases;
-//! - names and attempt ids: [`validate_name`], [`check_attempt_id`];
-//! - configuration: [`ConnectUrl`] parses a backend's URL.
+//! - names, owners and attempt ids: [`validate_name`], [`random_owner`],
+//!   [`new_attempt_id`], [`check_attempt_id`];
+//! - configuration: [`ConnectUrl`] parses a backend's URL, [`redact`]
+//!   hides its password in messages, [`BackendSchemes`] registers a scheme.
 
 pub use crate::admission::{Held, admits_newcomer, admitted};
 pub use crate::async_trait;
 pub use crate::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, LockKind,
-    ReleaseOutcome, TryAcquire,
+    AcquireRequest, ExtendOutcome, Hold, HolderWatch, Lease, LockBackend, ReleaseOutcome, TryAcquire,
 };
 pub use crate::backoff::{Backoff, acquire_with_backoff, bounded_delay};
 pub use crate::detach::{detach, detach_acquisition};
-pub use crate::error::{BoxError, LockError};
 pub use crate::lease::{SessionDeadline, drift_allowance, valid_until};
 pub use crate::line::{Joined, Lines, Place};
-pub use crate::name::{check_attempt_id, is_attempt_id, validate_name, validate_owner};
+pub use crate::name::{
+    ATTEMPT_ID_LEN, MAX_NAME_BYTES, MAX_OWNER_BYTES, check_attempt_id, is_attempt_id, new_attempt_id, random_owner,
+    validate_name, validate_owner,
+};
 pub use crate::options::ttl_millis;
-pub use crate::url::ConnectUrl;
+pub use crate::url::{
+    BackendSchemes, ConnectUrl, Connecting, Connector, HostPort, decode_component, is_scheme, redact,
+};

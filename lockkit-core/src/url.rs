@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use url::Url;
 
-use crate::{LockBackend, LockError, LockOptions};
+use crate::backend::LockBackend;
+use crate::{LockError, LockOptions};
 
 /// How a backend connects from a URL: it takes its own query parameters
 /// (see [`ConnectUrl::take`]) and returns the backend.

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use lockkit_core::memory::MemoryBackend;
-use lockkit_core::{LockClient, LockOptions, telemetry};
+use lockkit_core::telemetry;
+use lockkit_core::{LockClient, LockOptions};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[test]

@@ -5,11 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lockkit_core::async_trait;
 use lockkit_core::memory::MemoryBackend;
-use lockkit_core::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockClient, LockError, LockInfo,
-    LockOptions, LostReason, ReleaseOutcome, TryAcquire, async_trait,
-};
+use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
+use lockkit_core::{Capabilities, LockClient, LockError, LockInfo, LockOptions, LostReason};
 
 /// Memory, counting extension calls, with a switch that makes them fail.
 #[derive(Debug, Default)]

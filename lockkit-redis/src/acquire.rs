@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, TryAcquire};
-use lockkit_core::{LockError, detach_acquisition, ttl_millis};
+use lockkit_core::LockError;
+use lockkit_core::raw::{AcquireRequest, Hold, Lease, LockBackend, TryAcquire};
+use lockkit_core::raw::{detach_acquisition, ttl_millis};
 
 use crate::backend::RedisBackend;
 use crate::replicas::acquire_replicated;

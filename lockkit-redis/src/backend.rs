@@ -9,10 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lockkit_core::LockError;
-use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
-    TryAcquire,
-};
+use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
+use lockkit_core::{Capabilities, LockInfo, LockKind};
 use redis::RedisResult;
 
 use crate::config::{Mode, RedisConfig};

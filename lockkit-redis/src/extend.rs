@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use lockkit_core::backend::{ExtendOutcome, Hold};
-use lockkit_core::{LockError, lease};
+use lockkit_core::LockError;
+use lockkit_core::raw::valid_until;
+use lockkit_core::raw::{ExtendOutcome, Hold};
 
 use crate::backend::RedisBackend;
 use crate::conn::Conn;
@@ -15,7 +16,7 @@ use crate::replicas::replicated;
 use crate::scripts::{self, ExtendItem, millis};
 
 impl RedisBackend {
-    /// [`LockBackend::extend_many`](lockkit_core::LockBackend::extend_many):
+    /// [`LockBackend::extend_many`](lockkit_core::raw::LockBackend::extend_many):
     /// the holds' new validity, in their order.
     pub(crate) async fn extend_holds(&self, holds: &[(Hold, Duration)]) -> Vec<Result<ExtendOutcome, LockError>> {
         let items: Vec<ExtendItem<'_>> = holds
@@ -29,7 +30,7 @@ impl RedisBackend {
             .zip(holds)
             .map(|(r, (hold, _))| match r {
                 Ok(Some(pttl)) => Ok(ExtendOutcome::Extended {
-                    valid_until: Some(lease::valid_until(sent_at, millis(pttl))),
+                    valid_until: Some(valid_until(sent_at, millis(pttl))),
                 }),
                 Ok(None) => Ok(ExtendOutcome::NotHeld),
                 Err(f) => Err(self.error("extend", &hold.name, f)),

@@ -3,7 +3,8 @@
 
 use futures_util::future::join_all;
 use lockkit_core::LockError;
-use lockkit_core::backend::{LockBackend, LockInfo};
+use lockkit_core::LockInfo;
+use lockkit_core::raw::LockBackend;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use crate::backend::RedisBackend;

@@ -67,7 +67,7 @@
 //! memory bounded when names are ever-new (`order:<id>`); tokens still grow
 //! per name, since each name always draws from the same counter.
 
-use lockkit_core::backend::LockKind;
+use lockkit_core::LockKind;
 
 /// The byte that sets a kind's keys apart from the mutex's (`None`: the
 /// mutex).

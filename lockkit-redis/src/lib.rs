@@ -7,7 +7,7 @@
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockkit_core::LockError> {
-//! use lockkit_core::url::{BackendSchemes, ConnectUrl};
+//! use lockkit_core::raw::{BackendSchemes, ConnectUrl};
 //! use lockkit_core::LockClient;
 //!
 //! // What `lockkit::connect("redis://…")` does:
@@ -80,7 +80,7 @@
 //!   reconnecting, a process starved past the delay) joins again at the
 //!   back of the line with its next attempt; its grant is still decided by
 //!   the server's line, so it is never granted out of turn or twice.
-//! * **Watchdog batching**: [`extend_many`](lockkit_core::LockBackend::extend_many)
+//! * **Watchdog batching**: [`extend_many`](lockkit_core::raw::LockBackend::extend_many)
 //!   extends every hold of a client in one script call (per slot in a
 //!   cluster, per node for Redlock) — one round trip per renewal period.
 //! * **Recovery**: connections reconnect by themselves after a restart
@@ -196,10 +196,11 @@ pub use config::{Mode, RedisConfig};
 pub use error::{LayoutError, NodeTimeout, QuorumError, ReplicasError, UnexpectedReply};
 pub use redlock::RedlockBackend;
 
+use lockkit_core::LockError;
 #[cfg(doc)]
-use lockkit_core::backend::LockKind;
-use lockkit_core::url::{BackendSchemes, ConnectUrl};
-use lockkit_core::{LockBackend, LockError};
+use lockkit_core::LockKind;
+use lockkit_core::raw::LockBackend;
+use lockkit_core::raw::{BackendSchemes, ConnectUrl};
 
 /// The schemes this crate serves (see [`connect`]).
 pub const SCHEMES: BackendSchemes = BackendSchemes {

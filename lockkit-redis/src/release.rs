@@ -2,7 +2,8 @@
 //! was lost.
 
 use lockkit_core::LockError;
-use lockkit_core::backend::{Hold, LockKind, ReleaseOutcome};
+use lockkit_core::LockKind;
+use lockkit_core::raw::{Hold, ReleaseOutcome};
 
 use crate::backend::RedisBackend;
 use crate::scripts::{self, KindRelease, Released};
@@ -12,7 +13,7 @@ use crate::scripts::{self, KindRelease, Released};
 const RELEASE_TRIES: u32 = 3;
 
 impl RedisBackend {
-    /// The body of [`LockBackend::release`](lockkit_core::LockBackend::release)
+    /// The body of [`LockBackend::release`](lockkit_core::raw::LockBackend::release)
     /// (its behaviour is documented on the impl in `backend`).
     pub(crate) async fn release_share(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let (mut lost_try, mut tries) = (false, 1);

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::LockBackend;
-use lockkit_core::backend::Hold;
+use lockkit_core::raw::Hold;
+use lockkit_core::raw::LockBackend;
 
 use crate::backend::{Inner, RedisBackend};
 use crate::error::{Fault, ReplicasError};

@@ -45,10 +45,12 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockKind, TryAcquire};
-use lockkit_core::backoff::Backoff;
-use lockkit_core::name::check_attempt_id;
-use lockkit_core::{LockError, detach_acquisition, ttl_millis};
+use lockkit_core::LockError;
+use lockkit_core::LockKind;
+use lockkit_core::raw::Backoff;
+use lockkit_core::raw::check_attempt_id;
+use lockkit_core::raw::{AcquireRequest, Hold, Lease, TryAcquire};
+use lockkit_core::raw::{detach_acquisition, ttl_millis};
 
 use crate::conn::sent;
 use crate::handle::{Inner, SqlBackend};
@@ -192,7 +194,7 @@ impl SqlBackend {
             }
             None => (wait, None),
         };
-        lockkit_core::backoff::acquire_with_backoff(wait, backoff, Some(subscription.notify()), attempt).await
+        lockkit_core::raw::acquire_with_backoff(wait, backoff, Some(subscription.notify()), attempt).await
     }
 }
 

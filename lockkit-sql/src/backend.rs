@@ -11,11 +11,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lockkit_core::LockError;
-use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LockBackend, LockInfo, LockKind, ReleaseOutcome,
-    TryAcquire,
-};
-use lockkit_core::name::check_attempt_id;
+use lockkit_core::raw::check_attempt_id;
+use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
+use lockkit_core::{Capabilities, LockInfo, LockKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Dialect, SqlConfig};

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::url::{ConnectUrl, decode_component, redact};
+use lockkit_core::raw::{ConnectUrl, decode_component, redact};
 
 /// The database a backend talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -4,8 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{ExtendOutcome, Hold, LockKind};
-use lockkit_core::{LockError, lease, ttl_millis};
+use lockkit_core::LockError;
+use lockkit_core::LockKind;
+use lockkit_core::raw::ttl_millis;
+use lockkit_core::raw::valid_until;
+use lockkit_core::raw::{ExtendOutcome, Hold};
 
 #[cfg(feature = "postgres")]
 use crate::config::Dialect;
@@ -44,7 +47,7 @@ impl Inner {
         let (remaining, sent_at) = (remaining?, sent.unwrap_or(called));
         Ok(match remaining {
             Some(r) => ExtendOutcome::Extended {
-                valid_until: Some(lease::valid_until(sent_at, r)),
+                valid_until: Some(valid_until(sent_at, r)),
             },
             None => ExtendOutcome::NotHeld,
         })
@@ -170,7 +173,7 @@ impl Inner {
             .await;
             let sent_at = sent.unwrap_or(called);
             for ((i, _), r) in part.iter().zip(remaining?) {
-                out[*i] = r.map(|r| lease::valid_until(sent_at, r));
+                out[*i] = r.map(|r| valid_until(sent_at, r));
             }
         }
         Ok(out)
@@ -242,7 +245,8 @@ mod tests {
     /// followed it) goes to a second statement.
     #[test]
     fn each_part_names_a_lock_once() {
-        use lockkit_core::backend::{Hold, LockKind};
+        use lockkit_core::LockKind;
+        use lockkit_core::raw::Hold;
         let hold = |name: &str, token| Hold {
             name: name.to_owned(),
             owner: "o".to_owned(),

@@ -2,7 +2,7 @@
 //! settings, pools, statements, this process's waiters and the stop signal
 //! of the background tasks. The operations add their methods to both in
 //! their own files; `backend.rs` opens a backend and implements
-//! [`LockBackend`](lockkit_core::backend::LockBackend) on it.
+//! [`LockBackend`](lockkit_core::raw::LockBackend) on it.
 
 use std::fmt;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! a prefix, and how many wait in a name's line.
 
 use lockkit_core::LockError;
-use lockkit_core::backend::LockInfo;
+use lockkit_core::LockInfo;
 
 use crate::handle::{Inner, SqlBackend};
 use crate::value::{Arg, Col, Val, count, from_us, text};

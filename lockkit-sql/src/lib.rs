@@ -9,7 +9,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockkit_core::LockError> {
 //! # #[cfg(feature = "sqlite")] {
-//! use lockkit_core::url::{BackendSchemes, ConnectUrl};
+//! use lockkit_core::raw::{BackendSchemes, ConnectUrl};
 //! use lockkit_core::{LockClient, LockOptions};
 //!
 //! let mut url = ConnectUrl::parse("sqlite::memory:?table=locks&sweep_interval=5s")?;
@@ -275,8 +275,8 @@ mod wait;
 use std::sync::Arc;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::LockBackend;
-use lockkit_core::url::{BackendSchemes, ConnectUrl};
+use lockkit_core::raw::LockBackend;
+use lockkit_core::raw::{BackendSchemes, ConnectUrl};
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIVE_LEASE, DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, DEFAULT_QUEUE_LEASE,

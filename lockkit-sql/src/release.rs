@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::{Hold, LockInfo, LockKind, ReleaseOutcome};
-use lockkit_core::backoff::Backoff;
+use lockkit_core::raw::Backoff;
+use lockkit_core::raw::{Hold, ReleaseOutcome};
+use lockkit_core::{LockInfo, LockKind};
 
 #[cfg(feature = "mysql")]
 use crate::config::Dialect;
@@ -249,7 +250,7 @@ impl SqlBackend {
                 name: name.to_owned(),
                 owner: info.owner.clone(),
                 token: info.token,
-                kind: lockkit_core::backend::LockKind::Mutex,
+                kind: lockkit_core::LockKind::Mutex,
             };
             // Idempotent: retried after a lost connection; a try that may
             // have deleted it unseen counts as deleted (it is gone either way).

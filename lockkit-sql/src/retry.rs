@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use lockkit_core::LockError;
-use lockkit_core::backoff::Backoff;
+use lockkit_core::raw::Backoff;
 
 use crate::error::{Class, backend_error, classify};
 use crate::handle::Inner;

@@ -25,8 +25,8 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use lockkit::raw::ConnectUrl;
 use lockkit::testkit::{Fault, FaultProxy};
-use lockkit::url::ConnectUrl;
 
 use crate::chaos::args::RunArgs;
 use crate::chaos::rng::SplitMix;

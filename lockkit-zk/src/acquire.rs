@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 
-use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockKind, TryAcquire};
-use lockkit_core::name::is_attempt_id;
-use lockkit_core::{LockError, detach_acquisition};
+use lockkit_core::LockError;
+use lockkit_core::LockKind;
+use lockkit_core::raw::detach_acquisition;
+use lockkit_core::raw::is_attempt_id;
+use lockkit_core::raw::{AcquireRequest, Hold, Lease, TryAcquire};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::Error as ZkError;
@@ -59,7 +61,7 @@ pub(crate) fn check_attempt(attempt: &str) -> Result<(), LockError> {
     } else {
         Err(LockError::config(
             "attempt",
-            format!("{attempt:?} is not an attempt id (16 lowercase hex digits, lockkit_core::name::new_attempt_id)"),
+            format!("{attempt:?} is not an attempt id (16 lowercase hex digits, lockkit_core::raw::new_attempt_id)"),
         ))
     }
 }

@@ -94,11 +94,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lockkit_core::LockError;
-use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, HolderWatch, Lease, LockBackend, LockInfo, LockKind,
-    ReleaseOutcome, TryAcquire,
+use lockkit_core::raw::ConnectUrl;
+use lockkit_core::raw::{
+    AcquireRequest, ExtendOutcome, Hold, HolderWatch, Lease, LockBackend, ReleaseOutcome, TryAcquire,
 };
-use lockkit_core::url::ConnectUrl;
+use lockkit_core::{Capabilities, LockInfo, LockKind};
 use tokio::time::Instant;
 
 use crate::config::ZkConfig;
@@ -245,7 +245,7 @@ impl ZkBackend {
 
     /// How many contenders are queued for `name`, the holder included.
     pub async fn contenders(&self, name: &str) -> Result<usize, LockError> {
-        lockkit_core::name::validate_name(name)?;
+        lockkit_core::raw::validate_name(name)?;
         let session = self.inner.sessions.get().await?;
         let children = list(&session.client, &parent_path(name))
             .await

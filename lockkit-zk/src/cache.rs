@@ -5,7 +5,7 @@
 
 use std::sync::MutexGuard;
 
-use lockkit_core::backend::Hold;
+use lockkit_core::raw::Hold;
 
 use crate::backend::Inner;
 use crate::change::Known;

@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::url::{ConnectUrl, decode_component};
+use lockkit_core::raw::{ConnectUrl, decode_component};
 
 /// The port of a host given without one.
 pub const DEFAULT_PORT: u16 = 2181;

@@ -2,7 +2,7 @@
 //! hold (leases are the session's; there is no ttl to push back).
 
 use lockkit_core::LockError;
-use lockkit_core::backend::{ExtendOutcome, Hold};
+use lockkit_core::raw::{ExtendOutcome, Hold};
 use zookeeper_client::Error as ZkError;
 
 use crate::backend::Inner;

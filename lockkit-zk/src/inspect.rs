@@ -3,7 +3,8 @@
 use lockkit_core::LockError;
 use std::time::Duration;
 
-use lockkit_core::backend::{HolderWatch, LockInfo};
+use lockkit_core::LockInfo;
+use lockkit_core::raw::HolderWatch;
 
 use crate::backend::Inner;
 use crate::conn::session::SESSION_RESTARTS;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use lockkit_core::backend::Lease;
+use lockkit_core::raw::Lease;
 use zookeeper_client::{Error as ZkError, MultiWriteError, MultiWriteResult};
 
 use crate::backend::Inner;
@@ -145,7 +145,7 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
-    use lockkit_core::name::new_attempt_id;
+    use lockkit_core::raw::new_attempt_id;
     use zookeeper_client::Error as ZkError;
 
     use super::Joined;

@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::{ExtendOutcome, Hold, LockInfo, LockKind, ReleaseOutcome};
+use lockkit_core::raw::{ExtendOutcome, Hold, ReleaseOutcome};
+use lockkit_core::{LockInfo, LockKind};
 
 use crate::backend::Inner;
 use crate::change::{Change, change};

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::Lease;
+use lockkit_core::raw::Lease;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher, WatchedEvent};

@@ -47,8 +47,8 @@
 
 use std::fmt::Write as _;
 
-use lockkit_core::backend::LockKind;
-use lockkit_core::name::is_attempt_id;
+use lockkit_core::LockKind;
+use lockkit_core::raw::is_attempt_id;
 
 /// The prefix of every lock's parent node.
 const PARENT_PREFIX: &str = "lock-";

@@ -141,8 +141,8 @@
 use std::sync::Arc;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::LockBackend;
-use lockkit_core::url::{BackendSchemes, ConnectUrl};
+use lockkit_core::raw::LockBackend;
+use lockkit_core::raw::{BackendSchemes, ConnectUrl};
 
 mod acquire;
 mod backend;

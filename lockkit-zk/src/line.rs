@@ -41,7 +41,8 @@
 //! that claim.
 
 use lockkit_core::LockInfo;
-use lockkit_core::backend::{Hold, LockKind};
+use lockkit_core::LockKind;
+use lockkit_core::raw::Hold;
 use zookeeper_client::{Client, Error as ZkError, Stat};
 
 use crate::change::Known;

@@ -2,7 +2,7 @@
 //! node in one round trip or from whichever node of the hold carries it.
 
 use lockkit_core::LockError;
-use lockkit_core::backend::{Hold, ReleaseOutcome};
+use lockkit_core::raw::{Hold, ReleaseOutcome};
 
 use crate::backend::Inner;
 use crate::change::{Change, change};
@@ -19,7 +19,7 @@ impl Inner {
             name,
             owner,
             token,
-            kind: lockkit_core::backend::LockKind::Mutex,
+            kind: lockkit_core::LockKind::Mutex,
         };
         match self.release(&hold, &attempt).await {
             Ok(outcome) => {

@@ -5,8 +5,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use lockkit_core::backend::{Lease, LockKind};
-use lockkit_core::{LockError, detach};
+use lockkit_core::LockError;
+use lockkit_core::LockKind;
+use lockkit_core::raw::Lease;
+use lockkit_core::raw::detach;
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, EventType, WatchedEvent};
 

@@ -1,7 +1,7 @@
 //! [`Want`]: what one acquisition asks for — the lock's name, the owner,
 //! the attempt id and the kind of hold.
 
-use lockkit_core::backend::LockKind;
+use lockkit_core::LockKind;
 
 /// One acquisition: a mutex's hold, a semaphore's permit or a read-write
 /// lock's read or write hold.

@@ -14,7 +14,7 @@ pub mod redis;
 /// 128 random bits as 32 lowercase hex digits: a suffix no other test or run
 /// uses (for lock names, table names, run ids).
 pub fn tag() -> String {
-    lockkit_core::name::random_owner()
+    lockkit_core::raw::random_owner()
 }
 
 /// A lock name no other test or run uses: `lockkit-test/CASE/TAG`.

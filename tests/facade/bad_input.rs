@@ -801,7 +801,7 @@ async fn bad_names_ttls_waits_and_owners() {
 async fn bad_calls_on(label: &str, url: &str) {
     let a = lockkit::connect(url).await.unwrap_or_else(|e| panic!("{label}: {e}"));
     let b = a.with_new_owner();
-    let name = format!("bad-input:{}", lockkit_core::name::random_owner());
+    let name = format!("bad-input:{}", lockkit_core::raw::random_owner());
     let days8 = Duration::from_secs(8 * 86_400);
     let ok = LockOptions::new();
     type Call = (&'static str, String, LockOptions, Want, &'static str);

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use lockkit::{Connect, LockClient, LockError};
+use lockkit::Connect;
+use lockkit::{LockClient, LockError};
 
 fn config_part(r: Result<LockClient, LockError>) -> String {
     match r {

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use lockkit::{LockConfig, LockError};
+use lockkit::LockConfig;
+use lockkit::LockError;
 use serde::Deserialize;
 
 #[derive(Deserialize)]

@@ -27,7 +27,7 @@ mod common;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use lockkit::url::ConnectUrl;
+use lockkit::raw::ConnectUrl;
 use lockkit::{LeaseKind, LockClient, LockError, LockGuard, LockOptions, LostSignal};
 use lockkit_core::testkit::{Fault, FaultProxy, server_url};
 
@@ -131,7 +131,7 @@ async fn rig(spec: &'static Spec) -> Option<Rig> {
         let url = with_params(&url, spec.params);
         lockkit::connect(&url)
             .await
-            .unwrap_or_else(|e| panic!("connect {}: {e}", lockkit::url::redact(&url)))
+            .unwrap_or_else(|e| panic!("connect {}: {e}", lockkit::raw::redact(&url)))
     };
     Some(Rig {
         spec,

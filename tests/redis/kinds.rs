@@ -9,8 +9,9 @@ use crate::common::redis;
 use std::time::Duration;
 
 use lockkit::{LockGuard, LockOptions};
-use lockkit_core::name::new_attempt_id;
-use lockkit_core::raw::{AcquireRequest, Hold, LockKind, ReleaseOutcome, TryAcquire};
+use lockkit_core::LockKind;
+use lockkit_core::raw::new_attempt_id;
+use lockkit_core::raw::{AcquireRequest, Hold, ReleaseOutcome, TryAcquire};
 use redis::Server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -490,17 +490,14 @@ async fn cluster_resent_release_decrements_once() {
 /// attempt ids the second call decremented again and freed a count-2 hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_release_sent_twice_takes_one_share() {
-    use lockkit::backend::{AcquireRequest, Hold, ReleaseOutcome, TryAcquire};
+    use lockkit::raw::{AcquireRequest, Hold, ReleaseOutcome, TryAcquire};
     let Some(url) = lockkit_core::testkit::server_url("LOCKKIT_REDIS_CLUSTER_URL") else {
         return;
     };
     let a = lockkit::connect(&url).await.expect("connect");
     let b = lockkit::connect(&url).await.expect("connect");
-    let name = format!("scenario-4-twice-{}", lockkit_core::name::new_attempt_id());
-    let (outer, inner) = (
-        lockkit_core::name::new_attempt_id(),
-        lockkit_core::name::new_attempt_id(),
-    );
+    let name = format!("scenario-4-twice-{}", lockkit_core::raw::new_attempt_id());
+    let (outer, inner) = (lockkit_core::raw::new_attempt_id(), lockkit_core::raw::new_attempt_id());
     let mut token = 0;
     for attempt in [&outer, &inner] {
         let req = AcquireRequest {
@@ -509,7 +506,7 @@ async fn cluster_release_sent_twice_takes_one_share() {
             ttl: Duration::from_secs(30),
             attempt,
             fair: true,
-            kind: lockkit_core::backend::LockKind::Mutex,
+            kind: lockkit_core::LockKind::Mutex,
         };
         match a.backend().try_acquire(&req).await.expect("acquire") {
             TryAcquire::Acquired(lease) => token = lease.token,
@@ -520,7 +517,7 @@ async fn cluster_release_sent_twice_takes_one_share() {
         name: name.clone(),
         owner: a.owner().to_owned(),
         token,
-        kind: lockkit_core::backend::LockKind::Mutex,
+        kind: lockkit_core::LockKind::Mutex,
     };
     for send in ["sent", "re-sent"] {
         assert_eq!(

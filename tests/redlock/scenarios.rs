@@ -571,7 +571,7 @@ async fn a_reader_on_nodes_with_different_last_writes_releases_everywhere() {
     assert!(
         matches!(
             r.backend().extend(&read_hold(&read), Duration::from_secs(60)).await,
-            Ok(lockkit::backend::ExtendOutcome::Extended { .. })
+            Ok(lockkit::raw::ExtendOutcome::Extended { .. })
         ),
         "the read hold extends"
     );
@@ -641,8 +641,8 @@ async fn a_reader_carries_the_last_write_that_only_refusing_nodes_keep() {
     read.unlock().await.expect("unlock");
 }
 
-fn read_hold(g: &lockkit::LockGuard) -> lockkit::backend::Hold {
-    lockkit::backend::Hold {
+fn read_hold(g: &lockkit::LockGuard) -> lockkit::raw::Hold {
+    lockkit::raw::Hold {
         name: g.name().to_owned(),
         owner: g.owner().to_owned(),
         token: g.fencing_token(),

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use lockkit::LockClient;
-use lockkit::backend::{ExtendOutcome, Hold};
+use lockkit::raw::{ExtendOutcome, Hold};
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 use lockkit_core::testkit::server_url;
 
@@ -36,7 +36,7 @@ async fn extend_many(client: LockClient) {
                 name: g.name().to_owned(),
                 owner: client.owner().to_owned(),
                 token: g.fencing_token(),
-                kind: lockkit_core::backend::LockKind::Mutex,
+                kind: lockkit_core::LockKind::Mutex,
             };
             (hold, Duration::from_secs(ttl))
         })
@@ -57,7 +57,7 @@ async fn extend_many(client: LockClient) {
             name: format!("lockkit-test/extend_many/{run}/never"),
             owner: client.owner().to_owned(),
             token: 1,
-            kind: lockkit_core::backend::LockKind::Mutex,
+            kind: lockkit_core::LockKind::Mutex,
         },
         Duration::from_secs(30),
     ));

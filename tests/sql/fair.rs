@@ -146,7 +146,7 @@ async fn dead_place_expires(url: String) {
     let client = lockkit::connect(&url).await.unwrap();
     let name = unique("dead_place");
     let lease = Duration::from_secs(2);
-    foreign_waiter(&url, &name, &lockkit_core::name::new_attempt_id(), lease).await;
+    foreign_waiter(&url, &name, &lockkit_core::raw::new_attempt_id(), lease).await;
     let joined = Instant::now();
     assert_eq!(waiting(&client, &name).await, 1, "the foreign place counts while live");
     assert!(
@@ -176,7 +176,7 @@ async fn dead_place_expires(url: String) {
 async fn barging_and_reentry(url: String) {
     let client = lockkit::connect(&url).await.unwrap();
     let name = unique("barging");
-    let attempt = lockkit_core::name::new_attempt_id();
+    let attempt = lockkit_core::raw::new_attempt_id();
     foreign_waiter(&url, &name, &attempt, Duration::from_secs(60)).await;
     assert!(client.try_lock(&name).await.unwrap().is_none(), "fair: refused");
     let unfair = client.options().fair(false);
@@ -265,7 +265,7 @@ async fn release_leaves_the_line_a_row(url: String) {
     client.lock(&name).await.unwrap().unlock().await.unwrap();
     assert_eq!(rows_for(&url, &name).await, 0, "nobody waited: the row went");
     let held = client.lock(&name).await.unwrap();
-    let attempt = lockkit_core::name::new_attempt_id();
+    let attempt = lockkit_core::raw::new_attempt_id();
     foreign_waiter(&url, &name, &attempt, Duration::from_secs(60)).await;
     held.unlock().await.unwrap();
     assert_eq!(rows_for(&url, &name).await, 1, "the line's row stays, free");
@@ -292,7 +292,7 @@ async fn sweeper_spares_the_line(url: String) {
     foreign_waiter(
         &url,
         &name,
-        &lockkit_core::name::new_attempt_id(),
+        &lockkit_core::raw::new_attempt_id(),
         Duration::from_secs(60),
     )
     .await;
@@ -328,7 +328,7 @@ async fn lost_mark_comes_back(url: String) {
         lockkit::connect(&url).await.unwrap(),
     );
     let name = unique("lost_mark");
-    let attempt = lockkit_core::name::new_attempt_id();
+    let attempt = lockkit_core::raw::new_attempt_id();
     foreign_waiter(&url, &name, &attempt, Duration::from_secs(60)).await;
     let n = literal(&url, &name);
     raw(&url, format!("DELETE FROM lockkit_locks WHERE name = {n}")).await;

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit::backend::{ExtendOutcome, Hold};
+use lockkit::raw::{ExtendOutcome, Hold};
 
 use lockkit_core::testkit::server_url;
 

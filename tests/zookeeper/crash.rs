@@ -41,7 +41,7 @@ async fn a_killed_holder_process_frees_the_lock_when_its_session_expires() {
         _ if services_required() => panic!("LOCKKIT_ZK_URL is not set and LOCKKIT_REQUIRE_SERVICES=1"),
         _ => return eprintln!("skipped: LOCKKIT_ZK_URL is not set (run scripts/services up zookeeper)"),
     };
-    let name = format!("lockkit-test/crash/{}", lockkit_core::name::random_owner());
+    let name = format!("lockkit-test/crash/{}", lockkit_core::raw::random_owner());
     let child_url = format!("{url}?session_timeout={}s", SESSION_TIMEOUT.as_secs());
     let mut child = Holder(
         Command::new(std::env::current_exe().expect("the test binary"))

@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit::{LockBackend, LockClient, LockError, LockGuard, LockOptions};
+use lockkit::raw::LockBackend;
+use lockkit::{LockClient, LockError, LockGuard, LockOptions};
 use lockkit_zk::ZkBackend;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::support::{BOUND, process, server};
 
 fn unique(case: &str) -> String {
-    format!("kinds-{case}-{}", lockkit_core::name::new_attempt_id())
+    format!("kinds-{case}-{}", lockkit_core::raw::new_attempt_id())
 }
 
 /// Waits (up to [`BOUND`]) until `check` holds.

@@ -58,7 +58,7 @@ async fn until_session_gone(addr: SocketAddr, id: i64) {
 async fn a_shared_hold_stands_while_the_second_session_holds_it() {
     let Some(server) = server() else { return };
     let name = unique("shared_owner");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
     let (p1_backend, p1) = process(&server, Some(&owner)).await;
     let (_p2_backend, p2) = process(&server, Some(&owner)).await;
     let (q_backend, q) = process(&server, None).await;
@@ -127,7 +127,7 @@ async fn a_shared_hold_stands_while_the_second_session_holds_it() {
 async fn a_third_session_joins_the_hold_through_a_share_node() {
     let Some(server) = server() else { return };
     let name = unique("shared_owner_third");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
     let (p1_backend, p1) = process(&server, Some(&owner)).await;
     let (_p2_backend, p2) = process(&server, Some(&owner)).await;
     let (_p3_backend, p3) = process(&server, Some(&owner)).await;
@@ -185,7 +185,7 @@ async fn a_third_session_joins_the_hold_through_a_share_node() {
 async fn a_share_going_with_its_session_leaves_the_rest_of_the_hold() {
     let Some(server) = server() else { return };
     let name = unique("shared_owner_gone");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
     let (_p1_backend, p1) = process(&server, Some(&owner)).await;
     let (p2_backend, p2) = process(&server, Some(&owner)).await;
     let (_q_backend, q) = process(&server, None).await;
@@ -216,7 +216,7 @@ async fn a_share_going_with_its_session_leaves_the_rest_of_the_hold() {
 async fn force_release_removes_every_share_of_a_hold() {
     let Some(server) = server() else { return };
     let name = unique("shared_owner_force");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
     let (_p1_backend, p1) = process(&server, Some(&owner)).await;
     let (_p2_backend, p2) = process(&server, Some(&owner)).await;
     let (_q_backend, q) = process(&server, None).await;
@@ -242,24 +242,24 @@ async fn force_release_removes_every_share_of_a_hold() {
 /// re-entry and repeated release count once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_attempt_of_the_second_session_counts_once() {
-    use lockkit_core::backend::{AcquireRequest, Hold, LockBackend, ReleaseOutcome, TryAcquire};
+    use lockkit_core::raw::{AcquireRequest, Hold, LockBackend, ReleaseOutcome, TryAcquire};
 
     let Some(server) = server() else { return };
     let name = unique("shared_owner_repeat");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
     let (_p1_backend, p1) = process(&server, Some(&owner)).await;
     let (p2_backend, _p2) = process(&server, Some(&owner)).await;
 
     let g1 = p1.lock(&name).await.expect("P1 locks");
     let token = g1.fencing_token();
-    let attempt = lockkit_core::name::new_attempt_id();
+    let attempt = lockkit_core::raw::new_attempt_id();
     let req = AcquireRequest {
         name: &name,
         owner: &owner,
         ttl: Duration::from_secs(30),
         attempt: &attempt,
         fair: true,
-        kind: lockkit_core::backend::LockKind::Mutex,
+        kind: lockkit_core::LockKind::Mutex,
     };
     for round in ["re-entry", "the same attempt again"] {
         match p2_backend.try_acquire(&req).await.expect(round) {
@@ -275,7 +275,7 @@ async fn a_repeated_attempt_of_the_second_session_counts_once() {
         name: name.clone(),
         owner: owner.clone(),
         token,
-        kind: lockkit_core::backend::LockKind::Mutex,
+        kind: lockkit_core::LockKind::Mutex,
     };
     for round in ["release", "the same release again"] {
         let released = p2_backend.release(&hold, &attempt).await.expect(round);
@@ -302,21 +302,21 @@ async fn a_repeated_attempt_of_the_second_session_counts_once() {
 /// P2's backend stands for the new session and P1's for the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_in_two_sessions_counts_once() {
-    use lockkit_core::backend::{AcquireRequest, Hold, LockBackend, ReleaseOutcome, TryAcquire};
+    use lockkit_core::raw::{AcquireRequest, Hold, LockBackend, ReleaseOutcome, TryAcquire};
 
     let Some(server) = server() else { return };
     let name = unique("attempt_in_two_sessions");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
     let (p1_backend, observer) = process(&server, None).await;
     let (p2_backend, _p2) = process(&server, Some(&owner)).await;
-    let attempt = lockkit_core::name::new_attempt_id();
+    let attempt = lockkit_core::raw::new_attempt_id();
     let req = AcquireRequest {
         name: &name,
         owner: &owner,
         ttl: Duration::from_secs(30),
         attempt: &attempt,
         fair: true,
-        kind: lockkit_core::backend::LockKind::Mutex,
+        kind: lockkit_core::LockKind::Mutex,
     };
     let acquired = |r: TryAcquire| match r {
         TryAcquire::Acquired(lease) => (lease.token, lease.hold_count),
@@ -334,7 +334,7 @@ async fn an_attempt_in_two_sessions_counts_once() {
         name: name.clone(),
         owner: owner.clone(),
         token,
-        kind: lockkit_core::backend::LockKind::Mutex,
+        kind: lockkit_core::LockKind::Mutex,
     };
     let released = p2_backend.release(&hold, &attempt).await.expect("release");
     assert_eq!(released, ReleaseOutcome::Released { remaining: 0 });

@@ -14,7 +14,8 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit::{LockBackend, LockClient, LockKind, LockOptions};
+use lockkit::raw::LockBackend;
+use lockkit::{LockClient, LockKind, LockOptions};
 use lockkit_zk::ZkBackend;
 
 use crate::common::child::{self, DEAD_WAITER_BOUND, Kind, Worker};

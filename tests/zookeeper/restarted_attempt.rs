@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use crate::common::unique;
 use crate::support::{BOUND, holder_of, process, server, until_queued};
-use lockkit_core::backend::{AcquireRequest, Hold, Lease, LockBackend, LockKind, ReleaseOutcome};
+use lockkit_core::LockKind;
+use lockkit_core::raw::{AcquireRequest, Hold, Lease, LockBackend, ReleaseOutcome};
 use lockkit_core::testkit::{Fault, FaultProxy};
 use lockkit_zk::ZkBackend;
 use tokio::time::timeout;
@@ -125,8 +126,8 @@ async fn until_waiting(backend: &ZkBackend, name: &str, kind: LockKind, n: usize
 async fn an_attempt_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
     let Some(server) = server() else { return };
     let name = unique("restarted_attempt");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
-    let attempt = lockkit_core::name::new_attempt_id();
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
+    let attempt = lockkit_core::raw::new_attempt_id();
     let (observer_backend, observer) = process(&server, None).await;
     let (_other_backend, other) = process(&server, Some(&owner)).await;
     let (new_session, _) = process(&server, Some(&owner)).await;
@@ -242,7 +243,7 @@ enum Loss {
 async fn failed_lock_whose_session_ended(loss: Loss) {
     let Some(server) = server() else { return };
     let name = unique("orphaned_attempt");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
     let (observer_backend, observer) = process(&server, None).await;
     let (_other_backend, other) = process(&server, Some(&owner)).await;
     let (proxy, old_backend, old) = owner_behind_proxy(&server, &owner, "session_timeout=10s").await;
@@ -318,7 +319,7 @@ async fn failed_lock_whose_session_ended(loss: Loss) {
 async fn a_lock_whose_next_session_cannot_connect_leaves_no_node_for_a_co_owner() {
     let Some(server) = server() else { return };
     let name = unique("unconnected_next_session");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
     let (observer_backend, observer) = process(&server, None).await;
     let (_other_backend, other) = process(&server, Some(&owner)).await;
     let (proxy, _old_backend, old) = owner_behind_proxy(&server, &owner, "session_timeout=4s&connect_timeout=1s").await;
@@ -433,7 +434,7 @@ async fn an_attempt_carried_on_into_a_new_session_keeps_its_hold() {
 async fn slow_failed_attempt(case: &str, slow_from_start: bool) {
     let Some(server) = server() else { return };
     let name = unique(case);
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
     let (observer_backend, observer) = process(&server, None).await;
     let (_other_backend, other) = process(&server, Some(&owner)).await;
     let (proxy, slow_backend, slow) = owner_behind_proxy(&server, &owner, "session_timeout=20s").await;
@@ -516,8 +517,8 @@ async fn a_lock_that_ran_out_while_queueing_leaves_no_node_for_a_co_owner() {
 async fn an_attempt_that_joins_its_old_sessions_node_keeps_the_hold() {
     let Some(server) = server() else { return };
     let name = unique("restarted_attempt_joins_old");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
-    let attempt = lockkit_core::name::new_attempt_id();
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
+    let attempt = lockkit_core::raw::new_attempt_id();
     let (observer_backend, observer) = process(&server, None).await;
     let (new_session, _) = process(&server, Some(&owner)).await;
     let (proxy, old_session) = behind_proxy(&server).await;
@@ -590,8 +591,8 @@ async fn a_read_hold_granted_in_a_new_session_leaves_no_node_of_the_old_one() {
 async fn kind_granted_in_a_new_session(kind: LockKind) {
     let Some(server) = server() else { return };
     let name = unique("restarted_kind");
-    let owner = format!("shared-{}", lockkit_core::name::random_owner());
-    let attempt = lockkit_core::name::new_attempt_id();
+    let owner = format!("shared-{}", lockkit_core::raw::random_owner());
+    let attempt = lockkit_core::raw::new_attempt_id();
     let (observer_backend, observer) = process(&server, None).await;
     let (new_session, _) = process(&server, Some(&owner)).await;
     let (proxy, old_session) = behind_proxy(&server).await;

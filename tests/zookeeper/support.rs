@@ -8,7 +8,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use lockkit::url::ConnectUrl;
+use lockkit::raw::ConnectUrl;
 use lockkit::{LockClient, LockInfo, LockOptions};
 use lockkit_core::testkit::server_url;
 use lockkit_zk::ZkBackend;
@@ -51,7 +51,7 @@ pub fn hosts_and_chroot(case: &str) -> Option<(String, String)> {
         .and_then(|r| r.split(['/', '?']).next())
         .expect("a zk:// URL")
         .to_owned();
-    let chroot = format!("/lockkit-{case}-{}", &lockkit_core::name::random_owner()[..12]);
+    let chroot = format!("/lockkit-{case}-{}", &lockkit_core::raw::random_owner()[..12]);
     Some((hosts, chroot))
 }
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lockkit::url::ConnectUrl;
+use lockkit::raw::ConnectUrl;
 use lockkit::{LockClient, LockOptions, LostReason};
 use lockkit_core::testkit::services_required;
 use lockkit_zk::ZkBackend;

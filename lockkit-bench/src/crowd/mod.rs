@@ -118,7 +118,7 @@ pub async fn crowd_once(url: &str, plan: &CrowdPlan) -> Result<Vec<Row>, BenchEr
 /// The backend's label in crowd rows: session mode marked (its kind is
 /// the table's).
 fn crowd_label(client: &lockkit::LockClient, url: &str) -> String {
-    let session = lockkit::url::ConnectUrl::parse(url)
+    let session = lockkit::raw::ConnectUrl::parse(url)
         .is_ok_and(|u| u.url.query_pairs().any(|(k, v)| k == "mode" && v == "session"));
     let kind = label(client);
     if session { format!("{kind} mode=session") } else { kind }
@@ -129,7 +129,7 @@ fn crowd_label(client: &lockkit::LockClient, url: &str) -> String {
 async fn run(url: &str, mut spec: Spec) -> Result<Row, BenchError> {
     let probe = lockkit::connect(url).await?;
     let backend = crowd_label(&probe, url);
-    if lockkit::url::ConnectUrl::parse(url)?.scheme == "memory" {
+    if lockkit::raw::ConnectUrl::parse(url)?.scheme == "memory" {
         // In-process: every waiter must share the one backend.
         spec.procs = 1;
     }

@@ -30,7 +30,7 @@ pub use self::redis::connect_nodes as redis_nodes;
 /// sentinel, backends this build leaves out).
 pub async fn floor_for(url: &str) -> Result<Option<Box<dyn Floor>>, BenchError> {
     #[allow(unused_mut)] // only the SQL and ZooKeeper floors take parameters
-    let mut parsed = lockkit::url::ConnectUrl::parse(url)?;
+    let mut parsed = lockkit::raw::ConnectUrl::parse(url)?;
     match parsed.scheme.as_str() {
         #[cfg(feature = "redis")]
         "redis" | "rediss" | "redlock" => Ok(Some(Box::new(redis::RedisFloor::connect(&parsed).await?))),

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use futures_util::future::try_join_all;
-use lockkit::url::ConnectUrl;
+use lockkit::raw::ConnectUrl;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 

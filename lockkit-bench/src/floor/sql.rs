@@ -9,7 +9,7 @@
 //! with the key the session mode uses for the name.
 
 use async_trait::async_trait;
-use lockkit::url::ConnectUrl;
+use lockkit::raw::ConnectUrl;
 use lockkit_sql::{Dialect, Mode, SqlBackend, SqlConfig};
 
 use super::cycle::Floor;

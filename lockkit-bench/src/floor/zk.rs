@@ -1,7 +1,7 @@
 //! ZooKeeper floor: create an ephemeral node, delete it.
 
 use async_trait::async_trait;
-use lockkit::url::ConnectUrl;
+use lockkit::raw::ConnectUrl;
 use lockkit_zk::{ZkBackend, ZkConfig};
 use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
 

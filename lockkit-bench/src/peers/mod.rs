@@ -65,7 +65,7 @@ impl Peer {
     /// Connects one client of this library (its own connections) to `url`.
     pub async fn connect(self, url: &str) -> Result<Box<dyn Locker>, BenchError> {
         #[allow(unused_variables)] // without the backends' features
-        let parsed = lockkit::url::ConnectUrl::parse(url)?;
+        let parsed = lockkit::raw::ConnectUrl::parse(url)?;
         match self {
             #[cfg(all(feature = "peers", feature = "redis"))]
             Peer::Rslock => Ok(Box::new(rslock::RslockPeer::connect(&redis_node_urls(&parsed)).await?)),
@@ -85,7 +85,7 @@ impl Peer {
 /// variants (`fair=false`), for MySQL, SQLite, PostgreSQL, memory, Redis
 /// cluster and sentinel.
 pub fn peers_for(url: &str) -> Vec<Peer> {
-    let Ok(parsed) = lockkit::url::ConnectUrl::parse(url) else {
+    let Ok(parsed) = lockkit::raw::ConnectUrl::parse(url) else {
         return Vec::new();
     };
     if !parsed.options.fair_value() {
@@ -114,7 +114,7 @@ fn built(peer: Peer) -> bool {
 /// or `redlock://` URL (the database only for a single host), without
 /// lockkit's query parameters.
 #[cfg_attr(not(all(feature = "peers", feature = "redis")), allow(dead_code))]
-pub fn redis_node_urls(url: &lockkit::url::ConnectUrl) -> Vec<String> {
+pub fn redis_node_urls(url: &lockkit::raw::ConnectUrl) -> Vec<String> {
     let user = url.url.username();
     let auth = match (user, url.url.password()) {
         ("", None) => String::new(),
@@ -139,9 +139,9 @@ mod tests {
 
     #[test]
     fn node_urls_keep_auth_and_drop_params() {
-        let one = lockkit::url::ConnectUrl::parse("redis://u:pw@127.0.0.1:16379/2?ttl=5s").unwrap();
+        let one = lockkit::raw::ConnectUrl::parse("redis://u:pw@127.0.0.1:16379/2?ttl=5s").unwrap();
         assert_eq!(redis_node_urls(&one), ["redis://u:pw@127.0.0.1:16379/2"]);
-        let five = lockkit::url::ConnectUrl::parse("redlock://127.0.0.1:1,127.0.0.1:2,h3").unwrap();
+        let five = lockkit::raw::ConnectUrl::parse("redlock://127.0.0.1:1,127.0.0.1:2,h3").unwrap();
         assert_eq!(
             redis_node_urls(&five),
             ["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://h3:6379"]

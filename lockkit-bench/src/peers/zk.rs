@@ -19,7 +19,7 @@ impl ZkRecipePeer {
     /// Opens a session on the URL's servers under its chroot (made by
     /// connecting lockkit's backend once, like the floor).
     pub async fn connect(url: &str) -> Result<Self, BenchError> {
-        let mut parsed = lockkit::url::ConnectUrl::parse(url)?;
+        let mut parsed = lockkit::raw::ConnectUrl::parse(url)?;
         let config = ZkConfig::from_url(&mut parsed)?;
         drop(lockkit_zk::ZkBackend::connect(config.clone()).await?);
         let chroot = if config.chroot == "/" { "" } else { &config.chroot };

@@ -52,7 +52,7 @@ pub const SCHEMES: crate::url::BackendSchemes = crate::url::BackendSchemes {
     names: &["memory"],
     connect: |url| {
         let backend = MemoryBackend::from_url(&url.url);
-        Box::pin(async move { Ok(Arc::new(backend?) as Arc<dyn crate::LockBackend>) })
+        Box::pin(async move { Ok(Arc::new(backend?) as Arc<dyn crate::backend::LockBackend>) })
     },
 };
 

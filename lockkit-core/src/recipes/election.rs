@@ -49,7 +49,8 @@ impl From<LockInfo> for Leader {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockkit_core::LockError> {
-/// use lockkit_core::{LockClient, LockOptions, memory::MemoryBackend};
+/// use lockkit_core::memory::MemoryBackend;
+/// use lockkit_core::{LockClient, LockOptions};
 ///
 /// let locks = LockClient::new(MemoryBackend::new(), LockOptions::new())?;
 /// let election = locks.election("billing-singleton")?;

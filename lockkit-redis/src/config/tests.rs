@@ -1,6 +1,6 @@
 //! Tests of reading URLs into configurations.
 
-use lockkit_core::url::ConnectUrl;
+use lockkit_core::raw::ConnectUrl;
 
 use super::*;
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::url::{ConnectUrl, HostPort, decode_component};
+use lockkit_core::raw::{ConnectUrl, HostPort, decode_component};
 
 use super::{
     DEFAULT_REDLOCK_RESPONSE_TIMEOUT, Mode, Node, REDIS_PORT, RedisConfig, SENTINEL_PORT, Tls,

@@ -10,7 +10,8 @@ use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use lockkit_core::LockError;
-use lockkit_core::backend::{Hold, LockKind};
+use lockkit_core::LockKind;
+use lockkit_core::raw::Hold;
 use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;
@@ -107,7 +108,7 @@ pub(super) const KIND: &str = "redlock";
 ///   one of the three lets another owner take the other two plus the
 ///   restarted one). Restart a crashed node only after the longest ttl in
 ///   use, or run the nodes with `appendfsync always`. Hence
-///   [`Capabilities::durable_tokens`](lockkit_core::backend::Capabilities::durable_tokens) is `false`.
+///   [`Capabilities::durable_tokens`](lockkit_core::Capabilities::durable_tokens) is `false`.
 /// * **Clocks**: the holder's validity is measured by this process's
 ///   monotonic clock (remaining lease − elapsed − drift), but Redis stores
 ///   a key's expiry as an absolute wall-clock time: a node whose wall clock

@@ -5,8 +5,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{Lease, LockInfo, LockKind};
-use lockkit_core::{LockError, lease};
+use lockkit_core::LockError;
+use lockkit_core::raw::Lease;
+use lockkit_core::raw::valid_until;
+use lockkit_core::{LockInfo, LockKind};
 
 use crate::error::{Fault, QuorumError};
 use crate::scripts::{Share, Stored, millis};
@@ -78,7 +80,7 @@ impl Inner {
         if rem < 0 {
             return None;
         }
-        let until = lease::valid_until(sent_at, millis(rem)).checked_sub(self.config.drift)?;
+        let until = valid_until(sent_at, millis(rem)).checked_sub(self.config.drift)?;
         (until > Instant::now()).then_some(until)
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::LazyLock;
 
-use lockkit_core::backend::LockKind;
+use lockkit_core::LockKind;
 use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation, Value};
 
@@ -202,7 +202,7 @@ pub(crate) struct Queueing {
     pub stale: Option<String>,
     /// A free name goes to the queue's head only (see [`AcquireRequest::fair`]).
     ///
-    /// [`AcquireRequest::fair`]: lockkit_core::backend::AcquireRequest::fair
+    /// [`AcquireRequest::fair`]: lockkit_core::raw::AcquireRequest::fair
     pub fair: bool,
     /// How to announce a taken lock (`None`: never).
     pub publish: Option<Publish>,

@@ -3,8 +3,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use lockkit_core::backend::{Hold, LockKind};
-use lockkit_core::ttl_millis;
+use lockkit_core::LockKind;
+use lockkit_core::raw::Hold;
+use lockkit_core::raw::ttl_millis;
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 

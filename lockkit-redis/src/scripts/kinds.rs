@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use lockkit_core::backend::{LockInfo, LockKind};
+use lockkit_core::{LockInfo, LockKind};
 use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation, Value};
 

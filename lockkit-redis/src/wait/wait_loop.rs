@@ -6,7 +6,7 @@ use std::pin::pin;
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::LockKind;
+use lockkit_core::LockKind;
 use tokio::time::Instant;
 
 use super::state::fallback;

@@ -3,8 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{AcquireRequest, Lease, LockKind, TryAcquire};
-use lockkit_core::{LockError, ttl_millis};
+use lockkit_core::LockError;
+use lockkit_core::LockKind;
+use lockkit_core::raw::ttl_millis;
+use lockkit_core::raw::{AcquireRequest, Lease, TryAcquire};
 
 use super::hold::{name_args, share_count};
 use super::rules::{Grant, Line, Row, decide, permits_of};
@@ -315,7 +317,8 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use lockkit_core::backend::{AcquireRequest, LockBackend, LockKind};
+    use lockkit_core::LockKind;
+    use lockkit_core::raw::{AcquireRequest, LockBackend};
     use lockkit_core::testkit::server_url;
 
     use crate::SqlBackend;

@@ -2,7 +2,8 @@
 //! hold or a name in `<table>_kinds` and `<table>_holds`, and the attempt
 //! ids of a hold's shares (its `attempts`).
 
-use lockkit_core::backend::{AcquireRequest, Hold, LockKind};
+use lockkit_core::LockKind;
+use lockkit_core::raw::{AcquireRequest, Hold};
 
 use crate::sql::family;
 use crate::value::{Arg, count};

@@ -1,7 +1,7 @@
 //! Semaphores and read-write locks
-//! ([`LockKind::Permit`](lockkit_core::backend::LockKind::Permit),
-//! [`LockKind::Read`](lockkit_core::backend::LockKind::Read),
-//! [`LockKind::Write`](lockkit_core::backend::LockKind::Write)): the rules
+//! ([`LockKind::Permit`](lockkit_core::LockKind::Permit),
+//! [`LockKind::Read`](lockkit_core::LockKind::Read),
+//! [`LockKind::Write`](lockkit_core::LockKind::Write)): the rules
 //! that grant a request (`rules.rs`), the claim (`claim.rs`), release,
 //! extension and inspection (`release.rs`), and the arguments and shares
 //! that name a hold (`hold.rs`). The mutex keeps its own table and
@@ -53,9 +53,8 @@ mod rules;
 pub(crate) mod tests {
     use std::time::Duration;
 
-    use lockkit_core::backend::{
-        AcquireRequest, ExtendOutcome, Hold, LockBackend, LockKind, ReleaseOutcome, TryAcquire,
-    };
+    use lockkit_core::LockKind;
+    use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, LockBackend, ReleaseOutcome, TryAcquire};
 
     use crate::SqlBackend;
     use crate::config::{Dialect, SqlConfig};

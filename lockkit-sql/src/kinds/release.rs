@@ -3,8 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{ExtendOutcome, Hold, LockInfo, LockKind, ReleaseOutcome};
-use lockkit_core::{LockError, lease};
+use lockkit_core::LockError;
+use lockkit_core::raw::valid_until;
+use lockkit_core::raw::{ExtendOutcome, Hold, ReleaseOutcome};
+use lockkit_core::{LockInfo, LockKind};
 
 use super::hold::{hold_args, share_count};
 use crate::conn::sent;
@@ -112,7 +114,7 @@ impl Inner {
         let sent_at = sent.unwrap_or(called);
         Ok(match remaining?.pop().flatten() {
             Some(r) => ExtendOutcome::Extended {
-                valid_until: Some(lease::valid_until(sent_at, r)),
+                valid_until: Some(valid_until(sent_at, r)),
             },
             None => ExtendOutcome::NotHeld,
         })

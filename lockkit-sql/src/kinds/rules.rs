@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use lockkit_core::backend::{AcquireRequest, LockKind};
+use lockkit_core::LockKind;
+use lockkit_core::raw::AcquireRequest;
 
 use crate::value::{Val, from_us, text};
 

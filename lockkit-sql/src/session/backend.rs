@@ -8,11 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lockkit_core::LockError;
-use lockkit_core::backend::{
-    AcquireRequest, Capabilities, ExtendOutcome, Hold, Lease, LeaseKind, LockBackend, LockInfo, LockKind,
-    ReleaseOutcome, TryAcquire,
-};
-use lockkit_core::name::check_attempt_id;
+use lockkit_core::raw::check_attempt_id;
+use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
+use lockkit_core::{Capabilities, LeaseKind, LockInfo, LockKind};
 use tokio_util::sync::CancellationToken;
 
 use super::conn::Conn;

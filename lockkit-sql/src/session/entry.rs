@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use lockkit_core::backend::{Lease, LockInfo};
+use lockkit_core::LockInfo;
+use lockkit_core::raw::Lease;
 
 use super::sessions::Session;
 

@@ -2,14 +2,14 @@
 //! ([`Inner`]): settings, statements, the table of holds, the connections
 //! and the lines of waiting tasks. The operations add their methods to both
 //! in their own files; `backend.rs` connects and implements
-//! [`LockBackend`](lockkit_core::backend::LockBackend) on it.
+//! [`LockBackend`](lockkit_core::raw::LockBackend) on it.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::LockKind;
+use lockkit_core::LockKind;
 use tokio_util::sync::CancellationToken;
 
 use super::entry::Entry;

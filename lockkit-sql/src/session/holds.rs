@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use lockkit_core::backend::{Lease, LockInfo, TryAcquire};
+use lockkit_core::LockInfo;
+use lockkit_core::raw::{Lease, TryAcquire};
 
 use super::entry::Entry;
 use super::handle::Inner;

@@ -56,7 +56,7 @@
 //!   connection dropped): no wait stays queued and no lock is granted later
 //!   to nobody. A grant whose task left before taking it goes to the next
 //!   task in line, or is released. A try whose caller left is read to the
-//!   end and released in the background (`lockkit_core::detach`).
+//!   end and released in the background (`lockkit_core::raw::detach`).
 //! - **A waiter that dies** (its process killed) leaves the server's queue
 //!   with its connection: the server drops the wait, or, if the grant comes
 //!   first, fails to send it and frees the lock with the connection. The
@@ -125,11 +125,11 @@
 //! (Postgres). Ending an abandoned wait kills one of the user's own
 //! connections, which needs no privilege on either server.
 //!
-//! [`LeaseKind::Session`]: lockkit_core::backend::LeaseKind::Session
-//! [`Capabilities::durable_tokens`]: lockkit_core::backend::Capabilities::durable_tokens
-//! [`LockBackend::inspect`]: lockkit_core::backend::LockBackend::inspect
-//! [`Capabilities::shared_holds`]: lockkit_core::backend::Capabilities::shared_holds
-//! [`Capabilities::fair`]: lockkit_core::backend::Capabilities::fair
+//! [`LeaseKind::Session`]: lockkit_core::LeaseKind::Session
+//! [`Capabilities::durable_tokens`]: lockkit_core::Capabilities::durable_tokens
+//! [`LockBackend::inspect`]: lockkit_core::raw::LockBackend::inspect
+//! [`Capabilities::shared_holds`]: lockkit_core::Capabilities::shared_holds
+//! [`Capabilities::fair`]: lockkit_core::Capabilities::fair
 
 mod acquire;
 mod backend;

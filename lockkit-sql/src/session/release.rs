@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use lockkit_core::LockError;
-use lockkit_core::backend::{Hold, ReleaseOutcome};
-use lockkit_core::detach;
+use lockkit_core::raw::detach;
+use lockkit_core::raw::{Hold, ReleaseOutcome};
 
 use super::handle::{Inner, SessionBackend};
 use super::key::Key;

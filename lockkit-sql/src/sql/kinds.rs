@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use lockkit_core::backend::LockKind;
+use lockkit_core::LockKind;
 
 use super::fragments::{SQLITE_NOW, alive, pg_us};
 use crate::config::Dialect;

@@ -158,7 +158,7 @@ struct Carrier {
 #[cfg(feature = "mysql")]
 impl Carrier {
     async fn run(self, tried: tokio::sync::oneshot::Sender<()>, stop: tokio_util::sync::CancellationToken) {
-        use lockkit_core::backoff::Backoff;
+        use lockkit_core::raw::Backoff;
         use sqlx::Connection;
         let mut tried = Some(tried);
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));

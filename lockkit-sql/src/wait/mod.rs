@@ -45,9 +45,11 @@ pub(crate) mod waitlist;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::backend::{AcquireRequest, Lease, LockKind, TryAcquire};
-use lockkit_core::backoff::Backoff;
-use lockkit_core::{LockError, detach};
+use lockkit_core::LockError;
+use lockkit_core::LockKind;
+use lockkit_core::raw::Backoff;
+use lockkit_core::raw::detach;
+use lockkit_core::raw::{AcquireRequest, Lease, TryAcquire};
 use sha2::{Digest, Sha256};
 
 #[cfg(feature = "mysql")]
@@ -280,7 +282,7 @@ impl SqlBackend {
                 };
             }
             let delay = if head {
-                lockkit_core::backoff::bounded_delay(&mut backoff, retry_in, deadline, now)
+                lockkit_core::raw::bounded_delay(&mut backoff, retry_in, deadline, now)
             } else {
                 backoff.reset();
                 // Without a push from the server (MySQL, SQLite), the head
@@ -411,7 +413,7 @@ impl Inner {
 mod tests {
     use super::*;
     use crate::config::{Dialect, SqlConfig};
-    use lockkit_core::backend::LockBackend;
+    use lockkit_core::raw::LockBackend;
 
     fn req<'a>(owner: &'a str, attempt: &'a str) -> AcquireRequest<'a> {
         crate::kinds::tests::req(LockKind::Mutex, owner, attempt)

@@ -71,7 +71,7 @@ fn spawn_pg_listener(
     waiters: Weak<Waiters>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    use lockkit_core::backoff::Backoff;
+    use lockkit_core::raw::Backoff;
     use sqlx::postgres::{PgListener, PgPoolOptions};
     use std::time::Duration;
 

@@ -61,7 +61,7 @@ pub fn run(args: &RunArgs) -> Result<Report, String> {
         eprintln!(
             "torture: faults {:?}, workers connect to {}",
             f.kinds(),
-            lockkit::url::redact(&worker_url)
+            lockkit::raw::redact(&worker_url)
         );
     }
 

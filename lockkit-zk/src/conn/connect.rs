@@ -9,7 +9,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use lockkit_core::LockError;
-use lockkit_core::lease::{self, SessionDeadline};
+use lockkit_core::raw::SessionDeadline;
+use lockkit_core::raw::valid_until;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, CreateMode, Error as ZkError, SessionState};
@@ -130,7 +131,7 @@ impl Session {
             (_, Err(e)) | (Err(e), _) => return Err(zk("create the session marker", None, e)),
         };
         let marker = marked.then_some(marker);
-        let deadline = SessionDeadline::new(lease::valid_until(started, client.session_timeout()));
+        let deadline = SessionDeadline::new(valid_until(started, client.session_timeout()));
         let session = Arc::new(Session {
             secured,
             id,

@@ -1,6 +1,6 @@
 //! The session heartbeat: a cheap read every quarter of the session
 //! timeout, whose answer proves the session alive and moves its deadline
-//! (see [`SessionDeadline`](lockkit_core::lease::SessionDeadline)).
+//! (see [`SessionDeadline`](lockkit_core::raw::SessionDeadline)).
 //!
 //! The client library pings an idle connection too, and declares it lost
 //! after two fifths of the session timeout without an answer — but it does

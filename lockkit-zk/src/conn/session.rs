@@ -12,7 +12,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lockkit_core::lease::{self, SessionDeadline};
+use lockkit_core::raw::SessionDeadline;
+use lockkit_core::raw::valid_until;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, CreateMode, CreateOptions, SessionState};
@@ -232,7 +233,7 @@ impl Session {
     /// `sent`.
     pub fn proven(&self, sent: std::time::Instant) {
         self.deadline
-            .extend_to(lease::valid_until(sent, self.client.session_timeout()));
+            .extend_to(valid_until(sent, self.client.session_timeout()));
     }
 
     /// Whether the connection is up: requests sent now are answered without

@@ -117,7 +117,7 @@ impl FileLockBackend {
 
 #[async_trait]
 impl LockBackend for FileLockBackend {
-    fn kind(&self) -> &'static str {
+    fn name(&self) -> &'static str {
         KIND
     }
 

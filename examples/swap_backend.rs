@@ -24,7 +24,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let guard = locks.lock("inventory:sku-123").await?;
     println!(
         "{} backend: holding {:?} as {} with fencing token {}",
-        locks.backend().kind(),
+        locks.backend().name(),
         guard.name(),
         guard.owner(),
         guard.fencing_token()

@@ -43,8 +43,8 @@ impl Counting {
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl LockBackend for Counting {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
+    fn name(&self) -> &'static str {
+        self.inner.name()
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()

@@ -20,7 +20,7 @@ pub fn supports(client: &LockClient, kind: LockKind, workload: &str) -> bool {
     if !yes {
         eprintln!(
             "lockkit-bench: {workload} skipped on {}: no {}s",
-            client.backend().kind(),
+            client.backend().name(),
             kind.family()
         );
     }

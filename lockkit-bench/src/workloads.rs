@@ -158,7 +158,7 @@ struct PeerRun {
 /// The backend's name in the result rows, marked when its URL turned the
 /// fair queue off.
 pub(crate) fn label(client: &LockClient) -> String {
-    let kind = client.backend().kind();
+    let kind = client.backend().name();
     if client.options().fair_value() {
         kind.to_owned()
     } else {

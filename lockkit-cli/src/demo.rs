@@ -135,7 +135,7 @@ fn parse_result(stdout: &str) -> Option<Stats> {
 /// up (and always for `--no-lock`, which is expected to go wrong).
 pub async fn run(url: String, args: DemoArgs) -> Result<ExitCode, CliError> {
     let client = target::connect(&url).await?; // fail fast on a bad URL
-    let backend = client.backend().kind();
+    let backend = client.backend().name();
     let in_process = backend == "memory";
     let max_take = args.max_take.unwrap_or((args.budget / 100).max(1));
     let dir = std::env::temp_dir().join(format!(

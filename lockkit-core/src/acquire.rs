@@ -67,7 +67,7 @@ impl Shared {
         let backend = &self.backend;
         if !backend.capabilities().supports(kind) {
             return Err(LockError::Unsupported {
-                backend: backend.kind(),
+                backend: backend.name(),
                 operation: kind.family(),
             });
         }
@@ -85,8 +85,8 @@ impl Shared {
         } else {
             options.wait_value()
         };
-        let span = tracing::debug_span!("lockkit.acquire", backend = backend.kind(), lock = %name, kind = kind.as_str(), %owner, ?wait);
-        let kind = backend.kind();
+        let span = tracing::debug_span!("lockkit.acquire", backend = backend.name(), lock = %name, kind = kind.as_str(), %owner, ?wait);
+        let kind = backend.name();
         async {
             let started = Instant::now();
             let lease = if wait == Some(Duration::ZERO) {

@@ -410,8 +410,8 @@ pub type HolderWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 
 /// e.g. with [`detach`](crate::raw::detach)).
 #[async_trait]
 pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
-    /// The backend's short name for messages, traces and metrics, e.g. `redis`.
-    fn kind(&self) -> &'static str;
+    /// The backend's name for messages, traces and metrics, e.g. `redis`.
+    fn name(&self) -> &'static str;
 
     /// What this backend supports.
     fn capabilities(&self) -> Capabilities;
@@ -456,7 +456,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         match kind {
             LockKind::Mutex => Ok(self.inspect(name).await?.into_iter().collect()),
             _ => Err(LockError::Unsupported {
-                backend: self.kind(),
+                backend: self.name(),
                 operation: kind.family(),
             }),
         }
@@ -482,7 +482,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
         let _ = (prefix, limit);
         Err(LockError::Unsupported {
-            backend: self.kind(),
+            backend: self.name(),
             operation: "list",
         })
     }
@@ -494,7 +494,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     async fn waiting(&self, name: &str) -> Result<usize, LockError> {
         let _ = name;
         Err(LockError::Unsupported {
-            backend: self.kind(),
+            backend: self.name(),
             operation: "waiting",
         })
     }
@@ -506,7 +506,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         match kind {
             LockKind::Mutex => self.waiting(name).await,
             _ => Err(LockError::Unsupported {
-                backend: self.kind(),
+                backend: self.name(),
                 operation: "waiting",
             }),
         }
@@ -518,7 +518,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let _ = name;
         Err(LockError::Unsupported {
-            backend: self.kind(),
+            backend: self.name(),
             operation: "force_release",
         })
     }

@@ -142,7 +142,7 @@ impl LockClient {
         kind: LockKind,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        let backend = self.shared.backend.kind();
+        let backend = self.shared.backend.name();
         match self.acquire(name, kind, options, false).await? {
             Some(guard) => Ok(guard),
             None => Err(LockError::WaitTimeout {
@@ -196,7 +196,7 @@ impl LockClient {
         validate_name(name)?;
         let removed = self.shared.backend.force_release(name).await?;
         if let Some(info) = &removed {
-            tracing::warn!(backend = self.shared.backend.kind(), lock = %name, owner = %info.owner, token = info.token, "force-released");
+            tracing::warn!(backend = self.shared.backend.name(), lock = %name, owner = %info.owner, token = info.token, "force-released");
         }
         Ok(removed)
     }

@@ -20,8 +20,8 @@ macro_rules! forward {
         #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<T: LockBackend + ?Sized> LockBackend for $ptr<T> {
-            fn kind(&self) -> &'static str {
-                (**self).kind()
+            fn name(&self) -> &'static str {
+                (**self).name()
             }
 
             fn capabilities(&self) -> Capabilities {
@@ -106,6 +106,6 @@ mod tests {
         let removed = client.force_release("forward/a").await.unwrap();
         assert_eq!(removed.map(|i| i.token), Some(guard.fencing_token()));
         assert!(client.inspect("forward/a").await.unwrap().is_none());
-        assert_eq!(shared.kind(), client.backend().kind());
+        assert_eq!(shared.name(), client.backend().name());
     }
 }

@@ -148,15 +148,15 @@ impl LockGuard {
         let outcome = backend.extend(&self.held.hold, ttl).await?;
         match outcome {
             ExtendOutcome::Extended { valid_until } => {
-                crate::telemetry::extended(backend.kind(), 1);
-                tracing::debug!(backend = backend.kind(), lock = %self.name(), ?ttl, "extended");
+                crate::telemetry::extended(backend.name(), 1);
+                tracing::debug!(backend = backend.name(), lock = %self.name(), ?ttl, "extended");
                 self.shared.watchdog.extended(&self.held, valid_until, ttl, sent_at);
                 Ok(())
             }
             ExtendOutcome::NotHeld => {
                 self.held.fire_lost(LostReason::NotHeld);
                 Err(LockError::Lost {
-                    backend: backend.kind(),
+                    backend: backend.name(),
                     name: self.name().to_owned(),
                     reason: LostReason::NotHeld,
                 })
@@ -177,7 +177,7 @@ impl LockGuard {
         let backend = self.shared.backend.clone();
         let held = self.held.clone();
         let attempt = self.attempt.clone();
-        let kind = backend.kind();
+        let kind = backend.name();
         let name = held.hold.name.clone();
         let outcome = crate::detach::detach(
             kind,
@@ -219,7 +219,7 @@ impl LockGuard {
     /// Fails with [`LockError::Conflict`] (the guard unchanged, released
     /// as any dropped guard) unless this is a write hold.
     pub async fn downgrade(self) -> Result<LockGuard, LockError> {
-        let backend = self.shared.backend.kind();
+        let backend = self.shared.backend.name();
         if self.kind() != LockKind::Write {
             return Err(LockError::Conflict {
                 backend,
@@ -258,7 +258,7 @@ impl LockGuard {
     /// a way to keep a name blocked for one ttl ("at most once per ttl").
     pub fn abandon(mut self) {
         self.disarm();
-        tracing::debug!(backend = self.shared.backend.kind(), lock = %self.name(), "abandoned");
+        tracing::debug!(backend = self.shared.backend.name(), lock = %self.name(), "abandoned");
     }
 }
 
@@ -277,14 +277,14 @@ impl Drop for LockGuard {
                     match backend.release(&held.hold, &attempt).await {
                         Ok(outcome) => {
                             others_lost_if_freed(&held, &outcome);
-                            tracing::debug!(backend = backend.kind(), lock = %held.hold.name, ?outcome, "released on drop")
+                            tracing::debug!(backend = backend.name(), lock = %held.hold.name, ?outcome, "released on drop")
                         }
-                        Err(error) => tracing::warn!(backend = backend.kind(), lock = %held.hold.name, %error, "release on drop failed; the lease will run out"),
+                        Err(error) => tracing::warn!(backend = backend.name(), lock = %held.hold.name, %error, "release on drop failed; the lease will run out"),
                     }
                 });
             }
             Err(_) => tracing::warn!(
-                backend = backend.kind(),
+                backend = backend.name(),
                 lock = %held.hold.name,
                 "guard dropped outside a tokio runtime; the lease will run out instead"
             ),

@@ -56,18 +56,18 @@ pub(crate) async fn undo_failed_attempt(
             loop {
                 match take_back(backend.as_ref(), &name, &owner, kind, &attempt).await {
                     Ok(Some(remaining)) => {
-                        tracing::debug!(backend = backend.kind(), lock = %name, remaining,
+                        tracing::debug!(backend = backend.name(), lock = %name, remaining,
                             "took back the share of an acquisition that failed but had been granted");
                         break;
                     }
                     Ok(None) => break,
                     Err(e) if tokio::time::Instant::now() < give_up => {
-                        tracing::debug!(backend = backend.kind(), lock = %name, error = %e,
+                        tracing::debug!(backend = backend.name(), lock = %name, error = %e,
                             "looking for the share of a failed acquisition failed; trying again");
                         tokio::time::sleep(backoff.next_delay()).await;
                     }
                     Err(e) => {
-                        tracing::warn!(backend = backend.kind(), lock = %name, error = %e,
+                        tracing::warn!(backend = backend.name(), lock = %name, error = %e,
                             "could not check for the share of a failed acquisition; it ends with its lease");
                         return;
                     }

@@ -198,7 +198,7 @@ impl Watchdog {
                     next_renew: renew_at,
                     in_flight: false,
                 };
-                let kind = self.shared.backend.kind();
+                let kind = self.shared.backend.name();
                 let session = lease.session_deadline.clone();
                 let held = HeldLock::new(kind, hold.clone(), state, lease.lost.as_ref(), session);
                 holds.insert(hold, held.clone());
@@ -360,12 +360,12 @@ async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>) {
     shared.send();
     results.truncate(batch.len());
     tracing::debug!(
-        backend = shared.backend.kind(),
+        backend = shared.backend.name(),
         holds = batch.len(),
         "watchdog extended"
     );
     let now = Instant::now();
-    let kind = shared.backend.kind();
+    let kind = shared.backend.name();
     let mut holds = shared.holds();
     let mut results = results.into_iter();
     for (hold, ttl) in &batch {
@@ -388,11 +388,11 @@ async fn extend_batch(shared: Arc<Shared>, batch: Vec<(Hold, Duration)>) {
             }
             Some(Err(error)) => {
                 telemetry::extension_failed(kind);
-                tracing::warn!(backend = shared.backend.kind(), lock = %hold.name, %error, "extension failed; retrying");
+                tracing::warn!(backend = shared.backend.name(), lock = %hold.name, %error, "extension failed; retrying");
                 st.next_renew = now + retry_delay(*ttl);
             }
             None => {
-                tracing::warn!(backend = shared.backend.kind(), lock = %hold.name, "extend_many returned too few results; retrying");
+                tracing::warn!(backend = shared.backend.name(), lock = %hold.name, "extend_many returned too few results; retrying");
                 st.next_renew = now + retry_delay(*ttl);
             }
         }
@@ -449,7 +449,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl LockBackend for Timed {
-        fn kind(&self) -> &'static str {
+        fn name(&self) -> &'static str {
             "timed"
         }
         fn capabilities(&self) -> Capabilities {

@@ -21,7 +21,7 @@ struct Probe {
 
 #[async_trait]
 impl LockBackend for Probe {
-    fn kind(&self) -> &'static str {
+    fn name(&self) -> &'static str {
         "probe"
     }
     fn capabilities(&self) -> Capabilities {

@@ -121,7 +121,7 @@ impl RedisBackend {
 
 #[async_trait]
 impl LockBackend for RedisBackend {
-    fn kind(&self) -> &'static str {
+    fn name(&self) -> &'static str {
         self.inner.kind
     }
 

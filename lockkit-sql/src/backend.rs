@@ -26,7 +26,7 @@ use crate::wait::listener::Waiters;
 
 #[async_trait]
 impl LockBackend for SqlBackend {
-    fn kind(&self) -> &'static str {
+    fn name(&self) -> &'static str {
         self.inner.kind
     }
 

@@ -256,7 +256,7 @@ impl ZkBackend {
 
 #[async_trait]
 impl LockBackend for ZkBackend {
-    fn kind(&self) -> &'static str {
+    fn name(&self) -> &'static str {
         BACKEND
     }
 

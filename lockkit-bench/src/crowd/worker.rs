@@ -141,7 +141,7 @@ async fn ask(client: &LockClient, name: &str, kind: LockKind, opts: &LockOptions
         LockKind::Write => client.rw_lock(name)?.write_with(opts).await,
         // `LockKind` may grow; a crowd asks only for the kinds above.
         _ => Err(LockError::Unsupported {
-            backend: client.backend().kind(),
+            backend: client.backend().name(),
             operation: "a crowd of this lock kind",
         }),
     }

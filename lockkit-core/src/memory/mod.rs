@@ -152,7 +152,7 @@ impl Drop for WaiterHandle<'_> {
 
 #[async_trait]
 impl LockBackend for MemoryBackend {
-    fn kind(&self) -> &'static str {
+    fn name(&self) -> &'static str {
         KIND
     }
 

@@ -19,7 +19,7 @@ use super::quorum::{Outcome, tally};
 
 #[async_trait]
 impl LockBackend for RedlockBackend {
-    fn kind(&self) -> &'static str {
+    fn name(&self) -> &'static str {
         KIND
     }
 

@@ -110,7 +110,7 @@ async fn prepare_sequence(conn: &mut Conn, sql: &SessionSql, config: &SqlConfig)
 
 #[async_trait]
 impl LockBackend for SessionBackend {
-    fn kind(&self) -> &'static str {
+    fn name(&self) -> &'static str {
         self.inner.kind
     }
 

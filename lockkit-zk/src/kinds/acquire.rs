@@ -1,7 +1,7 @@
 //! Acquiring a semaphore's permit or a read-write lock's read or write
 //! hold in one session: queue a marked contender node, read the line, take
 //! the step [`plan`] says, wait on a watch. The line's rules are in
-//! [`crate::line`]; queueing, the deadline and taking back what a failed
+//! [`line`](super::line); queueing, the deadline and taking back what a failed
 //! or abandoned acquisition left are the mutex's (see [`crate::wait`],
 //! [`crate::leftover`]). An acquisition carried on from an ended session
 //! first takes back the nodes that session queued for it (each would be a
@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher, WatchedEvent};
 
+use super::line::{Entry, Listed, Node, Scope, Step, Watch, plan, read_line};
 use crate::backend::Inner;
 use crate::change::{Change, Known, change};
 use crate::claim::claim;
@@ -33,7 +34,6 @@ use crate::dead::Suspects;
 use crate::error::{BACKEND, is_connection_loss};
 use crate::layout::{Child, Mark, beside_name, kind_parent, node_name, parse_last_write, queue_of};
 use crate::leftover::{Leftover, take_back_earlier};
-use crate::line::{Entry, Listed, Node, Scope, Step, Watch, plan, read_line};
 use crate::queue::{get, refresh, refresh_watching, sync};
 use crate::result::ZkResult;
 use crate::step::step;

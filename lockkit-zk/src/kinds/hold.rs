@@ -10,12 +10,12 @@ use lockkit_core::LockError;
 use lockkit_core::raw::{ExtendOutcome, Hold, ReleaseOutcome};
 use lockkit_core::{LockInfo, LockKind};
 
+use super::line::{Scope, line_of, line_synced};
 use crate::backend::Inner;
 use crate::change::{Change, change};
 use crate::conn::session::{SESSION_RESTARTS, Session};
 use crate::error::{is_session_end, session_kept_ending, zk};
 use crate::layout::{beside_name, kind_parent, node_name, owner_tag};
-use crate::line::{Scope, line_of, line_synced};
 use crate::result::ZkResult;
 
 /// Deletes the beside marker of the released reader `reader` under

@@ -210,9 +210,6 @@ impl LockBackend for RedisBackend {
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        let removed = scripts::force_release(&mut self.inner.conn.clone(), &self.inner.keys, name, self.inner.publish)
-            .await
-            .map_err(|f| self.error("force_release", name, f))?;
-        Ok(removed.map(|s| s.into_info(name)))
+        self.force_release_name(name).await
     }
 }

@@ -1,9 +1,8 @@
 //! Releasing on one Redis: one share of a hold, sent again when its reply
-//! was lost.
+//! was lost; and the operator's override, a hold removed whoever holds it.
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
 use lockkit_core::raw::{Hold, ReleaseOutcome};
+use lockkit_core::{LockError, LockInfo, LockKind};
 
 use crate::backend::RedisBackend;
 use crate::scripts::{self, KindRelease, Released};
@@ -60,5 +59,14 @@ impl RedisBackend {
                 Err(f) => return Err(self.error("release", &hold.name, f)),
             }
         }
+    }
+
+    /// Removes the hold on `name` whoever holds it: the operator's
+    /// override; what was removed.
+    pub(crate) async fn force_release_name(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let removed = scripts::force_release(&mut self.inner.conn.clone(), &self.inner.keys, name, self.inner.publish)
+            .await
+            .map_err(|f| self.error("force_release", name, f))?;
+        Ok(removed.map(|s| s.into_info(name)))
     }
 }

@@ -1,4 +1,5 @@
-//! Inspection and the operator's side: `inspect`, `list` and `force_release`.
+//! Inspection: `inspect`, `list` and the holder watch (the operator's
+//! `force_release` is a release, in `release`).
 
 use lockkit_core::LockError;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use lockkit_core::raw::HolderWatch;
 use crate::backend::Inner;
 use crate::conn::session::SESSION_RESTARTS;
 use crate::error::{BACKEND, ForeignNode, is_connection_loss, is_session_end, session_kept_ending, zk};
-use crate::hold::{DeleteError, View, delete_hold, hold_of, list_held};
+use crate::hold::{View, hold_of, list_held};
 use crate::layout::parent_path;
 use crate::queue::sync;
 use zookeeper_client::Error as ZkError;
@@ -96,33 +97,5 @@ impl Inner {
             true,
             "the ZooKeeper connection was lost again and again",
         ))
-    }
-
-    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        for _ in 0..SESSION_RESTARTS {
-            let session = self.sessions.get().await?;
-            match delete_hold(&session, name).await {
-                Ok(Some((paths, info))) => {
-                    for path in &paths {
-                        self.forget(name, path);
-                    }
-                    tracing::warn!(backend = BACKEND, lock = %name, owner = %info.owner, token = info.token, nodes = paths.len(), "lock force-released");
-                    return Ok(Some(info));
-                }
-                Ok(None) => return Ok(None),
-                Err(DeleteError::Zk(e)) if is_session_end(&e) => session.end(&e),
-                Err(DeleteError::Zk(e)) => return Err(zk("force_release", Some(name), e)),
-                Err(DeleteError::Foreign(path)) => {
-                    return Err(LockError::backend(
-                        BACKEND,
-                        "force_release",
-                        Some(name),
-                        false,
-                        ForeignNode { path },
-                    ));
-                }
-            }
-        }
-        Err(session_kept_ending("force_release", name))
     }
 }

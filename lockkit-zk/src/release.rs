@@ -1,14 +1,15 @@
 //! Releasing: taking an attempt's share of a hold back, from the cached
-//! node in one round trip or from whichever node of the hold carries it.
+//! node in one round trip or from whichever node of the hold carries it;
+//! and the operator's override, removing a hold whoever holds it.
 
-use lockkit_core::LockError;
 use lockkit_core::raw::{Hold, ReleaseOutcome};
+use lockkit_core::{LockError, LockInfo};
 
 use crate::backend::Inner;
 use crate::change::{Change, change};
 use crate::conn::session::{SESSION_RESTARTS, Session};
-use crate::error::{BACKEND, is_session_end, session_kept_ending, zk};
-use crate::hold::{View, count_after, hold_of};
+use crate::error::{BACKEND, ForeignNode, is_session_end, session_kept_ending, zk};
+use crate::hold::{DeleteError, View, count_after, delete_hold, hold_of};
 use crate::layout::{Share, node_name, parent_path};
 use crate::result::ZkResult;
 
@@ -133,5 +134,35 @@ impl Inner {
             }
             return Ok(ReleaseOutcome::Released { remaining });
         }
+    }
+
+    /// Removes the hold on `name` whoever holds it (every node of the
+    /// hold); what was removed.
+    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        for _ in 0..SESSION_RESTARTS {
+            let session = self.sessions.get().await?;
+            match delete_hold(&session, name).await {
+                Ok(Some((paths, info))) => {
+                    for path in &paths {
+                        self.forget(name, path);
+                    }
+                    tracing::warn!(backend = BACKEND, lock = %name, owner = %info.owner, token = info.token, nodes = paths.len(), "lock force-released");
+                    return Ok(Some(info));
+                }
+                Ok(None) => return Ok(None),
+                Err(DeleteError::Zk(e)) if is_session_end(&e) => session.end(&e),
+                Err(DeleteError::Zk(e)) => return Err(zk("force_release", Some(name), e)),
+                Err(DeleteError::Foreign(path)) => {
+                    return Err(LockError::backend(
+                        BACKEND,
+                        "force_release",
+                        Some(name),
+                        false,
+                        ForeignNode { path },
+                    ));
+                }
+            }
+        }
+        Err(session_kept_ending("force_release", name))
     }
 }

@@ -166,13 +166,13 @@ impl SqlBackend {
                 inner.stop.clone(),
             );
         }
-        let renewal = crate::wait::queue::Renewal {
+        let renewal = crate::wait::places::Renewal {
             db: inner.line_db.clone(),
             sql: inner.sql.clone(),
             places: inner.places.clone(),
             waiters: inner.waiters.clone(),
         };
-        crate::wait::queue::spawn_renewer(renewal, inner.config.queue_lease, inner.stop.clone());
+        crate::wait::places::spawn_renewer(renewal, inner.config.queue_lease, inner.stop.clone());
         #[cfg(feature = "postgres")]
         if inner.config.dialect == Dialect::Postgres {
             use std::str::FromStr;

@@ -14,7 +14,7 @@ use crate::conn::Db;
 use crate::sql::{KindStatements, Statements};
 use crate::wait::listener::Waiters;
 use crate::wait::live_key::Live;
-use crate::wait::queue::Places;
+use crate::wait::places::Places;
 
 /// A lock table in MySQL/MariaDB, Postgres or SQLite.
 ///
@@ -41,7 +41,7 @@ pub(crate) struct Inner {
     pub(crate) ksql: KindStatements,
     pub(crate) waiters: Arc<Waiters>,
     /// The places this backend's fair waiters hold in line (renewed by the
-    /// task in `wait/queue.rs`).
+    /// task in `wait/places.rs`).
     pub(crate) places: Arc<Places>,
     /// The key that tells other processes this backend's waiters live.
     pub(crate) live: Live,

@@ -3,7 +3,7 @@
 //! read-write lock); this process's registry of waiters (`listener.rs`),
 //! the Postgres `LISTEN` connection that feeds it (`pg_listener.rs`), the
 //! Postgres wait lists (`waitlist.rs`), the renewal of places in the line
-//! (`queue.rs`), and the liveness key that lets a dead process's places be
+//! (`places.rs`), and the liveness key that lets a dead process's places be
 //! skipped at once (`live.rs`, the key itself in `live_key.rs`).
 //!
 //! # The fair line
@@ -38,7 +38,7 @@ pub(crate) mod listener;
 pub(crate) mod live;
 pub(crate) mod live_key;
 mod pg_listener;
-pub(crate) mod queue;
+pub(crate) mod places;
 #[cfg(feature = "postgres")]
 pub(crate) mod waitlist;
 
@@ -58,7 +58,7 @@ use crate::handle::{Inner, SqlBackend};
 use crate::sql::family;
 use crate::value::{Arg, Col, us};
 use listener::{InLine, Served};
-use queue::Place;
+use places::Place;
 
 /// The key of a name's line — in `<table>_waiters`, in this process's
 /// registry and in Postgres notifications: a mutex's name itself; for a

@@ -266,26 +266,26 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_client_stuck_in_lock_is_given_up_and_the_others_counted() {
+    /// w2's measurement of `clients` for 200 ms, a client still in `lock`
+    /// `stuck` after it given up.
+    async fn measure(clients: Vec<Box<dyn Locker>>, stuck: Duration) -> Row {
         let meter = Meter::connect("memory://").await.unwrap();
         let series = Series {
             imp: "peer",
             backend: "memory",
             url: "memory://",
             workload: "w2",
-            clients: 2,
+            clients: clients.len(),
         };
+        contend(series, clients, &meter, Duration::from_millis(200), stuck)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_client_stuck_in_lock_is_given_up_and_the_others_counted() {
         let clients: Vec<Box<dyn Locker>> = vec![Box::new(Local(Arc::default())), Box::new(Never)];
-        let row = contend(
-            series,
-            clients,
-            &meter,
-            Duration::from_millis(200),
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let row = measure(clients, Duration::from_secs(2)).await;
         assert_eq!(row.stuck, Some(1));
         assert!(row.ops_per_s > 0.0);
         assert_eq!(row.counter_exact, Some(true));
@@ -297,25 +297,9 @@ mod tests {
 
     #[tokio::test]
     async fn clients_that_all_return_leave_stuck_unset() {
-        let meter = Meter::connect("memory://").await.unwrap();
-        let series = Series {
-            imp: "peer",
-            backend: "memory",
-            url: "memory://",
-            workload: "w2",
-            clients: 2,
-        };
         let mutex = Arc::new(tokio::sync::Mutex::new(()));
         let clients: Vec<Box<dyn Locker>> = vec![Box::new(Local(mutex.clone())), Box::new(Local(mutex))];
-        let row = contend(
-            series,
-            clients,
-            &meter,
-            Duration::from_millis(200),
-            Duration::from_millis(100),
-        )
-        .await
-        .unwrap();
+        let row = measure(clients, Duration::from_millis(100)).await;
         assert_eq!(row.stuck, None);
         assert!(row.fairness_min > Some(0));
         assert_eq!(row.counter_exact, Some(true));

@@ -29,14 +29,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lockkit_core::raw::acquire_with_backoff;
 use lockkit_core::raw::{
-    AcquireRequest, Backoff, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire, async_trait,
-    check_attempt_id, detach_acquisition, ttl_millis, valid_until,
+    AcquireRequest, BackendSchemes, Backoff, ConnectUrl, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome,
+    TryAcquire, acquire_with_backoff, async_trait, check_attempt_id, detach_acquisition, ttl_millis, valid_until,
 };
-use lockkit_core::raw::{BackendSchemes, ConnectUrl};
-use lockkit_core::{Capabilities, LockError, LockInfo};
-use lockkit_core::{LockClient, LockOptions};
+use lockkit_core::{Capabilities, LockClient, LockError, LockInfo, LockOptions};
 
 /// The backend's name in errors, traces and metrics.
 const KIND: &str = "file";

@@ -5,10 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit::LockKind;
-use lockkit::raw::LockBackend;
-use lockkit::raw::{AcquireRequest, ExtendOutcome, Hold, HolderWatch, Lease, ReleaseOutcome, TryAcquire};
-use lockkit::{Capabilities, LockError, LockInfo};
+use lockkit::raw::{AcquireRequest, ExtendOutcome, Hold, HolderWatch, Lease, LockBackend, ReleaseOutcome, TryAcquire};
+use lockkit::{Capabilities, LockError, LockInfo, LockKind};
 
 /// Counts calls into the wrapped backend. A batched `extend_many` counts as
 /// one round trip per `extend_batch_max` holds when the backend declares

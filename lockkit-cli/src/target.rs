@@ -4,8 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lockkit::LockClient;
-use lockkit::{LockConfig, URL_VAR};
+use lockkit::{LockClient, LockConfig, URL_VAR};
 use serde::Deserialize;
 
 use crate::error::CliError;

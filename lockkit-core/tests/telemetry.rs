@@ -4,8 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use lockkit_core::memory::MemoryBackend;
-use lockkit_core::telemetry;
-use lockkit_core::{LockClient, LockOptions};
+use lockkit_core::{LockClient, LockOptions, telemetry};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[test]

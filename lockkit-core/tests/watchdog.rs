@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lockkit_core::async_trait;
 use lockkit_core::memory::MemoryBackend;
 use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
-use lockkit_core::{Capabilities, LockClient, LockError, LockInfo, LockOptions, LostReason};
+use lockkit_core::{Capabilities, LockClient, LockError, LockInfo, LockOptions, LostReason, async_trait};
 
 /// Memory, counting extension calls, with a switch that makes them fail.
 #[derive(Debug, Default)]

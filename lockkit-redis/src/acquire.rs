@@ -4,8 +4,7 @@
 use std::time::{Duration, Instant};
 
 use lockkit_core::LockError;
-use lockkit_core::raw::{AcquireRequest, Hold, Lease, LockBackend, TryAcquire};
-use lockkit_core::raw::{detach_acquisition, ttl_millis};
+use lockkit_core::raw::{AcquireRequest, Hold, Lease, LockBackend, TryAcquire, detach_acquisition, ttl_millis};
 
 use crate::backend::RedisBackend;
 use crate::replicas::acquire_replicated;

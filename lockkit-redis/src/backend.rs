@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::LockError;
 use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
-use lockkit_core::{Capabilities, LockInfo, LockKind};
+use lockkit_core::{Capabilities, LockError, LockInfo, LockKind};
 use redis::RedisResult;
 
 use crate::config::{Mode, RedisConfig};

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use lockkit_core::LockError;
-use lockkit_core::raw::valid_until;
-use lockkit_core::raw::{ExtendOutcome, Hold};
+use lockkit_core::raw::{ExtendOutcome, Hold, valid_until};
 
 use crate::backend::RedisBackend;
 use crate::conn::Conn;

@@ -2,9 +2,8 @@
 //! found (shared with Redlock).
 
 use futures_util::future::join_all;
-use lockkit_core::LockError;
-use lockkit_core::LockInfo;
 use lockkit_core::raw::LockBackend;
+use lockkit_core::{LockError, LockInfo};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use crate::backend::RedisBackend;

@@ -199,8 +199,7 @@ pub use redlock::RedlockBackend;
 use lockkit_core::LockError;
 #[cfg(doc)]
 use lockkit_core::LockKind;
-use lockkit_core::raw::LockBackend;
-use lockkit_core::raw::{BackendSchemes, ConnectUrl};
+use lockkit_core::raw::{BackendSchemes, ConnectUrl, LockBackend};
 
 /// The schemes this crate serves (see [`connect`]).
 pub const SCHEMES: BackendSchemes = BackendSchemes {

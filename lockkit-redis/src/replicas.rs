@@ -4,8 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::raw::Hold;
-use lockkit_core::raw::LockBackend;
+use lockkit_core::raw::{Hold, LockBackend};
 
 use crate::backend::{Inner, RedisBackend};
 use crate::error::{Fault, ReplicasError};

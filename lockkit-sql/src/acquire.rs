@@ -45,12 +45,10 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
-use lockkit_core::raw::Backoff;
-use lockkit_core::raw::check_attempt_id;
-use lockkit_core::raw::{AcquireRequest, Hold, Lease, TryAcquire};
-use lockkit_core::raw::{detach_acquisition, ttl_millis};
+use lockkit_core::raw::{
+    AcquireRequest, Backoff, Hold, Lease, TryAcquire, check_attempt_id, detach_acquisition, ttl_millis,
+};
+use lockkit_core::{LockError, LockKind};
 
 use crate::conn::sent;
 use crate::handle::{Inner, SqlBackend};

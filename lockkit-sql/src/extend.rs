@@ -4,11 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
-use lockkit_core::raw::ttl_millis;
-use lockkit_core::raw::valid_until;
-use lockkit_core::raw::{ExtendOutcome, Hold};
+use lockkit_core::raw::{ExtendOutcome, Hold, ttl_millis, valid_until};
+use lockkit_core::{LockError, LockKind};
 
 #[cfg(feature = "postgres")]
 use crate::config::Dialect;

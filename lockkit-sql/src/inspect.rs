@@ -1,8 +1,7 @@
 //! Looking at locks without taking them: one name's hold, the holds under
 //! a prefix, and how many wait in a name's line.
 
-use lockkit_core::LockError;
-use lockkit_core::LockInfo;
+use lockkit_core::{LockError, LockInfo};
 
 use crate::handle::{Inner, SqlBackend};
 use crate::value::{Arg, Col, Val, count, from_us, text};

@@ -275,8 +275,7 @@ mod wait;
 use std::sync::Arc;
 
 use lockkit_core::LockError;
-use lockkit_core::raw::LockBackend;
-use lockkit_core::raw::{BackendSchemes, ConnectUrl};
+use lockkit_core::raw::{BackendSchemes, ConnectUrl, LockBackend};
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIVE_LEASE, DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, DEFAULT_QUEUE_LEASE,

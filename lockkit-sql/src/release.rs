@@ -4,10 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::LockError;
-use lockkit_core::raw::Backoff;
-use lockkit_core::raw::{Hold, ReleaseOutcome};
-use lockkit_core::{LockInfo, LockKind};
+use lockkit_core::raw::{Backoff, Hold, ReleaseOutcome};
+use lockkit_core::{LockError, LockInfo, LockKind};
 
 #[cfg(feature = "mysql")]
 use crate::config::Dialect;

@@ -4,11 +4,8 @@
 
 use std::sync::Arc;
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
-use lockkit_core::raw::detach_acquisition;
-use lockkit_core::raw::is_attempt_id;
-use lockkit_core::raw::{AcquireRequest, Hold, Lease, TryAcquire};
+use lockkit_core::raw::{AcquireRequest, Hold, Lease, TryAcquire, detach_acquisition, is_attempt_id};
+use lockkit_core::{LockError, LockKind};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::Error as ZkError;

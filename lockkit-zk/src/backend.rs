@@ -93,12 +93,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::LockError;
-use lockkit_core::raw::ConnectUrl;
 use lockkit_core::raw::{
-    AcquireRequest, ExtendOutcome, Hold, HolderWatch, Lease, LockBackend, ReleaseOutcome, TryAcquire,
+    AcquireRequest, ConnectUrl, ExtendOutcome, Hold, HolderWatch, Lease, LockBackend, ReleaseOutcome, TryAcquire,
 };
-use lockkit_core::{Capabilities, LockInfo, LockKind};
+use lockkit_core::{Capabilities, LockError, LockInfo, LockKind};
 use tokio::time::Instant;
 
 use crate::config::ZkConfig;

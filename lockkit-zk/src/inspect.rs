@@ -1,10 +1,9 @@
 //! Inspection: `inspect`, `list` and the holder watch (the operator's
 //! `force_release` is a release, in `release`).
 
-use lockkit_core::LockError;
+use lockkit_core::{LockError, LockInfo};
 use std::time::Duration;
 
-use lockkit_core::LockInfo;
 use lockkit_core::raw::HolderWatch;
 
 use crate::backend::Inner;

@@ -141,8 +141,7 @@
 use std::sync::Arc;
 
 use lockkit_core::LockError;
-use lockkit_core::raw::LockBackend;
-use lockkit_core::raw::{BackendSchemes, ConnectUrl};
+use lockkit_core::raw::{BackendSchemes, ConnectUrl, LockBackend};
 
 mod acquire;
 mod backend;

@@ -5,10 +5,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
-use lockkit_core::raw::Lease;
-use lockkit_core::raw::detach;
+use lockkit_core::raw::{Lease, detach};
+use lockkit_core::{LockError, LockKind};
 use tokio::time::Instant;
 use zookeeper_client::{Error as ZkError, EventType, WatchedEvent};
 

@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use lockkit::Connect;
-use lockkit::{LockClient, LockError};
+use lockkit::{Connect, LockClient, LockError};
 
 fn config_part(r: Result<LockClient, LockError>) -> String {
     match r {

@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use lockkit::LockConfig;
-use lockkit::LockError;
+use lockkit::{LockConfig, LockError};
 use serde::Deserialize;
 
 #[derive(Deserialize)]

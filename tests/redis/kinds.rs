@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use lockkit::{LockGuard, LockOptions};
 use lockkit_core::LockKind;
-use lockkit_core::raw::new_attempt_id;
-use lockkit_core::raw::{AcquireRequest, Hold, ReleaseOutcome, TryAcquire};
+use lockkit_core::raw::{AcquireRequest, Hold, ReleaseOutcome, TryAcquire, new_attempt_id};
 use redis::Server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

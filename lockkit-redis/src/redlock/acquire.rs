@@ -6,10 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
-use lockkit_core::raw::{AcquireRequest, Hold, LockBackend};
-use lockkit_core::raw::{detach_acquisition, ttl_millis};
+use lockkit_core::raw::{AcquireRequest, Hold, LockBackend, detach_acquisition, ttl_millis};
+use lockkit_core::{LockError, LockKind};
 
 use crate::error::Fault;
 use crate::scripts::{self, AcquireReply, Claim, LineAfter, Publish, Queueing, Slot, UndoThen, millis};

@@ -6,9 +6,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
-use lockkit_core::LockError;
 use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
-use lockkit_core::{Capabilities, LockInfo, LockKind};
+use lockkit_core::{Capabilities, LockError, LockInfo, LockKind};
 
 use crate::error::{Fault, NodeTimeout};
 use crate::scripts::{self, ExtendItem, Publish};

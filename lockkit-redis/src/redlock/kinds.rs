@@ -5,8 +5,7 @@
 
 use std::collections::HashMap;
 
-use lockkit_core::LockError;
-use lockkit_core::{LockInfo, LockKind};
+use lockkit_core::{LockError, LockInfo, LockKind};
 
 use super::nodes::{KIND, RedlockBackend};
 use crate::error::Fault;

@@ -9,9 +9,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
 use lockkit_core::raw::Hold;
+use lockkit_core::{LockError, LockKind};
 use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;

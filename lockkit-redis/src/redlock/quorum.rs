@@ -5,10 +5,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use lockkit_core::LockError;
-use lockkit_core::raw::Lease;
-use lockkit_core::raw::valid_until;
-use lockkit_core::{LockInfo, LockKind};
+use lockkit_core::raw::{Lease, valid_until};
+use lockkit_core::{LockError, LockInfo, LockKind};
 
 use crate::error::{Fault, QuorumError};
 use crate::scripts::{Share, Stored, millis};

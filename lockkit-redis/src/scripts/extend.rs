@@ -4,8 +4,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use lockkit_core::LockKind;
-use lockkit_core::raw::Hold;
-use lockkit_core::raw::ttl_millis;
+use lockkit_core::raw::{Hold, ttl_millis};
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 

@@ -5,8 +5,7 @@ use std::future::Future;
 use std::pin::pin;
 use std::time::Duration;
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
+use lockkit_core::{LockError, LockKind};
 use tokio::time::Instant;
 
 use super::state::fallback;

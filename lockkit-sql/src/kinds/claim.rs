@@ -3,10 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
-use lockkit_core::raw::ttl_millis;
-use lockkit_core::raw::{AcquireRequest, Lease, TryAcquire};
+use lockkit_core::raw::{AcquireRequest, Lease, TryAcquire, ttl_millis};
+use lockkit_core::{LockError, LockKind};
 
 use super::hold::{name_args, share_count};
 use super::rules::{Grant, Line, Row, decide, permits_of};

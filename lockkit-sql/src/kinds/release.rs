@@ -3,10 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::LockError;
-use lockkit_core::raw::valid_until;
-use lockkit_core::raw::{ExtendOutcome, Hold, ReleaseOutcome};
-use lockkit_core::{LockInfo, LockKind};
+use lockkit_core::raw::{ExtendOutcome, Hold, ReleaseOutcome, valid_until};
+use lockkit_core::{LockError, LockInfo, LockKind};
 
 use super::hold::{hold_args, share_count};
 use crate::conn::sent;

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::LockError;
-use lockkit_core::raw::Joined;
-use lockkit_core::raw::detach_acquisition;
-use lockkit_core::raw::{AcquireRequest, Lease, LockBackend, TryAcquire};
+use lockkit_core::raw::{AcquireRequest, Joined, Lease, LockBackend, TryAcquire, detach_acquisition};
 use tokio::time::Instant;
 
 use super::handle::{Inner, SessionBackend};

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::LockError;
-use lockkit_core::raw::check_attempt_id;
-use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
-use lockkit_core::{Capabilities, LeaseKind, LockInfo, LockKind};
+use lockkit_core::raw::{
+    AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire, check_attempt_id,
+};
+use lockkit_core::{Capabilities, LeaseKind, LockError, LockInfo, LockKind};
 use tokio_util::sync::CancellationToken;
 
 use super::conn::Conn;

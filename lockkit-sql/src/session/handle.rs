@@ -8,8 +8,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
+use lockkit_core::{LockError, LockKind};
 use tokio_util::sync::CancellationToken;
 
 use super::entry::Entry;

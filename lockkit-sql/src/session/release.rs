@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use lockkit_core::LockError;
-use lockkit_core::raw::detach;
-use lockkit_core::raw::{Hold, ReleaseOutcome};
+use lockkit_core::raw::{Hold, ReleaseOutcome, detach};
 
 use super::handle::{Inner, SessionBackend};
 use super::key::Key;

@@ -45,11 +45,8 @@ pub(crate) mod waitlist;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::LockError;
-use lockkit_core::LockKind;
-use lockkit_core::raw::Backoff;
-use lockkit_core::raw::detach;
-use lockkit_core::raw::{AcquireRequest, Lease, TryAcquire};
+use lockkit_core::raw::{AcquireRequest, Backoff, Lease, TryAcquire, detach};
+use lockkit_core::{LockError, LockKind};
 use sha2::{Digest, Sha256};
 
 #[cfg(feature = "mysql")]

@@ -9,8 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use lockkit_core::LockError;
-use lockkit_core::raw::SessionDeadline;
-use lockkit_core::raw::valid_until;
+use lockkit_core::raw::{SessionDeadline, valid_until};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, CreateMode, Error as ZkError, SessionState};

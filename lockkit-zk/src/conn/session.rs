@@ -12,8 +12,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lockkit_core::raw::SessionDeadline;
-use lockkit_core::raw::valid_until;
+use lockkit_core::raw::{SessionDeadline, valid_until};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, CreateMode, CreateOptions, SessionState};

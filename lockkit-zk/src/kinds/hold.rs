@@ -6,9 +6,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use lockkit_core::LockError;
 use lockkit_core::raw::{ExtendOutcome, Hold, ReleaseOutcome};
-use lockkit_core::{LockInfo, LockKind};
+use lockkit_core::{LockError, LockInfo, LockKind};
 
 use super::line::{Scope, line_of, line_synced};
 use crate::backend::Inner;

@@ -40,9 +40,8 @@
 //! on holds unwritten. A semaphore's waiter behind the first one wakes on
 //! that claim.
 
-use lockkit_core::LockInfo;
-use lockkit_core::LockKind;
 use lockkit_core::raw::Hold;
+use lockkit_core::{LockInfo, LockKind};
 use zookeeper_client::{Client, Error as ZkError, Stat};
 
 use crate::change::Known;

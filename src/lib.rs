@@ -39,6 +39,8 @@ pub mod blocking;
 mod config;
 mod connect;
 mod schemes;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+mod sql_modes;
 
 #[cfg(feature = "serde")]
 pub use config::LockConfig;

@@ -54,7 +54,7 @@ const BUILT_IN: &[BuiltIn] = &[
     BuiltIn {
         feature: "mysql",
         #[cfg(feature = "mysql")]
-        schemes: Some(lockkit_sql::MYSQL_SCHEMES),
+        schemes: Some(crate::sql_modes::MYSQL),
         #[cfg(not(feature = "mysql"))]
         schemes: None,
         names: &["mysql", "mariadb"],
@@ -62,7 +62,7 @@ const BUILT_IN: &[BuiltIn] = &[
     BuiltIn {
         feature: "postgres",
         #[cfg(feature = "postgres")]
-        schemes: Some(lockkit_sql::POSTGRES_SCHEMES),
+        schemes: Some(crate::sql_modes::POSTGRES),
         #[cfg(not(feature = "postgres"))]
         schemes: None,
         names: &["postgres", "postgresql"],

@@ -16,7 +16,7 @@ use lockkit_core::raw::{
 use lockkit_core::{Capabilities, LockError, LockInfo, LockKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Dialect, SqlConfig};
+use crate::config::{Dialect, Mode, SqlConfig};
 use crate::conn::Db;
 use crate::error::backend_error;
 use crate::extend::EXTEND_CHUNK;
@@ -108,7 +108,13 @@ impl SqlBackend {
     /// Opens the pool, creates or checks the tables ([`migrate`](Self::migrate)),
     /// and starts the sweeper (and on Postgres the release listener).
     pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
-        let kind = config.dialect.kind();
+        let kind = config.dialect.name();
+        if config.mode == Mode::Session {
+            return Err(LockError::config(
+                "query parameter mode",
+                "mode=session is served by lockkit_sql_session::SessionBackend (lockkit::connect picks it)",
+            ));
+        }
         if config.dialect == Dialect::Sqlite {
             check_sqlite_dir(&config.database)?;
         }
@@ -225,5 +231,27 @@ fn check_sqlite_dir(database: &str) -> Result<(), LockError> {
             Err(bad(&format!("a part of {} is not a directory", dir.display())))
         }
         Err(e) => Err(bad(&format!("cannot use the directory {}: {e}", dir.display()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The session mode is another crate's backend: this one refuses its
+    /// configuration before opening anything, rather than serving it as a
+    /// table.
+    #[tokio::test]
+    async fn a_session_mode_config_is_refused_before_connecting() {
+        let mut config = SqlConfig::new(Dialect::Postgres, "postgres://nobody@127.0.0.1:1/none");
+        config.mode = Mode::Session;
+        let e = SqlBackend::connect(config).await.expect_err("not this crate's mode");
+        assert!(
+            matches!(&e, LockError::InvalidConfig { part, reason } if part == "query parameter mode" && reason.contains("lockkit_sql_session")),
+            "{e:?}"
+        );
+        let mut url = lockkit_core::raw::ConnectUrl::parse("postgres://nobody@127.0.0.1:1/none?mode=session").unwrap();
+        let e = crate::connect(&mut url).await.expect_err("not this crate's mode");
+        assert!(matches!(e, LockError::InvalidConfig { .. }), "{e:?}");
     }
 }

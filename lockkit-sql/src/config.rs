@@ -51,7 +51,7 @@ pub enum Mode {
     Table,
     /// Session locks (`mode=session`; MariaDB `GET_LOCK`, Postgres advisory
     /// locks): a hold lives on a server connection and ends with it. See
-    /// [`SessionBackend`](crate::SessionBackend). Not on SQLite.
+    /// `lockkit_sql_session::SessionBackend`. Not on SQLite.
     Session,
 }
 

@@ -1,4 +1,4 @@
-//! The backend's name (one per dialect: [`Dialect::kind`]), and sqlx
+//! The backend's name (one per dialect: [`Dialect::name`]), and sqlx
 //! errors → [`LockError`], and which of them are safe to retry.
 
 use lockkit_core::LockError;
@@ -7,7 +7,7 @@ use crate::config::Dialect;
 
 impl Dialect {
     /// The backend's short name: `mysql`, `postgres` or `sqlite`.
-    pub fn kind(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Dialect::Mysql => "mysql",
             Dialect::Postgres => "postgres",
@@ -18,7 +18,7 @@ impl Dialect {
 
 /// How a failed statement may be treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Class {
+pub enum Class {
     /// The statement certainly did not take effect and trying it again at
     /// once is expected to work: an InnoDB deadlock (1213) or lock wait
     /// timeout (1205), a Postgres serialization failure or deadlock, SQLite
@@ -35,7 +35,7 @@ pub(crate) enum Class {
 }
 
 /// Classifies a sqlx error.
-pub(crate) fn classify(e: &sqlx::Error) -> Class {
+pub fn classify(e: &sqlx::Error) -> Class {
     match e {
         sqlx::Error::Database(db) => classify_database(db.as_ref()),
         sqlx::Error::PoolTimedOut
@@ -83,12 +83,7 @@ fn classify_database(db: &dyn sqlx::error::DatabaseError) -> Class {
 }
 
 /// Wraps a sqlx error as a [`LockError::Backend`], its source chained.
-pub(crate) fn backend_error(
-    kind: &'static str,
-    operation: &'static str,
-    name: Option<&str>,
-    e: sqlx::Error,
-) -> LockError {
+pub fn backend_error(kind: &'static str, operation: &'static str, name: Option<&str>, e: sqlx::Error) -> LockError {
     let retryable = classify(&e) != Class::Permanent;
     match e {
         // sqlx's wrapper only says "error returned from database: " before

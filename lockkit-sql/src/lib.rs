@@ -39,8 +39,11 @@
 //! `?mode=session` (MySQL/MariaDB, Postgres) keeps holds as server session
 //! locks — `GET_LOCK`, advisory locks — on the backend's connections
 //! instead of table rows: no write per acquisition, the lease is the
-//! connection. See `SessionBackend` and the `session` module for how,
-//! and for what it gives up against the table.
+//! connection. It is a backend of its own, in the `lockkit-sql-session`
+//! crate (the `lockkit` facade's `mysql` and `postgres` features bring it,
+//! and `lockkit::connect` picks it for `mode=session`); it shares this
+//! crate's [`SqlConfig`] and the error classes in [`raw`]. This crate's
+//! [`connect`] refuses `mode=session`.
 //!
 //! # Semaphores and read-write locks
 //!
@@ -260,10 +263,9 @@ mod handle;
 mod inspect;
 mod kinds;
 mod layout;
+pub mod raw;
 mod release;
 mod retry;
-#[cfg(any(feature = "mysql", feature = "postgres"))]
-pub mod session;
 mod shared;
 mod sql;
 mod sweeper;
@@ -283,8 +285,6 @@ pub use config::{
     validate_table,
 };
 pub use handle::SqlBackend;
-#[cfg(any(feature = "mysql", feature = "postgres"))]
-pub use session::SessionBackend;
 
 /// SQLite's schemes (see [`connect`]).
 #[cfg(feature = "sqlite")]
@@ -312,12 +312,11 @@ pub const POSTGRES_SCHEMES: BackendSchemes = BackendSchemes {
 /// (see [`SqlConfig`]); creates or checks the lock table and starts the
 /// sweeper. A query parameter left over is refused with
 /// [`ConnectUrl::finish`] before any connection is tried.
+///
+/// Errors: [`LockError::InvalidConfig`] for `mode=session`, which the
+/// `lockkit-sql-session` crate serves (see the crate docs).
 pub async fn connect(url: &mut ConnectUrl) -> Result<Arc<dyn LockBackend>, LockError> {
     let config = SqlConfig::from_url(url)?;
     url.finish()?;
-    #[cfg(any(feature = "mysql", feature = "postgres"))]
-    if config.mode == Mode::Session {
-        return Ok(Arc::new(SessionBackend::connect(config).await?));
-    }
     Ok(Arc::new(SqlBackend::connect(config).await?))
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use lockkit::{LockClient, LockError};
 use lockkit_core::testkit::server_url;
 use lockkit_sql::Dialect;
-use lockkit_sql::session::server_key;
+use lockkit_sql_session::server_key;
 use tokio::time::{Instant, timeout};
 
 use crate::common::{tag, unique, with_params};

@@ -147,7 +147,7 @@ async fn open(dialect: Dialect, database: &str) -> Result<Conn, BenchError> {
             .await?,
         )),
         #[allow(unreachable_patterns)]
-        other => Err(format!("built without the {} feature", other.kind()).into()),
+        other => Err(format!("built without the {} feature", other.name()).into()),
     }
 }
 
@@ -157,7 +157,7 @@ async fn session_cycle(conn: &mut Conn, name: &str) -> Result<(), BenchError> {
     let got = match conn {
         #[cfg(feature = "mysql")]
         Conn::Mysql(c) => {
-            let key = lockkit_sql::session::server_key(Dialect::Mysql, name);
+            let key = lockkit_sql_session::server_key(Dialect::Mysql, name);
             let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
                 .bind(&key)
                 .fetch_one(&mut *c)
@@ -170,7 +170,7 @@ async fn session_cycle(conn: &mut Conn, name: &str) -> Result<(), BenchError> {
         }
         #[cfg(feature = "postgres")]
         Conn::Postgres(c) => {
-            let key: i64 = lockkit_sql::session::server_key(Dialect::Postgres, name).parse()?;
+            let key: i64 = lockkit_sql_session::server_key(Dialect::Postgres, name).parse()?;
             let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
                 .bind(key)
                 .fetch_one(&mut *c)

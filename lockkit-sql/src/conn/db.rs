@@ -306,7 +306,7 @@ impl Db {
             }
             #[allow(unreachable_patterns)]
             other => Err(sqlx::Error::Configuration(
-                format!("lockkit-sql was built without the `{}` feature", other.kind()).into(),
+                format!("lockkit-sql was built without the `{}` feature", other.name()).into(),
             )),
         }
     }

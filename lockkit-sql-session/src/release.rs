@@ -8,10 +8,10 @@ use std::sync::atomic::Ordering;
 use lockkit_core::LockError;
 use lockkit_core::raw::{Hold, ReleaseOutcome, detach};
 
-use super::handle::{Inner, SessionBackend};
-use super::key::Key;
-use super::sessions::Session;
-use crate::error::backend_error;
+use crate::conn::sessions::Session;
+use crate::handle::{Inner, SessionBackend};
+use crate::layout::Key;
+use lockkit_sql::raw::backend_error;
 
 /// What the local table says about a release.
 enum Step {
@@ -100,7 +100,7 @@ impl Inner {
                 // with it: the hold is gone either way.
                 tracing::debug!(backend = self.kind, lock = %hold.name, error = %e, "release failed; dropping the connection");
                 self.statement_failed(session, &mut guard, &e);
-                if crate::error::classify(&e) == crate::error::Class::Permanent {
+                if lockkit_sql::raw::classify(&e) == lockkit_sql::raw::Class::Permanent {
                     return Err(backend_error(self.kind, "release", Some(&hold.name), e));
                 }
                 true

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::handle::Inner;
-use super::sessions::Session;
+use crate::conn::sessions::Session;
+use crate::handle::Inner;
 
 /// Starts the task; it ends when the backend is dropped.
 pub(crate) fn spawn(inner: &Arc<Inner>) {

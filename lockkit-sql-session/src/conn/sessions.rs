@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
-use super::conn::Conn;
+use crate::conn::driver::Conn;
 
 /// A server connection and the holds on it. The holds end with it: when
 /// a ping or a statement finds it gone, `lost` is cancelled (every lease

@@ -9,10 +9,10 @@ use lockkit_core::LockError;
 use lockkit_core::raw::{AcquireRequest, Joined, Lease, LockBackend, TryAcquire, detach_acquisition};
 use tokio::time::Instant;
 
-use super::handle::{Inner, SessionBackend};
-use super::key::Key;
-use super::line::{Turn, Waiter};
-use crate::error::{Class, backend_error, classify};
+use crate::handle::{Inner, SessionBackend};
+use crate::layout::Key;
+use crate::line::{Turn, Waiter};
+use lockkit_sql::raw::{Class, backend_error, classify};
 
 /// How long a name a try found busy goes straight to the line: a `lock`
 /// that waits skips the try, whose statement would mostly find the name

@@ -9,9 +9,9 @@ use std::sync::atomic::Ordering;
 use lockkit_core::LockInfo;
 use lockkit_core::raw::{Lease, TryAcquire};
 
-use super::entry::Entry;
-use super::handle::Inner;
-use super::sessions::Session;
+use crate::conn::sessions::Session;
+use crate::entry::Entry;
+use crate::handle::Inner;
 
 impl Inner {
     /// What this backend can answer alone: re-entry by the holding owner

@@ -37,12 +37,12 @@ use std::time::Duration;
 use lockkit_core::raw::Lines;
 use tokio::time::Instant;
 
-use super::conn::{LONGEST_WAIT, Waited};
-use super::handle::Inner;
-use super::key::Key;
-use super::line::{Grant, Turn, WaitFailed, WaitLines};
-use super::sessions::{Session, Spare};
-use crate::error::{Class, classify};
+use crate::conn::driver::{LONGEST_WAIT, Waited};
+use crate::conn::sessions::{Session, Spare};
+use crate::handle::Inner;
+use crate::layout::Key;
+use crate::line::{Grant, Turn, WaitFailed, WaitLines};
+use lockkit_sql::raw::{Class, classify};
 
 /// A wait whose bound ends within this is left to end by itself when its
 /// last task leaves, rather than killed: the task's own deadline and the

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use sqlx::Connection;
 
-use super::key::{Key, mysql_key, postgres_key};
-use super::sql::SessionSql;
-use crate::config::{Dialect, SqlConfig};
+use crate::layout::Key;
+use crate::sql::SessionSql;
+use lockkit_sql::{Dialect, SqlConfig};
 
 /// A connection of one of the enabled drivers, outside any pool: a hold
 /// lives as long as the connection it was taken on.
@@ -33,15 +33,6 @@ pub(crate) enum Waited {
 /// refuses a negative `GET_LOCK` timeout), after which the waiter asks
 /// again.
 pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
-
-impl Key {
-    pub(crate) fn of(dialect: Dialect, name: &str) -> Key {
-        match dialect {
-            Dialect::Postgres => Key::Int(postgres_key(name)),
-            _ => Key::Text(mysql_key(name)),
-        }
-    }
-}
 
 /// Binds a key.
 macro_rules! bind_key {
@@ -74,7 +65,7 @@ impl Conn {
                     Ok(Conn::Postgres(sqlx::PgConnection::connect_with(&opts).await?))
                 }
                 other => Err(sqlx::Error::Configuration(
-                    format!("no session locks on {}", other.kind()).into(),
+                    format!("no session locks on {}", other.name()).into(),
                 )),
             }
         };

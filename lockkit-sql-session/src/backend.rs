@@ -13,14 +13,13 @@ use lockkit_core::raw::{
 use lockkit_core::{Capabilities, LeaseKind, LockError, LockInfo, LockKind};
 use tokio_util::sync::CancellationToken;
 
-use super::conn::Conn;
-use super::handle::{Inner, SessionBackend};
-use super::key::Key;
-use super::sessions::Session;
-use super::sql::SessionSql;
-use super::{pinger, wait};
-use crate::config::{Dialect, SqlConfig};
-use crate::error::{Class, backend_error, classify};
+use crate::conn::driver::Conn;
+use crate::conn::sessions::Session;
+use crate::handle::{Inner, SessionBackend};
+use crate::sql::SessionSql;
+use crate::{pinger, wait};
+use lockkit_sql::raw::{Class, backend_error, classify};
+use lockkit_sql::{Dialect, SqlConfig};
 
 impl SessionBackend {
     /// Connects: opens the primary connection, draws a token to check the
@@ -29,7 +28,7 @@ impl SessionBackend {
     /// error on SQLite, on MySQL without sequences, and when the sequence
     /// is missing or not usable by this user.
     pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
-        let kind = config.dialect.kind();
+        let kind = config.dialect.name();
         if config.dialect == Dialect::Sqlite {
             return Err(LockError::config(
                 "query parameter mode",
@@ -104,7 +103,7 @@ async fn prepare_sequence(conn: &mut Conn, sql: &SessionSql, config: &SqlConfig)
                 ),
             ))
         }
-        Err(e) => Err(backend_error(config.dialect.kind(), "connect", None, e)),
+        Err(e) => Err(backend_error(config.dialect.name(), "connect", None, e)),
     }
 }
 
@@ -153,56 +152,10 @@ impl LockBackend for SessionBackend {
     /// This backend's own hold in full; a hold by any other connection as
     /// owner `""`, count 0, token 0 (the server knows only that it is held).
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        if let Some(info) = self.inner.local_info(name) {
-            return Ok(Some(info));
-        }
-        let held = self
-            .inner
-            .on_primary("inspect", name, |conn, sql, key| Box::pin(conn.held(sql, key)))
-            .await?;
-        Ok(held.then(|| LockInfo {
-            name: name.to_owned(),
-            owner: String::new(),
-            hold_count: 0,
-            token: 0,
-            remaining: None,
-        }))
+        self.inner.inspect(name).await
     }
 
     async fn waiting(&self, name: &str) -> Result<usize, LockError> {
-        let n = self
-            .inner
-            .on_primary("waiting", name, |conn, sql, key| Box::pin(conn.waiting(sql, key)))
-            .await?;
-        n.ok_or(LockError::Unsupported {
-            backend: self.inner.kind,
-            operation: "waiting",
-        })
-    }
-}
-
-type ConnFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, sqlx::Error>> + Send + 'a>>;
-
-impl Inner {
-    /// Runs a look (no hold taken) on the primary connection.
-    async fn on_primary<T>(
-        &self,
-        operation: &'static str,
-        name: &str,
-        run: impl for<'a> FnOnce(&'a mut Conn, &'a SessionSql, &'a Key) -> ConnFuture<'a, T>,
-    ) -> Result<T, LockError> {
-        let key = Key::of(self.config.dialect, name);
-        let session = self.primary().await?;
-        let mut guard = session.conn.lock().await;
-        let Some(conn) = guard.as_mut() else {
-            return Err(self.lost_error(operation, name, &session));
-        };
-        match run(conn, &self.sql, &key).await {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                self.statement_failed(&session, &mut guard, &e);
-                Err(backend_error(self.kind, operation, Some(name), e))
-            }
-        }
+        self.inner.waiting(name).await
     }
 }

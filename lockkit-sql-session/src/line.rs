@@ -9,8 +9,8 @@ use lockkit_core::LockError;
 use lockkit_core::raw::Lines;
 use tokio::time::Instant;
 
-use super::sessions::Session;
-use crate::error::{Class, classify};
+use crate::conn::sessions::Session;
+use lockkit_sql::raw::{Class, classify};
 
 /// A task waiting in line: its owner, and until when it waits (`None`:
 /// for ever).

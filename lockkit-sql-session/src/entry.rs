@@ -7,7 +7,7 @@ use std::sync::Arc;
 use lockkit_core::LockInfo;
 use lockkit_core::raw::Lease;
 
-use super::sessions::Session;
+use crate::conn::sessions::Session;
 
 /// One held name.
 #[derive(Debug)]

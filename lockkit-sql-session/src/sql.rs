@@ -1,7 +1,7 @@
 //! The statements of the session mode, per database. Each acquisition,
 //! release and look is one statement.
 
-use crate::config::Dialect;
+use lockkit_sql::Dialect;
 
 /// The statement texts of one backend (the sequence name spliced in; it
 /// comes from the validated table name).

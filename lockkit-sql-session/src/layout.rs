@@ -16,7 +16,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::config::Dialect;
+use lockkit_sql::Dialect;
 
 /// The `GET_LOCK` name of a lock name (56 characters).
 pub(crate) fn mysql_key(name: &str) -> String {
@@ -51,6 +51,16 @@ pub(crate) enum Key {
     Text(String),
     /// An advisory-lock key.
     Int(i64),
+}
+
+impl Key {
+    /// The key of the lock name `name` on `dialect`'s server.
+    pub(crate) fn of(dialect: Dialect, name: &str) -> Key {
+        match dialect {
+            Dialect::Postgres => Key::Int(postgres_key(name)),
+            _ => Key::Text(mysql_key(name)),
+        }
+    }
 }
 
 #[cfg(test)]

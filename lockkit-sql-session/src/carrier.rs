@@ -10,10 +10,10 @@ use std::sync::atomic::Ordering;
 
 use lockkit_core::LockError;
 
-use super::conn::Conn;
-use super::handle::Inner;
-use super::sessions::{Session, Spare};
-use crate::error::{Class, backend_error, classify};
+use crate::conn::driver::Conn;
+use crate::conn::sessions::{Session, Spare};
+use crate::handle::Inner;
+use lockkit_sql::raw::{Class, backend_error, classify};
 
 /// A connection counted as returning to the spares (see
 /// [`Inner::returning`]); the count goes down, and waits looking for a

@@ -11,17 +11,17 @@ use std::sync::Arc;
 use lockkit_core::{LockError, LockKind};
 use tokio_util::sync::CancellationToken;
 
-use super::entry::Entry;
-use super::line::WaitLines;
-use super::sessions::{Session, Spare};
-use super::sql::SessionSql;
-use crate::config::SqlConfig;
+use crate::conn::sessions::{Session, Spare};
+use crate::entry::Entry;
+use crate::line::WaitLines;
+use crate::sql::SessionSql;
+use lockkit_sql::SqlConfig;
 
 /// The SQL backend in session mode (`?mode=session` on a `mysql://`,
 /// `mariadb://` or `postgres://` URL): holds are MariaDB `GET_LOCK` locks
 /// or Postgres advisory locks on this backend's connections. See the
-/// [module documentation](crate::session) for how, and for what it gives up against
-/// the lock table ([`SqlBackend`](crate::SqlBackend)).
+/// [crate documentation](crate) for how, and for what it gives up against
+/// the lock table ([`SqlBackend`](lockkit_sql::SqlBackend)).
 ///
 /// Cheap to clone (clones share connections and holds). The ping task
 /// stops, and the connections close (freeing their locks), when the last

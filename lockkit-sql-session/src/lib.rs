@@ -1,6 +1,27 @@
-//! The session-lock mode of the SQL backend (`?mode=session`):
-//! [`SessionBackend`], holds that live on server connections — MariaDB
-//! `GET_LOCK`, Postgres advisory locks — instead of rows of the lock table.
+//! lockkit's session-lock backend for MariaDB and PostgreSQL
+//! (`mysql://`, `mariadb://` or `postgres://` URLs with `?mode=session`):
+//! [`SessionBackend`]: holds that live on server connections — MariaDB
+//! `GET_LOCK`, Postgres advisory locks — instead of rows of the lock table
+//! of `lockkit-sql`, whose configuration ([`SqlConfig`]) it shares.
+//! `lockkit::connect` picks it for `mode=session`; on its own:
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), lockkit_core::LockError> {
+//! use lockkit_core::raw::ConnectUrl;
+//! use lockkit_core::{LockClient, LockOptions};
+//! use lockkit_sql::SqlConfig;
+//! use lockkit_sql_session::SessionBackend;
+//!
+//! let mut url = ConnectUrl::parse("mariadb://app:secret@db:3306/app?mode=session")?;
+//! let config = SqlConfig::from_url(&mut url)?;
+//! url.finish()?; // no unknown parameters left
+//! let locks = LockClient::new(SessionBackend::connect(config).await?, LockOptions::new())?;
+//! let guard = locks.lock("order:42").await?;
+//! assert!(guard.fencing_token() > 0);
+//! guard.unlock().await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Why
 //!
@@ -17,7 +38,7 @@
 //!   NEXTVAL(seq)` / `SELECT pg_try_advisory_lock(key), nextval(seq)`: the
 //!   lock and a token in one statement) and carries the holds it got; many
 //!   holds share it. A release is one statement (`RELEASE_LOCK` /
-//!   `pg_advisory_unlock`) on the hold's connection. Keys: see the `key`
+//!   `pg_advisory_unlock`) on the hold's connection. Keys: see the `layout`
 //!   module (hashed names; a collision makes two names share one lock,
 //!   never breaks exclusion).
 //! - **Waiting is the server's, once per name and backend.** The tasks of
@@ -125,11 +146,15 @@
 //! (Postgres). Ending an abandoned wait kills one of the user's own
 //! connections, which needs no privilege on either server.
 //!
+//! [`SqlConfig`]: lockkit_sql::SqlConfig
 //! [`LeaseKind::Session`]: lockkit_core::LeaseKind::Session
 //! [`Capabilities::durable_tokens`]: lockkit_core::Capabilities::durable_tokens
 //! [`LockBackend::inspect`]: lockkit_core::raw::LockBackend::inspect
 //! [`Capabilities::shared_holds`]: lockkit_core::Capabilities::shared_holds
 //! [`Capabilities::fair`]: lockkit_core::Capabilities::fair
+#![warn(missing_docs)]
+// Without a driver feature there is no database to talk to: the crate is empty.
+#![cfg(any(feature = "mysql", feature = "postgres"))]
 
 mod acquire;
 mod backend;
@@ -138,13 +163,13 @@ mod conn;
 mod entry;
 mod handle;
 mod holds;
-mod key;
+mod inspect;
+mod layout;
 mod line;
 mod pinger;
 mod release;
-mod sessions;
 mod sql;
 mod wait;
 
 pub use handle::SessionBackend;
-pub use key::server_key;
+pub use layout::server_key;

@@ -31,6 +31,14 @@ pub enum LayersError {
         /// Where its file was looked for.
         dir: PathBuf,
     },
+    /// The guide's role table cannot be read as one.
+    #[error("{}: {message}", file.display())]
+    Guide {
+        /// The guide.
+        file: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The crate folder has neither `src/lib.rs` nor `src/main.rs`.
     #[error("{}: neither src/lib.rs nor src/main.rs", dir.display())]
     NoRoot {

@@ -11,6 +11,10 @@
 //! under `#[cfg(test)]` is left out; a method called on a value is not
 //! seen (the check reads names, not types).
 //!
+//!
+//! With `--roles GUIDE` it also checks the guide's table of role files
+//! against the backend crates ([`check_roles`]).
+//!
 //! ```no_run
 //! let cycles = lockkit_layers::check(std::path::Path::new("lockkit-sql"))?;
 //! for cycle in &cycles {
@@ -22,12 +26,14 @@
 mod error;
 mod graph;
 mod refs;
+mod roles;
 mod tree;
 
 use std::path::Path;
 
 pub use error::LayersError;
 pub use graph::Cycle;
+pub use roles::{Mismatch, Role, RoleTable, check_roles};
 
 /// The module cycles of the crate in folder `dir`: of its library
 /// (`src/lib.rs`) and of its binary (`src/main.rs`), each a tree of its

@@ -1,7 +1,7 @@
 //! [`RedisBackend`]: locks on one Redis (single server, a sentinel-monitored
 //! master, or a Redis Cluster) — the type, its constructor and its
 //! [`LockBackend`] impl, whose methods delegate to `acquire`, `release`,
-//! `extend`, `list` and `replicas` (and the scripts).
+//! `extend` and `inspect`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,7 +10,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
 use lockkit_core::{Capabilities, LockError, LockInfo, LockKind};
-use redis::RedisResult;
 
 use crate::config::{Mode, RedisConfig};
 use crate::conn::{self, Conn};
@@ -170,20 +169,11 @@ impl LockBackend for RedisBackend {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        let stored = scripts::inspect(&mut self.inner.conn.clone(), &self.inner.keys, name)
-            .await
-            .map_err(|f| self.error("inspect", name, f))?;
-        Ok(stored.map(|s| s.into_info(name)))
+        self.inspect_name(name).await
     }
 
     async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
-        match kind {
-            LockKind::Mutex => Ok(self.inspect(name).await?.into_iter().collect()),
-            kind => match scripts::holders(&mut self.inner.conn.clone(), &self.inner.keys, name, kind).await {
-                Ok(holds) => Ok(holds.into_iter().map(|(info, _)| info).collect()),
-                Err(f) => Err(self.error("holders", name, f)),
-            },
-        }
+        self.holders_of(name, kind).await
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
@@ -200,12 +190,7 @@ impl LockBackend for RedisBackend {
     /// The clients queued for `name`'s `kind` (readers and writers of a
     /// read-write lock queue in one line), as [`waiting`](Self::waiting).
     async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
-        let keys = &self.inner.keys;
-        let queued: RedisResult<usize> = redis::cmd("ZCARD")
-            .arg(keys.queue_of_lock(&keys.holds(name, kind)))
-            .query_async(&mut self.inner.conn.clone())
-            .await;
-        queued.map_err(|e| self.error("waiting", name, Fault::Redis(e)))
+        self.queued(name, kind).await
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

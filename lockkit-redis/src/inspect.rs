@@ -1,9 +1,11 @@
-//! Inspection and listing: the lock keys on every primary, and the inspection of the names
-//! found (shared with Redlock).
+//! Inspection on one Redis: who holds a name, the holders of a semaphore
+//! or read-write lock, the clients in a name's line, and listing (the lock
+//! keys on every primary, and the inspection of the names found, shared
+//! with Redlock).
 
 use futures_util::future::join_all;
-use lockkit_core::raw::LockBackend;
-use lockkit_core::{LockError, LockInfo};
+use lockkit_core::{LockError, LockInfo, LockKind};
+use redis::RedisResult;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use crate::backend::RedisBackend;
@@ -12,6 +14,37 @@ use crate::error::Fault;
 use crate::scripts;
 
 impl RedisBackend {
+    /// [`LockBackend::inspect`](lockkit_core::raw::LockBackend::inspect): who holds `name`'s mutex.
+    pub(crate) async fn inspect_name(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let stored = scripts::inspect(&mut self.inner.conn.clone(), &self.inner.keys, name)
+            .await
+            .map_err(|f| self.error("inspect", name, f))?;
+        Ok(stored.map(|s| s.into_info(name)))
+    }
+
+    /// [`LockBackend::holders`](lockkit_core::raw::LockBackend::holders): the holds of `kind` on `name`, in the
+    /// order granted.
+    pub(crate) async fn holders_of(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
+        match kind {
+            LockKind::Mutex => Ok(self.inspect_name(name).await?.into_iter().collect()),
+            kind => match scripts::holders(&mut self.inner.conn.clone(), &self.inner.keys, name, kind).await {
+                Ok(holds) => Ok(holds.into_iter().map(|(info, _)| info).collect()),
+                Err(f) => Err(self.error("holders", name, f)),
+            },
+        }
+    }
+
+    /// [`LockBackend::waiting_for`](lockkit_core::raw::LockBackend::waiting_for): the clients queued in `kind`'s line
+    /// of `name`.
+    pub(crate) async fn queued(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
+        let keys = &self.inner.keys;
+        let queued: RedisResult<usize> = redis::cmd("ZCARD")
+            .arg(keys.queue_of_lock(&keys.holds(name, kind)))
+            .query_async(&mut self.inner.conn.clone())
+            .await;
+        queued.map_err(|e| self.error("waiting", name, Fault::Redis(e)))
+    }
+
     /// The held locks whose names start with `prefix`, at most `limit`.
     pub(crate) async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
         let keys = self
@@ -19,7 +52,7 @@ impl RedisBackend {
             .await
             .map_err(|f| f.into_error(self.inner.kind, "list", None))?;
         let names = keys.iter().filter_map(|k| self.inner.keys.name_of(k));
-        inspect_listed(names, prefix, limit, 64, |n| async move { self.inspect(&n).await }).await
+        inspect_listed(names, prefix, limit, 64, |n| async move { self.inspect_name(&n).await }).await
     }
 
     /// The lock keys of names starting with `prefix`, on every primary.

@@ -5,7 +5,7 @@ use lockkit_core::raw::{Hold, ReleaseOutcome};
 use lockkit_core::{LockError, LockInfo, LockKind};
 
 use crate::backend::RedisBackend;
-use crate::scripts::{self, KindRelease, Released};
+use crate::scripts::{self, ReleaseOf, Released, Telling};
 
 /// How often a release whose reply was lost is sent (it is idempotent by
 /// its attempt id).
@@ -16,29 +16,20 @@ impl RedisBackend {
     /// (its behaviour is documented on the impl in `backend`).
     pub(crate) async fn release_share(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let (mut lost_try, mut tries) = (false, 1);
+        let of = ReleaseOf::new(hold, attempt);
         loop {
-            let mut conn = self.inner.conn.clone();
-            let (keys, publish) = (&self.inner.keys, self.inner.publish);
-            let r = match hold.kind {
-                LockKind::Mutex => {
-                    let queued = self.inner.waiters.waiter_id().is_some();
-                    let (name, owner) = (&hold.name, &hold.owner);
-                    scripts::release(&mut conn, keys, name, owner, hold.token, attempt, publish, queued).await
-                }
-                kind => {
-                    let nonce = scripts::nonce();
-                    let release = KindRelease {
-                        name: &hold.name,
-                        kind,
-                        owner: &hold.owner,
-                        token: hold.token,
-                        attempt,
-                        publish,
-                        nonce: &nonce,
-                    };
-                    scripts::release_kind(&mut conn, keys, &release).await
-                }
+            // Only the kinds' turn messages carry a nonce.
+            let nonce = if hold.kind == LockKind::Mutex {
+                String::new()
+            } else {
+                scripts::nonce()
             };
+            let telling = Telling {
+                publish: self.inner.publish,
+                queued: self.inner.waiters.waiter_id().is_some(),
+                nonce: &nonce,
+            };
+            let r = scripts::release(&mut self.inner.conn.clone(), &self.inner.keys, &of, &telling).await;
             if let Ok(Released {
                 published: Some(message),
                 ..

@@ -273,50 +273,7 @@ impl State {
         self.live(&key, now);
         let turn = (!req.fair && req.kind != LockKind::Read) || self.my_turn(&key, ticket, req.kind);
         let holds = self.live(&key, now);
-        let grant = match req.kind {
-            LockKind::Mutex => match holds.first() {
-                Some(e) if e.owner == req.owner => Grant::Join(0),
-                Some(e) => Grant::Busy(Some(e.expires_at)),
-                None if turn => Grant::New { write: false },
-                None => Grant::Busy(None),
-            },
-            LockKind::Permit { permits } => {
-                let repeated = holds.iter().position(|e| e.attempts.iter().any(|a| a == req.attempt));
-                match repeated {
-                    Some(i) => Grant::Join(i),
-                    None if turn && holds.len() < permits as usize => Grant::New { write: false },
-                    None => Grant::Busy(holds.iter().map(|e| e.expires_at).min()),
-                }
-            }
-            LockKind::Read => {
-                let mine = holds.iter().position(|e| e.owner == req.owner && !e.write);
-                let writer = holds.iter().find(|e| e.write);
-                match (mine, writer) {
-                    (Some(i), _) => Grant::Join(i),
-                    (None, Some(w)) if w.owner == req.owner => Grant::New { write: false },
-                    (None, Some(w)) => Grant::Busy(Some(w.expires_at)),
-                    (None, None) if turn => Grant::New { write: false },
-                    (None, None) => Grant::Busy(None),
-                }
-            }
-            LockKind::Write => {
-                let mine = holds.iter().position(|e| e.owner == req.owner && e.write);
-                let reading = holds.iter().any(|e| e.owner == req.owner && !e.write);
-                match mine {
-                    Some(i) => Grant::Join(i),
-                    None if reading => {
-                        return Err(LockError::Conflict {
-                            backend,
-                            name: req.name.to_owned(),
-                            reason: "the owner holds it for reading: a read hold cannot be upgraded; release it first"
-                                .to_owned(),
-                        });
-                    }
-                    None if holds.is_empty() && turn => Grant::New { write: true },
-                    None => Grant::Busy(holds.iter().map(|e| e.expires_at).min()),
-                }
-            }
-        };
+        let grant = decide(holds, req, turn, backend)?;
         let granted = match grant {
             Grant::Busy(until) => {
                 if let Some(ticket) = ticket {
@@ -325,44 +282,8 @@ impl State {
                 self.tidy(&key);
                 return Ok(Granted::Busy(until));
             }
-            Grant::Join(i) => {
-                let e = &mut holds[i];
-                // A repeated attempt is the same share, counted once.
-                if !e.attempts.iter().any(|a| a == req.attempt) {
-                    e.attempts.push(req.attempt.to_owned());
-                }
-                e.expires_at = e.expires_at.max(now + ttl);
-                Granted::Held {
-                    token: e.token,
-                    count: e.count(),
-                    expires_at: e.expires_at,
-                }
-            }
-            Grant::New { write } => {
-                let token = match req.kind {
-                    LockKind::Read => self.last_write.get(req.name).copied().unwrap_or(0),
-                    _ => {
-                        self.last_token += 1;
-                        self.last_token
-                    }
-                };
-                if write {
-                    self.last_write.insert(req.name.to_owned(), token);
-                }
-                let entry = Entry {
-                    owner: req.owner.to_owned(),
-                    attempts: vec![req.attempt.to_owned()],
-                    token,
-                    expires_at: now + ttl,
-                    write,
-                };
-                self.names.entry(key.clone()).or_default().push(entry);
-                Granted::Held {
-                    token,
-                    count: 1,
-                    expires_at: now + ttl,
-                }
-            }
+            Grant::Join(i) => join(&mut holds[i], req.attempt, now + ttl),
+            Grant::New { write } => self.add_hold(req, &key, write, now + ttl),
         };
         match ticket {
             // Out of line; another permit or reader may go too.
@@ -370,6 +291,34 @@ impl State {
             None => self.admit(&key),
         }
         Ok(granted)
+    }
+
+    /// A new hold of `req` on `key`, until `expires_at`, with its token:
+    /// the next of the name's (a reader carries the last write's).
+    fn add_hold(&mut self, req: &AcquireRequest<'_>, key: &Key, write: bool, expires_at: Instant) -> Granted {
+        let token = match req.kind {
+            LockKind::Read => self.last_write.get(req.name).copied().unwrap_or(0),
+            _ => {
+                self.last_token += 1;
+                self.last_token
+            }
+        };
+        if write {
+            self.last_write.insert(req.name.to_owned(), token);
+        }
+        let entry = Entry {
+            owner: req.owner.to_owned(),
+            attempts: vec![req.attempt.to_owned()],
+            token,
+            expires_at,
+            write,
+        };
+        self.names.entry(key.clone()).or_default().push(entry);
+        Granted::Held {
+            token,
+            count: 1,
+            expires_at,
+        }
     }
 
     /// Takes `attempt`'s share out of `hold`: `None` if the hold does not
@@ -402,6 +351,70 @@ impl State {
             .collect();
         self.tidy(&key);
         infos
+    }
+}
+
+/// What `req` gets against the live `holds` of its name and kind (`turn`:
+/// whether the line lets it go now): the rules every kind follows.
+fn decide(holds: &[Entry], req: &AcquireRequest<'_>, turn: bool, backend: &'static str) -> Result<Grant, LockError> {
+    Ok(match req.kind {
+        LockKind::Mutex => match holds.first() {
+            Some(e) if e.owner == req.owner => Grant::Join(0),
+            Some(e) => Grant::Busy(Some(e.expires_at)),
+            None if turn => Grant::New { write: false },
+            None => Grant::Busy(None),
+        },
+        LockKind::Permit { permits } => {
+            let repeated = holds.iter().position(|e| e.attempts.iter().any(|a| a == req.attempt));
+            match repeated {
+                Some(i) => Grant::Join(i),
+                None if turn && holds.len() < permits as usize => Grant::New { write: false },
+                None => Grant::Busy(holds.iter().map(|e| e.expires_at).min()),
+            }
+        }
+        LockKind::Read => {
+            let mine = holds.iter().position(|e| e.owner == req.owner && !e.write);
+            let writer = holds.iter().find(|e| e.write);
+            match (mine, writer) {
+                (Some(i), _) => Grant::Join(i),
+                (None, Some(w)) if w.owner == req.owner => Grant::New { write: false },
+                (None, Some(w)) => Grant::Busy(Some(w.expires_at)),
+                (None, None) if turn => Grant::New { write: false },
+                (None, None) => Grant::Busy(None),
+            }
+        }
+        LockKind::Write => {
+            let mine = holds.iter().position(|e| e.owner == req.owner && e.write);
+            let reading = holds.iter().any(|e| e.owner == req.owner && !e.write);
+            match mine {
+                Some(i) => Grant::Join(i),
+                None if reading => {
+                    return Err(LockError::Conflict {
+                        backend,
+                        name: req.name.to_owned(),
+                        reason: "the owner holds it for reading: a read hold cannot be upgraded; release it first"
+                            .to_owned(),
+                    });
+                }
+                None if holds.is_empty() && turn => Grant::New { write: true },
+                None => Grant::Busy(holds.iter().map(|e| e.expires_at).min()),
+            }
+        }
+    })
+}
+
+/// `attempt` joins the hold `e` (a re-entry, or a repeat of an attempt
+/// already in it, counted once), which then lasts at least until
+/// `expires_at`.
+fn join(e: &mut Entry, attempt: &str, expires_at: Instant) -> Granted {
+    if !e.attempts.iter().any(|a| a == attempt) {
+        e.attempts.push(attempt.to_owned());
+    }
+    e.expires_at = e.expires_at.max(expires_at);
+    Granted::Held {
+        token: e.token,
+        count: e.count(),
+        expires_at: e.expires_at,
     }
 }
 

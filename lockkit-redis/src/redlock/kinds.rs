@@ -1,6 +1,6 @@
 //! Redlock's semaphores and read-write locks: the holders and the line of a
 //! name as a quorum of nodes sees them, and the refusal a quorum agrees on.
-//! (How a permit takes a slot on a quorum: `acquire` and
+//! (How a permit takes a slot on a quorum: `rounds` and
 //! `scripts::kinds::KINDS_ACQUIRE`.)
 
 use std::collections::HashMap;

@@ -1,15 +1,26 @@
 //! Redlock over N independent Redis masters: see [`RedlockBackend`].
 //!
-//! The backend's type, its nodes, connecting and the calls to every node
-//! are in `nodes`; one acquisition attempt in `acquire`; the quorum
+//! The files keep the single-server backend's roles: the backend's type,
+//! its nodes, connecting and the calls to every node in `nodes`;
+//! acquiring in `acquire` (the rounds of one attempt over the nodes in
+//! `rounds`, their answers sorted in `answers`, an attempt taken back in
+//! `undo`); releasing and the operator's forced release in `release`;
+//! extending in `extend`; inspecting and listing in `inspect`; the quorum
 //! arithmetic (agreement on a token, validity after clock drift, the
 //! holder a quorum reports) in `quorum`; semaphores and read-write locks
-//! in `kinds`; the `LockBackend` impl on top, in `backend`.
+//! in `kinds`; and the `LockBackend` impl, delegating to them, in
+//! `backend`.
 
 mod acquire;
+mod answers;
 mod backend;
+mod extend;
+mod inspect;
 mod kinds;
 mod nodes;
 mod quorum;
+mod release;
+mod rounds;
+mod undo;
 
 pub use nodes::RedlockBackend;

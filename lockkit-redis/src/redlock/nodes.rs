@@ -1,5 +1,5 @@
-//! Calls to every node at once (decided by a quorum and `node_timeout`),
-//! the background release on nodes that did not answer, and connecting.
+//! The node set: the backend's type and its nodes, connecting to them, and
+//! calls to every node at once (decided by a quorum and `node_timeout`).
 
 use std::fmt;
 use std::future::Future;
@@ -9,17 +9,17 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
-use lockkit_core::raw::Hold;
-use lockkit_core::{LockError, LockKind};
+use lockkit_core::LockError;
 use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;
 use crate::conn::{manager_config, open_client, pubsub_config};
 use crate::error::{Fault, NodeTimeout, QuorumError, redis_error};
 use crate::layout::Keys;
-use crate::scripts::{self, KindRelease, Publish};
-use crate::wait::{PubSubConn, Waiters};
+use crate::scripts::{self, Publish};
+use crate::wait::{Leave, PubSubConn, Waiters};
 
+/// The backend's name in errors and logs.
 pub(super) const KIND: &str = "redlock";
 
 /// Locks over N independent Redis masters (`redlock://h1,h2,h3,…`). Cheap to
@@ -143,15 +143,25 @@ pub struct RedlockBackend {
     pub(super) inner: Arc<Inner>,
 }
 
+/// One Redis master of the set.
 pub(super) struct Node {
+    /// `host:port`, for errors and logs.
     pub(super) addr: String,
+    /// Its command connection (pub/sub has a connection of its own, in
+    /// the waiters).
     pub(super) conn: ConnectionManager,
 }
 
+/// What the clones of one [`RedlockBackend`] share.
 pub(super) struct Inner {
+    /// Every node, in the URL's order (a node's index in the per-node
+    /// results of [`Inner::on_nodes`]).
     pub(super) nodes: Vec<Node>,
+    /// How many nodes must agree (N/2 + 1).
     pub(super) quorum: usize,
+    /// The key layout, the same on every node.
     pub(super) keys: Keys,
+    /// This client's waiters, with a pub/sub connection per node.
     pub(super) waiters: Waiters,
     pub(super) config: RedisConfig,
 }
@@ -166,13 +176,8 @@ impl fmt::Debug for RedlockBackend {
     }
 }
 
-impl Inner {
-    pub(super) fn n(&self) -> usize {
-        self.nodes.len()
-    }
-}
-
 impl RedlockBackend {
+    /// The error of an operation on `name` that too many nodes failed.
     pub(super) fn failed(&self, operation: &'static str, name: &str, e: QuorumError) -> LockError {
         let retryable = e.retryable;
         LockError::backend(KIND, operation, Some(name), retryable, e)
@@ -180,6 +185,11 @@ impl RedlockBackend {
 }
 
 impl Inner {
+    /// How many nodes there are.
+    pub(super) fn n(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// Runs `f` on every node at once, and collects the answers: once
     /// `node_timeout` has passed and a quorum answered, stragglers are not
     /// waited for (they count as timed out); a quorum that is slow to answer
@@ -239,41 +249,14 @@ impl Inner {
             .collect()
     }
 
+    /// [`on_nodes`](Self::on_nodes) for an operation whose answer a
+    /// quorum decides: stragglers are not waited for.
     pub(super) async fn all<T, F, Fut>(&self, f: F) -> Vec<Result<T, Fault>>
     where
         F: Fn(usize, ConnectionManager) -> Fut,
         Fut: Future<Output = Result<T, Fault>>,
     {
         self.on_nodes(false, f).await
-    }
-
-    /// Releases `attempt`'s share of `hold` on `nodes` again, in the
-    /// background: nodes whose answer to the release did not come.
-    /// Whether this client's waiters join the nodes' lines (and mark the
-    /// holds they wait for), so that a release on a node whose hold is
-    /// unmarked need not look at the line or announce. A waiter's busy
-    /// attempt had answers from a quorum of nodes and the hold stands on
-    /// a quorum, so it marked at least one node the holder's release
-    /// reaches.
-    pub(super) fn queued(&self) -> bool {
-        self.waiters.waiter_id().is_some()
-    }
-
-    pub(super) fn spawn_release(self: &Arc<Self>, hold: &Hold, attempt: &str, nonce: &str, nodes: Vec<usize>) {
-        let this = self.clone();
-        let (hold, attempt, nonce) = (hold.clone(), attempt.to_owned(), nonce.to_owned());
-        tokio::spawn(async move {
-            let (hold, attempt, nonce, nodes) = (&hold, &attempt, &nonce, &nodes);
-            let (keys, queued) = (&this.keys, this.queued());
-            this.on_nodes(true, |node, c| async move {
-                if nodes.contains(&node) {
-                    release_on(keys, c, hold, attempt, nonce, queued).await
-                } else {
-                    Ok(None)
-                }
-            })
-            .await;
-        });
     }
 }
 
@@ -283,63 +266,84 @@ impl RedlockBackend {
     /// quorum answer `PING` within `connect_timeout`.
     pub async fn connect(config: RedisConfig) -> Result<Self, LockError> {
         config.check_wait_replicas()?;
-        let n = config.nodes.len();
-        let quorum = config.quorum();
         let waiters = Waiters::new(
-            n,
-            quorum,
+            config.nodes.len(),
+            config.quorum(),
             config.node_timeout.max(Duration::from_millis(500)),
             Some(Keys::new(&config.prefix)),
         );
-        let (ct, rt) = (config.connect_timeout, config.response_timeout);
-        let mut nodes = Vec::with_capacity(n);
-        let mut pubsubs = Vec::with_capacity(n);
-        for (i, node) in config.nodes.iter().enumerate() {
-            let client = open_client(&config, node)?;
-            let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config(ct, rt))
-                .map_err(|e| redis_error(KIND, "connect", None, e))?;
-            let pubsub = ConnectionManager::new_lazy_with_config(client, pubsub_config(ct, rt, &waiters, i))
-                .map_err(|e| redis_error(KIND, "connect", None, e))?;
-            nodes.push(Node {
-                addr: node.to_string(),
-                conn,
-            });
-            pubsubs.push(PubSubConn::Manager(pubsub));
-        }
-        waiters.set_connections(pubsubs);
+        let nodes = open_nodes(&config, &waiters)?;
         if let Some(id) = waiters.waiter_id() {
-            let (conns, keys, id) = (
-                nodes.iter().map(|n| n.conn.clone()).collect::<Vec<_>>(),
-                Keys::new(&config.prefix),
-                id.to_owned(),
-            );
-            waiters.set_leave(Arc::new(move |channel: Vec<u8>, entry: Option<String>| {
-                let (conns, keys, id) = (conns.clone(), keys.clone(), id.clone());
-                Box::pin(async move {
-                    let leave = &scripts::Leaving {
-                        channel: &channel,
-                        id: &id,
-                        entry: entry.as_deref(),
-                        publish: Publish::Classic,
-                    };
-                    let keys = &keys;
-                    join_all(
-                        conns
-                            .into_iter()
-                            .map(|mut c| async move { scripts::leave_line(&mut c, keys, leave).await }),
-                    )
-                    .await;
-                })
-            }));
+            waiters.set_leave(leave_on_every_node(&nodes, Keys::new(&config.prefix), id));
         }
         let inner = Inner {
             nodes,
-            quorum,
+            quorum: config.quorum(),
             keys: Keys::new(&config.prefix),
             waiters,
             config,
         };
-        let pings = join_all(inner.nodes.iter().map(|node| async {
+        inner.ping_quorum().await?;
+        Ok(RedlockBackend { inner: Arc::new(inner) })
+    }
+}
+
+/// Opens the connections of every node, lazily (a node that is down
+/// connects once it is back): its command connection, and its pub/sub
+/// connection, which goes to `waiters`.
+fn open_nodes(config: &RedisConfig, waiters: &Waiters) -> Result<Vec<Node>, LockError> {
+    let (ct, rt) = (config.connect_timeout, config.response_timeout);
+    let mut nodes = Vec::with_capacity(config.nodes.len());
+    let mut pubsubs = Vec::with_capacity(config.nodes.len());
+    for (i, node) in config.nodes.iter().enumerate() {
+        let client = open_client(config, node)?;
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config(ct, rt))
+            .map_err(|e| redis_error(KIND, "connect", None, e))?;
+        let pubsub = ConnectionManager::new_lazy_with_config(client, pubsub_config(ct, rt, waiters, i))
+            .map_err(|e| redis_error(KIND, "connect", None, e))?;
+        nodes.push(Node {
+            addr: node.to_string(),
+            conn,
+        });
+        pubsubs.push(PubSubConn::Manager(pubsub));
+    }
+    waiters.set_connections(pubsubs);
+    Ok(nodes)
+}
+
+/// How client `id` leaves a name's line: on every node at once, since
+/// every node keeps the line (errors ignored, as `scripts::leave_line`
+/// says why).
+fn leave_on_every_node(nodes: &[Node], keys: Keys, id: &str) -> Leave {
+    let (conns, id) = (nodes.iter().map(|n| n.conn.clone()).collect::<Vec<_>>(), id.to_owned());
+    Arc::new(move |channel: Vec<u8>, entry: Option<String>| {
+        let (conns, keys, id) = (conns.clone(), keys.clone(), id.clone());
+        Box::pin(async move {
+            let leave = &scripts::Leaving {
+                channel: &channel,
+                id: &id,
+                entry: entry.as_deref(),
+                publish: Publish::Classic,
+            };
+            let keys = &keys;
+            join_all(
+                conns
+                    .into_iter()
+                    .map(|mut c| async move { scripts::leave_line(&mut c, keys, leave).await }),
+            )
+            .await;
+        })
+    })
+}
+
+impl Inner {
+    /// Checks that a quorum of nodes answers `PING` within
+    /// `connect_timeout`: a backend that starts without one would fail
+    /// every operation. Nodes that do not answer are logged and used once
+    /// they do.
+    async fn ping_quorum(&self) -> Result<(), LockError> {
+        let ct = self.config.connect_timeout;
+        let pings = join_all(self.nodes.iter().map(|node| async {
             match tokio::time::timeout(ct, redis::cmd("PING").query_async::<()>(&mut node.conn.clone())).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(Fault::Redis(e)),
@@ -351,59 +355,16 @@ impl RedlockBackend {
         }))
         .await;
         let failures: Vec<&Fault> = pings.iter().filter_map(|r| r.as_ref().err()).collect();
-        if failures.len() > n - quorum {
-            let e = inner.quorum_error(&failures);
+        if failures.len() > self.n() - self.quorum {
+            let e = self.quorum_error(&failures);
             let retryable = e.retryable;
             return Err(LockError::backend(KIND, "connect", None, retryable, e));
         }
-        for (node, r) in inner.nodes.iter().zip(&pings) {
+        for (node, r) in self.nodes.iter().zip(&pings) {
             if let Err(f) = r {
                 tracing::warn!(node = %node.addr, error = %f, "redlock node does not answer; continuing with a quorum");
             }
         }
-        Ok(RedlockBackend { inner: Arc::new(inner) })
+        Ok(())
     }
-}
-
-/// Takes `attempt`'s share of `hold` back on one node: the holds of it left
-/// there (`None`: not held there).
-/// `nonce`: the turn messages' (see `scripts::nonce`), the same on every
-/// node; `queued`: as `scripts::release` takes it (see `Inner::queued`).
-pub(super) async fn release_on(
-    keys: &Keys,
-    mut conn: ConnectionManager,
-    hold: &Hold,
-    attempt: &str,
-    nonce: &str,
-    queued: bool,
-) -> Result<Option<u32>, Fault> {
-    let (name, owner) = (&hold.name, &hold.owner);
-    let released = match hold.kind {
-        LockKind::Mutex => {
-            scripts::release(
-                &mut conn,
-                keys,
-                name,
-                owner,
-                hold.token,
-                attempt,
-                Publish::Classic,
-                queued,
-            )
-            .await
-        }
-        kind => {
-            let release = KindRelease {
-                name,
-                kind,
-                owner,
-                token: hold.token,
-                attempt,
-                publish: Publish::Classic,
-                nonce,
-            };
-            scripts::release_kind(&mut conn, keys, &release).await
-        }
-    };
-    released.map(|r| r.remaining)
 }

@@ -9,8 +9,7 @@ use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation, Value};
 
 use super::call::Publish;
-use super::release::parse_release;
-use super::release::{Released, UndoThen};
+use super::release::{ReleaseOf, Released, Telling, UndoOf, UndoThen, parse_release};
 use super::reply::{int, parse_flag, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
 use crate::layout::Keys;
@@ -180,74 +179,57 @@ pub(crate) fn nonce() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-/// One call's arguments to the release script: `attempt`'s share of a hold
-/// of `kind` on `name`, by `owner` under `token`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct KindRelease<'a> {
-    pub name: &'a str,
-    pub kind: LockKind,
-    pub owner: &'a str,
-    pub token: u64,
-    pub attempt: &'a str,
-    pub publish: Publish,
-    /// The turn messages' nonce (see [`nonce`]).
-    pub nonce: &'a str,
-}
-
-/// One release of a share of a hold of these kinds.
+/// One release of a share of a hold of these kinds (see
+/// [`KINDS_RELEASE`]).
 pub(crate) async fn release<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
-    r: &KindRelease<'_>,
+    of: &ReleaseOf<'_>,
+    telling: &Telling<'_>,
 ) -> Result<Released, Fault> {
-    let holds = keys.holds(r.name, r.kind);
+    let holds = keys.holds(of.name, of.kind);
     let v: Value = KINDS_RELEASE
         .key(&holds)
         .key(keys.expiries(&holds))
         .key(keys.queue_of_lock(&holds))
         .key(keys.told(&holds))
-        .arg(r.owner)
-        .arg(r.token)
-        .arg(r.attempt)
-        .arg(flag(r.kind))
-        .arg(r.publish.command())
+        .arg(of.owner)
+        .arg(of.token)
+        .arg(of.attempt)
+        .arg(flag(of.kind))
+        .arg(telling.publish.command())
         .arg(keys.waiter_mark())
-        .arg(r.nonce)
+        .arg(telling.nonce)
         .invoke_async(conn)
         .await?;
     Ok(parse_release(&v)?)
 }
 
-/// Redlock: undoes one failed attempt at a hold of `kind` on one node.
+/// Redlock: undoes one failed attempt at a hold of these kinds on one
+/// node (see [`KINDS_UNDO`]).
 pub(crate) async fn undo<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
-    claim: (&str, &str, &str, LockKind),
+    of: &UndoOf<'_>,
     then: UndoThen<'_>,
 ) -> Result<bool, Fault> {
-    let (name, owner, attempt, kind) = claim;
-    let holds = keys.holds(name, kind);
-    let (waiter, place) = match (then.requeue, then.moved) {
-        (Some((w, p)), _) => (w, p.to_string()),
-        (None, Some((w, _))) => (w, String::new()),
-        (None, None) => ("", String::new()),
-    };
-    let moved = then.moved.map(|(_, after)| after.arg()).unwrap_or_default();
+    let holds = keys.holds(of.name, of.kind);
+    let (waiter, place) = then.waiter_and_place();
     let v: Value = KINDS_UNDO
         .key(&holds)
         .key(keys.expiries(&holds))
         .key(keys.queue_of_lock(&holds))
         .key(keys.told(&holds))
-        .arg(owner)
-        .arg(attempt)
-        .arg(flag(kind))
+        .arg(of.owner)
+        .arg(of.attempt)
+        .arg(flag(of.kind))
         .arg(Publish::Classic.command())
         .arg(waiter)
         .arg(place)
         .arg(if then.announce { "" } else { "s" })
         .arg(keys.waiter_mark())
         .arg(then.nonce)
-        .arg(moved)
+        .arg(then.moved_arg())
         .invoke_async(conn)
         .await?;
     Ok(parse_flag("undo", &v)?)
@@ -271,6 +253,7 @@ pub(crate) async fn holders<C: ConnectionLike + Send>(
     Ok(parse_holders(name, &v)?)
 }
 
+/// Parses the holders script's reply (see [`KINDS_HOLDERS`]).
 fn parse_holders(name: &str, v: &Value) -> Result<Vec<(LockInfo, Option<u32>)>, UnexpectedReply> {
     let bad = || unexpected("holders", v);
     let Value::Array(items) = v else { return Err(bad()) };

@@ -4,6 +4,8 @@
 
 use std::sync::LazyLock;
 
+use lockkit_core::LockKind;
+use lockkit_core::raw::Hold;
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 
@@ -68,31 +70,70 @@ pub(crate) fn parse_release(v: &Value) -> Result<Released, UnexpectedReply> {
     }
 }
 
-/// One release of `attempt`'s share on one server: holds left, or `None`
-/// when not held. `queued`: every waiter of this name joins the queue (and
-/// marks the hold), so a release nobody queued for publishes nothing.
-#[allow(clippy::too_many_arguments)]
+/// Which share of which hold a release takes back: `attempt`'s share of
+/// `owner`'s hold of `kind` on `name` under `token`. Built once per
+/// release and sent as it is to every server it goes to (each try, and
+/// each Redlock node).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseOf<'a> {
+    /// The lock's name.
+    pub name: &'a str,
+    /// What kind of hold: the mutex's script or the kinds' one.
+    pub kind: LockKind,
+    /// Whose hold.
+    pub owner: &'a str,
+    /// The hold's token: a hold under another token is not this one.
+    pub token: u64,
+    /// The acquisition attempt whose share goes.
+    pub attempt: &'a str,
+}
+
+impl<'a> ReleaseOf<'a> {
+    /// `attempt`'s share of `hold`.
+    pub fn new(hold: &'a Hold, attempt: &'a str) -> Self {
+        ReleaseOf {
+            name: &hold.name,
+            kind: hold.kind,
+            owner: &hold.owner,
+            token: hold.token,
+            attempt,
+        }
+    }
+}
+
+/// How a release tells the waiters that the name is free.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Telling<'a> {
+    /// `PUBLISH` or `SPUBLISH`.
+    pub publish: Publish,
+    /// Every waiter of this name joins the queue (and marks the hold), so
+    /// a mutex's release nobody queued for publishes nothing (Redlock:
+    /// see `Inner::queued` in `redlock::release`).
+    pub queued: bool,
+    /// The nonce of the turn messages of semaphores and read-write locks
+    /// (the same on every Redlock node: see `kinds::nonce`).
+    pub nonce: &'a str,
+}
+
+/// One release of a share of a mutex's hold on one server (see
+/// [`RELEASE`]): holds left, or `None` when not held.
 pub(crate) async fn release<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
-    name: &str,
-    owner: &str,
-    token: u64,
-    attempt: &str,
-    publish: Publish,
-    queued: bool,
+    of: &ReleaseOf<'_>,
+    telling: &Telling<'_>,
 ) -> Result<Released, Fault> {
-    let key = keys.lock(name);
+    let key = keys.lock(of.name);
     let v: Value = RELEASE
         .key(&key)
-        .key(keys.queue(name))
-        .key(keys.turn(name))
-        .arg(owner)
-        .arg(token)
+        .key(keys.queue(of.name))
+        .key(keys.turn(of.name))
+        .arg(of.owner)
+        .arg(of.token)
         .arg(&key)
-        .arg(publish.command())
-        .arg(if queued { "q" } else { "" })
-        .arg(attempt)
+        .arg(telling.publish.command())
+        .arg(if telling.queued { "q" } else { "" })
+        .arg(of.attempt)
         .arg(keys.waiter_mark())
         .invoke_async(conn)
         .await?;
@@ -169,6 +210,40 @@ pub(crate) struct UndoThen<'a> {
     pub moved: Option<(&'a str, LineAfter)>,
 }
 
+impl UndoThen<'_> {
+    /// The undo scripts' waiter id and place arguments: the waiting
+    /// caller's id (also when only its entry moves) and its place to go
+    /// back to (`''`: no requeue).
+    pub(crate) fn waiter_and_place(&self) -> (&str, String) {
+        match (self.requeue, self.moved) {
+            (Some((w, p)), _) => (w, p.to_string()),
+            (None, Some((w, _))) => (w, String::new()),
+            (None, None) => ("", String::new()),
+        }
+    }
+
+    /// The undo scripts' move argument (see [`LineAfter::arg`]; `''`:
+    /// none).
+    pub(crate) fn moved_arg(&self) -> String {
+        self.moved.map(|(_, after)| after.arg()).unwrap_or_default()
+    }
+}
+
+/// Whose failed attempt an undo takes back: `owner`'s attempt `attempt`
+/// at a hold of `kind` on `name` (found by the attempt id alone, whatever
+/// the token).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UndoOf<'a> {
+    /// The lock's name.
+    pub name: &'a str,
+    /// What kind of hold: the mutex's script or the kinds' one.
+    pub kind: LockKind,
+    /// Whose attempt.
+    pub owner: &'a str,
+    /// The attempt id.
+    pub attempt: &'a str,
+}
+
 /// Where a grant moved the caller's line entry (see [`UndoThen::moved`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LineAfter {
@@ -188,34 +263,29 @@ impl LineAfter {
     }
 }
 
-/// Redlock: undoes one failed attempt on one node.
+/// Redlock: undoes one failed attempt at a mutex on one node (see
+/// [`UNDO`]).
 pub(crate) async fn undo<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
-    name: &str,
-    owner: &str,
-    attempt: &str,
+    of: &UndoOf<'_>,
     then: UndoThen<'_>,
 ) -> Result<bool, Fault> {
-    let key = keys.lock(name);
-    let (waiter, place) = match (then.requeue, then.moved) {
-        (Some((w, p)), _) => (w, p.to_string()),
-        (None, Some((w, _))) => (w, String::new()),
-        (None, None) => ("", String::new()),
-    };
+    let key = keys.lock(of.name);
+    let (waiter, place) = then.waiter_and_place();
     let v: Value = UNDO
         .key(&key)
-        .key(keys.queue(name))
-        .key(keys.turn(name))
-        .arg(owner)
-        .arg(attempt)
+        .key(keys.queue(of.name))
+        .key(keys.turn(of.name))
+        .arg(of.owner)
+        .arg(of.attempt)
         .arg(&key)
         .arg(Publish::Classic.command())
         .arg(waiter)
         .arg(place)
         .arg(keys.waiter_mark())
         .arg(if then.announce { "" } else { "s" })
-        .arg(then.moved.map(|(_, after)| after.arg()).unwrap_or_default())
+        .arg(then.moved_arg())
         .invoke_async(conn)
         .await?;
     Ok(parse_flag("undo", &v)?)

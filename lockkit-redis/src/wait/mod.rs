@@ -39,6 +39,6 @@ mod wait_loop;
 mod waiters;
 
 pub(crate) use pubsub_conn::PubSubConn;
-pub(crate) use state::UNKNOWN_LEASE_RECHECK;
+pub(crate) use state::{Leave, UNKNOWN_LEASE_RECHECK};
 pub(crate) use wait_loop::{Attempt, wait_loop};
 pub(crate) use waiters::Waiters;

@@ -1,27 +1,28 @@
 //! Acquiring: `try_acquire` (one try per session), `acquire` (the wait in
-//! sessions, see [`crate::wait`]), re-entry through the held-node cache,
-//! and the lease handed out.
+//! sessions, see [`crate::wait`]), and re-entry through the held-node
+//! cache. The lease handed out is in [`crate::lease`].
 
 use std::sync::Arc;
 
 use lockkit_core::raw::{AcquireRequest, Hold, Lease, TryAcquire, detach_acquisition, is_attempt_id};
 use lockkit_core::{LockError, LockKind};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client::Error as ZkError;
 
 use crate::backend::Inner;
-use crate::change::{Change, Known, change};
+use crate::change::{Change, Edit, change};
+use crate::cleanup::Cleanup;
 use crate::conn::session::{SESSION_RESTARTS, Session};
+use crate::enqueue::{Contender, enqueue, enqueue_failed};
 use crate::error::{BACKEND, is_session_end, session_kept_ending, zk};
-use crate::hold::count_after;
+use crate::hold::{HoldOf, count_after};
 use crate::join::Joined;
-use crate::layout::{Mark, Share, kind_parent, node_name, owner_tag, parent_path};
-use crate::leftover::{Cleanup, Leftover};
+use crate::layout::{Mark, kind_parent, node_name, owner_tag, parent_path};
+use crate::lease::LeaseOf;
+use crate::leftover::Leftover;
 use crate::orphan::Orphan;
-use crate::queue::{Plan, enqueue, plan, refresh};
-use crate::step::step;
-use crate::wait::{Waited, enqueue_failed, until};
+use crate::queue::{Plan, Queued, plan, refresh};
+use crate::step::{Exit, Steps, Waited, until};
 use crate::want::Want;
 
 /// An acquisition carried on from a session that ended, until it queues
@@ -64,32 +65,6 @@ pub(crate) fn check_attempt(attempt: &str) -> Result<(), LockError> {
 }
 
 impl Inner {
-    /// A lease on the hold this session's node at `path` (as `node` now)
-    /// is part of; `count`: the hold count over all the hold's nodes.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn lease(
-        &self,
-        session: &Arc<Session>,
-        name: &str,
-        owner: &str,
-        path: &str,
-        node: Known,
-        count: u32,
-        epoch: &CancellationToken,
-    ) -> Lease {
-        let (token, czxid) = (node.token(), node.czxid);
-        // Alone: a contender node that carries the whole count.
-        let alone = Share::parse(node_name(path)).is_none() && count == node.data.count();
-        self.remember(name, path, owner, Some(node), session.id, alone);
-        Lease {
-            token: token as u64,
-            hold_count: count,
-            valid_until: None,
-            lost: Some(session.lease_token(path, czxid, epoch)),
-            session_deadline: Some(session.deadline.clone()),
-        }
-    }
-
     /// Re-entry of a hold this backend already has a node of for `owner`:
     /// one versioned write (with a listing pipelined behind it).
     pub(crate) async fn reenter_cached(
@@ -111,17 +86,15 @@ impl Inner {
         let reentered = async {
             // Alone, the node's own count is the hold's unless somebody
             // wrote it meanwhile: no listing needed.
-            let list_after = (!h.alone).then_some(parent.as_str());
-            let (changed, listing) = change(
-                client,
-                &h.path,
+            let edit = Edit {
+                path: &h.path,
                 owner,
-                Some(h.token),
-                Some(h.known.clone()),
-                Change::Add(attempt),
-                list_after,
-            )
-            .await?;
+                token: Some(h.token),
+                known: Some(h.known.clone()),
+                change: Change::Add(attempt),
+                list_after: (!h.alone).then_some(parent.as_str()),
+            };
+            let (changed, listing) = change(client, edit).await?;
             let Some(changed) = changed else {
                 return Ok(None);
             };
@@ -132,15 +105,28 @@ impl Inner {
             let count = if h.alone && !raced {
                 node.data.count()
             } else {
-                let own = Some(&node.data);
-                count_after(client, &parent, node_name(&h.path), own, owner, h.token, listing)
+                let hold = HoldOf {
+                    parent: &parent,
+                    owner,
+                    token: h.token,
+                };
+                count_after(client, hold, node_name(&h.path), Some(&node.data), listing)
                     .await?
                     .count
             };
             Ok(Some((node, count)))
         };
         match reentered.await {
-            Ok(Some((node, count))) => Ok(Some(self.lease(&session, name, owner, &h.path, node, count, &epoch))),
+            Ok(Some((node, count))) => {
+                let of = LeaseOf {
+                    name,
+                    owner,
+                    path: &h.path,
+                    node,
+                    count,
+                };
+                Ok(Some(self.lease(&session, of, &epoch)))
+            }
             Ok(None) => {
                 self.forget(name, &h.path);
                 Ok(None)
@@ -219,7 +205,7 @@ impl Inner {
             };
             carried.0 = None;
             let outcome = match mutex {
-                true => self.try_in_session(&session, name, owner, attempt).await?,
+                true => self.try_in_session(&session, want).await?,
                 false => match self.kind_in_session(&session, want, None, true).await? {
                     Waited::Acquired(lease) => Some(TryAcquire::Acquired(lease)),
                     Waited::TimedOut => Some(TryAcquire::Busy { retry_in: None }),
@@ -239,69 +225,74 @@ impl Inner {
     pub(crate) async fn try_in_session(
         self: &Arc<Self>,
         session: &Arc<Session>,
-        name: &str,
-        owner: &str,
-        attempt: &str,
+        want: Want<'_>,
     ) -> Result<Option<TryAcquire>, LockError> {
-        let tag = owner_tag(owner);
+        let Want {
+            name, owner, attempt, ..
+        } = want;
         let parent = parent_path(name);
-        let mut q = match enqueue(session, &parent, owner, tag, attempt, Mark::Mutex).await {
-            Ok(q) => q,
-            Err(e) => {
-                enqueue_failed(session, name, &parent, owner, attempt, e).await?;
-                return Ok(None);
-            }
+        let contender = Contender {
+            parent: &parent,
+            owner,
+            attempt,
+            mark: Mark::Mutex,
         };
-        let mut cleanup = Cleanup::new(session, &q, owner, attempt);
+        let q = match enqueue(session, contender).await {
+            Ok(q) => q,
+            Err(e) => return enqueue_failed(session, name, contender, e).await.tried(),
+        };
+        // A try never waits: its steps have no deadline.
+        let mut steps = Steps {
+            session,
+            name,
+            deadline: None,
+            cleanup: Cleanup::new(session, &q, owner, attempt),
+        };
+        match self.try_steps(&mut steps, want, q).await {
+            Ok(lease) => Ok(Some(TryAcquire::Acquired(lease))),
+            Err(exit) => exit.tried(),
+        }
+    }
+
+    /// The steps of a try from its queued node `q` on: the lease, or how
+    /// the try stops ([`Exit::GaveUp`]: it would wait, the lock is busy).
+    async fn try_steps(self: &Arc<Self>, steps: &mut Steps<'_>, want: Want<'_>, mut q: Queued) -> Result<Lease, Exit> {
+        let Want {
+            name, owner, attempt, ..
+        } = want;
+        let session = steps.session;
+        let tag = owner_tag(owner);
         let mut foreign = Vec::new();
         loop {
             match plan(&q, tag, &foreign) {
-                Plan::Gone => {
-                    cleanup.disarm();
-                    return Ok(None);
-                }
-                Plan::Holder if q.epoch.is_cancelled() => {
-                    step!(session, name, None, refresh(session, &mut q).await, cleanup);
-                }
+                Plan::Gone => return Err(steps.restart()),
+                Plan::Holder if q.epoch.is_cancelled() => steps.bounded(refresh(session, &mut q)).await?,
                 Plan::Holder => {
-                    let lease = step!(
-                        session,
-                        name,
-                        None,
-                        self.holder_lease(session, name, owner, &q).await,
-                        cleanup
-                    );
-                    cleanup.disarm();
+                    let lease = steps.bounded(self.holder_lease(session, name, owner, &q)).await?;
+                    steps.cleanup.disarm();
                     // None: deleted as a dead waiter's (the try is over).
-                    return Ok(lease.map(TryAcquire::Acquired));
+                    return lease.ok_or(Exit::Restart);
                 }
-                Plan::Join => match step!(
-                    session,
-                    name,
-                    None,
-                    self.join(session, name, owner, attempt, &parent)
-                        .await
-                        .inspect_err(|_| cleanup.join_failed()),
-                    cleanup
-                ) {
-                    Joined::Lease(lease, path) => {
-                        if path == q.path {
-                            cleanup.disarm();
-                        } else {
-                            cleanup.run().await;
+                Plan::Join => {
+                    let joined = self.join(session, name, owner, attempt, &q.parent).await;
+                    let joined = joined.inspect_err(|_| steps.cleanup.join_failed());
+                    match steps.checked(joined).await? {
+                        Joined::Lease(lease, path) => {
+                            if path == q.path {
+                                steps.cleanup.disarm();
+                            } else {
+                                steps.cleanup.run().await;
+                            }
+                            return Ok(lease);
                         }
-                        return Ok(Some(TryAcquire::Acquired(lease)));
+                        Joined::Foreign(nodes) => {
+                            foreign.extend(nodes);
+                            steps.bounded(refresh(session, &mut q)).await?;
+                        }
+                        Joined::Again => steps.bounded(refresh(session, &mut q)).await?,
                     }
-                    Joined::Foreign(nodes) => {
-                        foreign.extend(nodes);
-                        step!(session, name, None, refresh(session, &mut q).await, cleanup);
-                    }
-                    Joined::Again => step!(session, name, None, refresh(session, &mut q).await, cleanup),
-                },
-                Plan::Wait(_) => {
-                    cleanup.run().await;
-                    return Ok(Some(TryAcquire::Busy { retry_in: None }));
                 }
+                Plan::Wait(_) => return Err(steps.give_up().await),
             }
         }
     }
@@ -358,7 +349,7 @@ impl Inner {
             // earlier nodes (see `Leftover::queued`).
             carried.0 = None;
             let waited = match req.kind {
-                LockKind::Mutex => self.wait_in_session(&session, name, owner, attempt, deadline).await?,
+                LockKind::Mutex => self.wait_in_session(&session, want, deadline).await?,
                 _ => self.kind_in_session(&session, want, deadline, false).await?,
             };
             match waited {

@@ -12,6 +12,23 @@ use crate::change::Known;
 use crate::conn::session::Session;
 use crate::held::{Held, HeldNode, KindKey};
 
+/// This session's node of a mutex's hold after our write, as the cache
+/// records it (see [`Inner::remember`]).
+pub(crate) struct Written<'a> {
+    /// The lock's name.
+    pub(crate) name: &'a str,
+    /// The node's path.
+    pub(crate) path: &'a str,
+    /// The hold's owner.
+    pub(crate) owner: &'a str,
+    /// The node's data and version now; `None`: deleted.
+    pub(crate) known: Option<Known>,
+    /// The session the node is of.
+    pub(crate) session: i64,
+    /// No other node carries the hold (see [`HeldNode::alone`]).
+    pub(crate) alone: bool,
+}
+
 impl Inner {
     pub(crate) fn held(&self) -> MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
@@ -32,15 +49,15 @@ impl Inner {
 
     /// Records this session's node of a hold after our write (`known`
     /// `None`: deleted).
-    pub(crate) fn remember(
-        &self,
-        name: &str,
-        path: &str,
-        owner: &str,
-        known: Option<Known>,
-        session: i64,
-        alone: bool,
-    ) {
+    pub(crate) fn remember(&self, written: Written<'_>) {
+        let Written {
+            name,
+            path,
+            owner,
+            known,
+            session,
+            alone,
+        } = written;
         let mut held = self.held_in(session);
         match known {
             Some(known) => {

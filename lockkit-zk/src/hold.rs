@@ -207,19 +207,26 @@ pub(crate) struct After {
     pub(crate) view: Option<HoldView>,
 }
 
-/// The hold `token` of `owner` after a change of this session's node `own`
-/// (its data now `own_data`; `None`: deleted), from a listing made after
-/// the change. Without share nodes in the listing (the common case) no
-/// other node can carry the hold: no read is needed.
+/// One hold of a lock: the lock's parent, and the hold's owner and token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HoldOf<'a> {
+    pub(crate) parent: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) token: i64,
+}
+
+/// The hold `hold` after a change of this session's node `own` (its data
+/// now `own_data`; `None`: deleted), from a listing made after the change.
+/// Without share nodes in the listing (the common case) no other node can
+/// carry the hold: no read is needed.
 pub(crate) async fn count_after(
     client: &Client,
-    parent: &str,
+    hold: HoldOf<'_>,
     own: &str,
     own_data: Option<&NodeData>,
-    owner: &str,
-    token: i64,
     listing: Option<Vec<String>>,
 ) -> ZkResult<After> {
+    let HoldOf { parent, owner, token } = hold;
     let own_count = own_data.map_or(0, NodeData::count);
     let mut listing = listing;
     loop {

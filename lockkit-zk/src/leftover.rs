@@ -1,21 +1,20 @@
 //! Taking back what an acquisition that did not take the lock left: its
 //! contender nodes and its share in a node of the hold ([`Leftover`]), at
-//! once, in the background or in the backend's next session, and the
-//! acquisition's guard for it ([`Cleanup`]).
+//! once, in the background or in the backend's next session. The
+//! acquisition's guard for it is in [`crate::cleanup`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use zookeeper_client::Client;
-
-use crate::change::{Change, Known, change};
+use crate::change::{Change, Edit, Known, change};
 use crate::conn::session::Session;
 use crate::error::{BACKEND, is_session_end};
 use crate::hold::{View, read_hold};
 use crate::layout::{child_stem, owner_tag};
 use crate::orphan::Orphan;
-use crate::queue::{Queued, list, read, sync};
+use crate::queue::{Queued, list, sync};
 use crate::result::ZkResult;
+use crate::take_out::{AttemptOf, take_out_of};
 
 /// How often taking back what a failed or abandoned acquisition left is
 /// tried, before it is left to the session's end. Every try waits for the
@@ -199,12 +198,27 @@ impl Leftover {
         self.find_share = true;
     }
 
+    /// Takes the attempt's share out of the node at `path` too: a
+    /// semaphore's or read-write lock's join of that node failed.
+    pub(crate) fn joined_at(&mut self, path: &str) {
+        self.share_at = Some(path.to_owned());
+    }
+
     /// Only the contender node of `q`, as created: it joined another node
     /// of the attempt's owner (which may carry the same attempt, repeated).
     pub(crate) fn node_only(session: &Arc<Session>, q: &Queued, owner: &str, attempt: &str) -> Self {
         Leftover {
             find_node: false,
             ..Self::queued(session, q, owner, attempt)
+        }
+    }
+
+    /// Whose shares this leftover is, and where.
+    fn of(&self) -> AttemptOf<'_> {
+        AttemptOf {
+            parent: &self.parent,
+            owner: &self.owner,
+            attempt: &self.attempt,
         }
     }
 
@@ -216,16 +230,15 @@ impl Leftover {
             // Its own node, by path: the owner is checked, not the token (a
             // reader granted beside its owner's write hold carries that
             // hold's token, see `rwlock`).
-            let removed = change(
-                client,
-                &path,
-                &self.owner,
-                None,
-                Some(known),
-                Change::Remove(&self.attempt),
-                None,
-            )
-            .await;
+            let edit = Edit {
+                path: &path,
+                owner: &self.owner,
+                token: None,
+                known: Some(known),
+                change: Change::Remove(&self.attempt),
+                list_after: None,
+            };
+            let removed = change(client, edit).await;
             self.node = None;
             if let Err(e) = removed {
                 self.find_node = true;
@@ -234,16 +247,15 @@ impl Leftover {
         }
         if let Some(path) = self.share_at.clone() {
             // A share a semaphore's or read-write lock's join may have added.
-            change(
-                client,
-                &path,
-                &self.owner,
-                None,
-                None,
-                Change::Remove(&self.attempt),
-                None,
-            )
-            .await?;
+            let edit = Edit {
+                path: &path,
+                owner: &self.owner,
+                token: None,
+                known: None,
+                change: Change::Remove(&self.attempt),
+                list_after: None,
+            };
+            change(client, edit).await?;
             self.share_at = None;
         }
         if !self.find_node && !self.find_share {
@@ -260,7 +272,7 @@ impl Leftover {
                 // a node of another session carrying it is one an earlier
                 // session of this backend queued for it.
                 let nodes = children.iter().filter(|c| c.starts_with(&stem));
-                take_out_of(client, &self.parent, &self.owner, &self.attempt, nodes, None).await?;
+                take_out_of(client, self.of(), nodes, None).await?;
             }
             if !self.find_share {
                 return Ok(());
@@ -274,9 +286,15 @@ impl Leftover {
                     .iter()
                     .filter(|n| (self.orphaned || n.session == self.session.id) && n.known.data.has(&self.attempt));
                 for n in mine {
-                    let known = Some(n.known.clone());
-                    let remove = Change::Remove(&self.attempt);
-                    change(client, &n.path, &self.owner, Some(view.token), known, remove, None).await?;
+                    let edit = Edit {
+                        path: &n.path,
+                        owner: &self.owner,
+                        token: Some(view.token),
+                        known: Some(n.known.clone()),
+                        change: Change::Remove(&self.attempt),
+                        list_after: None,
+                    };
+                    change(client, edit).await?;
                 }
             }
             return Ok(());
@@ -368,111 +386,6 @@ impl Leftover {
                 backend = BACKEND,
                 "no runtime to delete a queued node; it goes with the session"
             ),
-        }
-    }
-}
-
-/// Takes `attempt`'s share out of the contender nodes `names` under
-/// `parent` (deleting a node left without shares), except those of the
-/// session `except`.
-async fn take_out_of<'a>(
-    client: &Client,
-    parent: &str,
-    owner: &str,
-    attempt: &str,
-    names: impl Iterator<Item = &'a String>,
-    except: Option<i64>,
-) -> ZkResult<()> {
-    for child in names {
-        let path = format!("{parent}/{child}");
-        let Some((Some(data), stat)) = read(client, &path).await? else {
-            continue;
-        };
-        if except == Some(stat.ephemeral_owner) {
-            continue;
-        }
-        let known = Known::read(data, &stat);
-        change(client, &path, owner, None, Some(known), Change::Remove(attempt), None).await?;
-    }
-    Ok(())
-}
-
-/// Takes back the contender nodes that earlier sessions of the backend
-/// queued for `q`'s attempt before it started over in this session, as
-/// `q`'s listing shows them; true if there were any. For a line whose
-/// nodes each stand for an acquisition of their own (a semaphore's, a
-/// read-write lock's): such a node would take a permit (or a place) of its
-/// own that nobody holds, and stand after the call returned until the
-/// server ended the old session. A late create of the old session cannot
-/// add one after the listing: this session fenced it before it queued (see
-/// `conn::session::SESSIONS`). The attempt's nodes of this session are
-/// left alone (a repeated attempt joins them).
-pub(crate) async fn take_back_earlier(session: &Session, q: &Queued, owner: &str, attempt: &str) -> ZkResult<bool> {
-    let stem = child_stem(q.me.owner_tag, attempt);
-    let earlier: Vec<&String> = q
-        .queue
-        .iter()
-        .filter(|c| c.name != q.me.name && c.name.starts_with(&stem))
-        .map(|c| &c.name)
-        .collect();
-    if earlier.is_empty() {
-        return Ok(false);
-    }
-    take_out_of(
-        &session.client,
-        &q.parent,
-        owner,
-        attempt,
-        earlier.into_iter(),
-        Some(session.id),
-    )
-    .await?;
-    Ok(true)
-}
-
-/// A queued node to take out of the queue unless the acquisition took the
-/// lock with it: at once on a give-up or an error, in the background when
-/// the waiting future is dropped.
-pub(crate) struct Cleanup {
-    leftover: Option<Leftover>,
-}
-
-impl Cleanup {
-    pub(crate) fn new(session: &Arc<Session>, q: &Queued, owner: &str, attempt: &str) -> Self {
-        Cleanup {
-            leftover: Some(Leftover::queued(session, q, owner, attempt)),
-        }
-    }
-
-    pub(crate) fn disarm(&mut self) {
-        self.leftover = None;
-    }
-
-    /// A join failed: its share may have been made.
-    pub(crate) fn join_failed(&mut self) {
-        if let Some(l) = &mut self.leftover {
-            l.join_failed();
-        }
-    }
-
-    /// A join of the node at `path` failed: its share may have been added.
-    pub(crate) fn joined_at(&mut self, path: &str) {
-        if let Some(l) = &mut self.leftover {
-            l.share_at = Some(path.to_owned());
-        }
-    }
-
-    pub(crate) async fn run(mut self) {
-        if let Some(leftover) = self.leftover.take() {
-            leftover.take_back_now().await;
-        }
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(leftover) = self.leftover.take() {
-            leftover.spawn();
         }
     }
 }

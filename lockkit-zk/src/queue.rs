@@ -1,22 +1,21 @@
-//! The contender queue of one lock name on ZooKeeper primitives: joining
-//! it ([`enqueue`]), reading it (listing, `sync`, a node's data) and
-//! planning a contender's next step from it ([`plan`]). Changing the shares
-//! a node carries is in [`crate::change`], the hold the queue carries in
-//! [`crate::hold`], what a failed acquisition left in [`crate::leftover`].
+//! The contender queue of one lock name on ZooKeeper primitives: reading
+//! it (listing, `sync`, a node's data) and planning a contender's next
+//! step from it ([`plan`]). Joining it is in [`crate::enqueue`], changing
+//! the shares a node carries in [`crate::change`], the hold the queue
+//! carries in [`crate::hold`], what a failed acquisition left in
+//! [`crate::leftover`].
 
 use std::future::Future;
 
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher, Stat};
+use zookeeper_client::{Client, Error as ZkError, OneshotWatcher, Stat};
 
 use crate::change::Known;
 use crate::conn::counters::Counters;
 use crate::conn::reconnect::Reconnect;
 use crate::conn::session::Session;
 use crate::error::is_connection_loss;
-use crate::layout::{
-    Child, Mark, NodeData, Share, besides, child_prefix, child_stem, parse_last_write, queue_of, shares,
-};
+use crate::layout::{Child, Mark, NodeData, Share, besides, parse_last_write, queue_of, shares};
 use crate::result::ZkResult;
 
 /// A contender's node, and the queue as last listed.
@@ -191,7 +190,7 @@ pub(crate) async fn refresh_watching(session: &Session, q: &mut Queued) -> ZkRes
 }
 
 /// The parent's data being read.
-type ParentRead = std::pin::Pin<Box<dyn Future<Output = ZkResult<(Vec<u8>, Stat)>> + Send>>;
+pub(crate) type ParentRead = std::pin::Pin<Box<dyn Future<Output = ZkResult<(Vec<u8>, Stat)>> + Send>>;
 
 impl Queued {
     /// A reader's read of the read-write lock's last write token, sent
@@ -202,7 +201,7 @@ impl Queued {
     }
 
     /// Takes the last write token `reading` read.
-    async fn last_write_from(&mut self, client: &Client, reading: Option<ParentRead>) -> ZkResult<()> {
+    pub(crate) async fn last_write_from(&mut self, client: &Client, reading: Option<ParentRead>) -> ZkResult<()> {
         let Some(reading) = reading else { return Ok(()) };
         self.last_write = Some(match reading.await {
             Ok((data, _)) => parse_last_write(&data),
@@ -224,149 +223,10 @@ impl Queued {
     }
 }
 
-/// Creates this contender's node (and the parent, if needed) and lists the
-/// parent in the same round trip. The node's name carries the attempt id,
-/// so a create whose answer was lost with the connection is found again
-/// (after a `sync`, so that the server listing has applied it if the leader
-/// did) instead of leaving a second node of the same attempt. `mark`: what
-/// the contender asks for (see [`Mark`]).
-pub(crate) async fn enqueue(
-    session: &Session,
-    parent: &str,
-    owner: &str,
-    tag: u64,
-    attempt: &str,
-    mark: Mark,
-) -> ZkResult<Queued> {
-    let prefix = child_prefix(parent, tag, attempt, mark);
-    let stem = child_stem(tag, attempt);
-    let data = NodeData::contender(owner, attempt);
-    let encoded = data.encode();
-    let client = &session.client;
-    let mut lost = Reconnect::new(client);
-    loop {
-        let epoch = session.epoch();
-        // Sent now, answered in order: the listing includes our node. The
-        // create checks this session's marker (see `conn::session::SESSIONS`).
-        let mut multi = client.new_multi_writer();
-        if let Some(marker) = &session.marker {
-            multi.add_check_version(marker, -1)?;
-        }
-        multi.add_create(&prefix, &encoded, &session.contender_options())?;
-        let sent = std::time::Instant::now();
-        let create = multi.commit();
-        Counters::bump(&session.counters().listings);
-        let listing = client.get_children(parent);
-        let reading = (mark == Mark::Read).then(|| Box::pin(client.get_data(parent)) as ParentRead);
-        let guessed = session.seq_guess.guess(parent).map(|seq| {
-            let path = format!("{prefix}{seq:010}");
-            let read = client.get_data(&path);
-            (path, read)
-        });
-        let created = match create.await {
-            Ok(results) => match results.into_iter().last() {
-                Some(MultiWriteResult::Create { path, stat }) => Ok((path, stat)),
-                other => Err(ZkError::UnexpectedError(format!("a create answered {other:?}"))),
-            },
-            // The marker is gone: this backend has moved on to a new session.
-            Err(MultiWriteError::OperationFailed { index: 0, .. }) if session.marker.is_some() => {
-                Err(ZkError::SessionExpired)
-            }
-            Err(e) => Err(ZkError::from(e)),
-        };
-        // `answered`: the create's own answer carried the stat.
-        let (name, node, answered) = match created {
-            Ok((path, stat)) => {
-                // A lease proven by this answer may follow a suspension
-                // that left the heartbeat's deadline behind.
-                session.proven(sent);
-                let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
-                // Servers with ZOOKEEPER-4026 answer a create in a multi
-                // without its stat: a read sent behind it, of the name it
-                // likely got (see `conn::seq_guess`), or one after, tells.
-                let answered = !stat.is_invalid();
-                (name, answered.then(|| Known::read(data.clone(), &stat)), answered)
-            }
-            Err(ZkError::NoNode) => match client.create(parent, &[], &session.parent_options(mark)).await {
-                Ok(_) | Err(ZkError::NodeExists) => continue,
-                Err(e) if is_connection_loss(&e) => {
-                    lost.wait(e).await?;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            },
-            Err(e) if is_connection_loss(&e) => {
-                sync(client, parent).await?;
-                let children = list(client, parent).await?;
-                // This session's node of the attempt: one an earlier session
-                // of this backend made (before it was fenced) is not ours.
-                let mut found = None;
-                for name in children.into_iter().filter(|c| c.starts_with(&stem)) {
-                    if let Some((Some(data), stat)) = read(client, &format!("{parent}/{name}")).await?
-                        && stat.ephemeral_owner == session.id
-                    {
-                        let known = Known {
-                            data,
-                            version: stat.version,
-                            czxid: stat.czxid,
-                        };
-                        found = Some((name, known));
-                        break;
-                    }
-                }
-                match found {
-                    Some((name, known)) => (name, Some(known), false),
-                    None => continue,
-                }
-            }
-            Err(e) => return Err(e),
-        };
-        let me = Child::parse(&name).ok_or_else(|| ZkError::UnexpectedError(format!("created node {name}")))?;
-        let (children, parent_stat, reading) = match listing.await {
-            Ok((children, stat)) if children.contains(&name) => (children, Some(stat), reading),
-            _ => {
-                let children = list(client, parent).await?;
-                let reading = (mark == Mark::Read).then(|| Box::pin(client.get_data(parent)) as ParentRead);
-                (children, None, reading)
-            }
-        };
-        session.seq_guess.created(parent, me.seq, answered);
-        let guessed = match guessed {
-            Some((path, read)) if path == me.path(parent) => read.await.ok(),
-            _ => None,
-        };
-        let node = match (node, guessed) {
-            (Some(node), _) => node,
-            (None, Some((_, stat))) => Known::read(data.clone(), &stat),
-            (None, None) => {
-                Counters::bump(&session.counters().late_stat_reads);
-                match read(client, &me.path(parent)).await? {
-                    Some((_, stat)) => Known::read(data.clone(), &stat),
-                    None => continue,
-                }
-            }
-        };
-        let at_creation = parent_stat.is_some_and(|p| p.pzxid == node.czxid);
-        let mut q = Queued {
-            parent: parent.to_owned(),
-            path: me.path(parent),
-            me,
-            node,
-            queue: queue_of(&children, mark),
-            shares: shares(&children),
-            beside: besides(&children).into_iter().map(str::to_owned).collect(),
-            epoch,
-            at_creation,
-            last_write: None,
-        };
-        q.last_write_from(client, reading).await?;
-        return Ok(q);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::child_stem;
 
     const ME: u64 = 1;
     const OTHER: u64 = 2;

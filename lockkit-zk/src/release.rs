@@ -6,10 +6,11 @@ use lockkit_core::raw::{Hold, ReleaseOutcome};
 use lockkit_core::{LockError, LockInfo};
 
 use crate::backend::Inner;
-use crate::change::{Change, change};
+use crate::cache::Written;
+use crate::change::{Change, Edit, Known, change};
 use crate::conn::session::{SESSION_RESTARTS, Session};
 use crate::error::{BACKEND, ForeignNode, is_session_end, session_kept_ending, zk};
-use crate::hold::{DeleteError, View, count_after, delete_hold, hold_of};
+use crate::hold::{DeleteError, HoldOf, View, count_after, delete_hold, hold_of};
 use crate::layout::{Share, node_name, parent_path};
 use crate::result::ZkResult;
 
@@ -62,77 +63,40 @@ impl Inner {
         token: i64,
         attempt: &str,
     ) -> ZkResult<ReleaseOutcome> {
-        let client = &session.client;
-        let parent = parent_path(&hold.name);
+        let releasing = Releasing {
+            inner: self,
+            session,
+            hold,
+            token,
+            attempt,
+            parent: parent_path(&hold.name),
+        };
         let mut next = self
             .cached(session, hold, token)
             .filter(|h| h.known.data.has(attempt))
-            .map(|h| (h.path, h.known, true, h.alone));
+            .map(|h| Carrier {
+                path: h.path,
+                known: h.known,
+                mine: true,
+                alone: h.alone,
+            });
         let mut took = false;
         loop {
-            let (path, known, mine, alone) = match next.take() {
-                Some(node) => node,
-                None => match hold_of(client, &parent).await? {
-                    View::Held(view) if view.owner == hold.owner && view.token == token => {
-                        match view.nodes.iter().find(|n| n.known.data.has(attempt)) {
-                            Some(n) => (n.path.clone(), n.known.clone(), n.session == session.id, false),
-                            None => {
-                                return Ok(ReleaseOutcome::Released {
-                                    remaining: view.count(),
-                                });
-                            }
-                        }
-                    }
-                    _ if took => return Ok(ReleaseOutcome::Released { remaining: 0 }),
-                    _ => return Ok(ReleaseOutcome::NotHeld),
+            let carrier = match next.take() {
+                Some(carrier) => carrier,
+                None => match releasing.carrier(took).await? {
+                    Ok(carrier) => carrier,
+                    Err(outcome) => return Ok(outcome),
                 },
             };
-            // Alone (the common case), the release is the versioned write
-            // alone: nobody wrote the node since, so no other node carries
-            // the hold. Otherwise a listing behind it tells.
-            let list_after = (!alone).then_some(parent.as_str());
-            let (changed, listing) = change(
-                client,
-                &path,
-                &hold.owner,
-                Some(token),
-                Some(known),
-                Change::Remove(attempt),
-                list_after,
-            )
-            .await?;
-            let Some(changed) = changed else {
-                // That node is gone: the hold may stand on others.
-                self.forget(&hold.name, &path);
+            let Some((remaining, also)) = releasing.take_out(carrier).await? else {
                 continue;
             };
             took = true;
-            if changed.node.is_none() {
-                session.released(&path);
+            match also {
+                Some(carrier) => next = Some(carrier),
+                None => return Ok(ReleaseOutcome::Released { remaining }),
             }
-            let own = changed.count();
-            let (remaining, view) = if alone && !changed.raced {
-                (own, None)
-            } else {
-                let own_data = changed.node.as_ref().map(|(data, _)| data);
-                let after =
-                    count_after(client, &parent, node_name(&path), own_data, &hold.owner, token, listing).await?;
-                (after.count, after.view)
-            };
-            if mine {
-                let alone = Share::parse(node_name(&path)).is_none() && remaining == own;
-                self.remember(&hold.name, &path, &hold.owner, changed.known(), session.id, alone);
-            }
-            let also = view.and_then(|v| {
-                v.nodes
-                    .into_iter()
-                    .find(|n| n.path != path && n.known.data.has(attempt))
-            });
-            if let Some(n) = also {
-                next = Some((n.path, n.known, n.session == session.id, false));
-                continue;
-            }
-            return Ok(ReleaseOutcome::Released { remaining });
         }
     }
 
@@ -164,5 +128,122 @@ impl Inner {
             }
         }
         Err(session_kept_ending("force_release", name))
+    }
+}
+
+/// A node of a hold that carries the share being released.
+struct Carrier {
+    path: String,
+    /// As last known.
+    known: Known,
+    /// This session's node.
+    mine: bool,
+    /// It carried the hold alone as of this session's last write (see
+    /// [`HeldNode::alone`](crate::held::HeldNode::alone)).
+    alone: bool,
+}
+
+/// One release of `attempt`'s share of `hold` (its token `token`, under
+/// `parent`) in `session` (see [`Inner::release_in`]).
+struct Releasing<'a> {
+    inner: &'a Inner,
+    session: &'a Session,
+    hold: &'a Hold,
+    token: i64,
+    attempt: &'a str,
+    parent: String,
+}
+
+impl Releasing<'_> {
+    /// The node of the hold, as read now, that carries the share. `Err`:
+    /// none does, the outcome (`took`: the release took a share out of a
+    /// node already).
+    async fn carrier(&self, took: bool) -> ZkResult<Result<Carrier, ReleaseOutcome>> {
+        let (session, hold) = (self.session, self.hold);
+        match hold_of(&session.client, &self.parent).await? {
+            View::Held(view) if view.owner == hold.owner && view.token == self.token => {
+                match view.nodes.iter().find(|n| n.known.data.has(self.attempt)) {
+                    Some(n) => Ok(Ok(Carrier {
+                        path: n.path.clone(),
+                        known: n.known.clone(),
+                        mine: n.session == session.id,
+                        alone: false,
+                    })),
+                    None => Ok(Err(ReleaseOutcome::Released {
+                        remaining: view.count(),
+                    })),
+                }
+            }
+            _ if took => Ok(Err(ReleaseOutcome::Released { remaining: 0 })),
+            _ => Ok(Err(ReleaseOutcome::NotHeld)),
+        }
+    }
+
+    /// Takes the share out of `carrier`: the holds left, and another node
+    /// that carries the share too (an attempt carried on in a new session).
+    /// `None`: that node is gone — the hold may stand on others.
+    async fn take_out(&self, carrier: Carrier) -> ZkResult<Option<(u32, Option<Carrier>)>> {
+        let (client, hold, token) = (&self.session.client, self.hold, self.token);
+        let Carrier {
+            path,
+            known,
+            mine,
+            alone,
+        } = carrier;
+        // Alone (the common case), the release is the versioned write
+        // alone: nobody wrote the node since, so no other node carries
+        // the hold. Otherwise a listing behind it tells.
+        let edit = Edit {
+            path: &path,
+            owner: &hold.owner,
+            token: Some(token),
+            known: Some(known),
+            change: Change::Remove(self.attempt),
+            list_after: (!alone).then_some(self.parent.as_str()),
+        };
+        let (changed, listing) = change(client, edit).await?;
+        let Some(changed) = changed else {
+            self.inner.forget(&hold.name, &path);
+            return Ok(None);
+        };
+        if changed.node.is_none() {
+            self.session.released(&path);
+        }
+        let own = changed.count();
+        let (remaining, view) = if alone && !changed.raced {
+            (own, None)
+        } else {
+            let own_data = changed.node.as_ref().map(|(data, _)| data);
+            let of = HoldOf {
+                parent: &self.parent,
+                owner: &hold.owner,
+                token,
+            };
+            let after = count_after(client, of, node_name(&path), own_data, listing).await?;
+            (after.count, after.view)
+        };
+        if mine {
+            let alone = Share::parse(node_name(&path)).is_none() && remaining == own;
+            self.inner.remember(Written {
+                name: &hold.name,
+                path: &path,
+                owner: &hold.owner,
+                known: changed.known(),
+                session: self.session.id,
+                alone,
+            });
+        }
+        let also = view.and_then(|v| {
+            v.nodes
+                .into_iter()
+                .find(|n| n.path != path && n.known.data.has(self.attempt))
+        });
+        let also = also.map(|n| Carrier {
+            mine: n.session == self.session.id,
+            path: n.path,
+            known: n.known,
+            alone: false,
+        });
+        Ok(Some((remaining, also)))
     }
 }

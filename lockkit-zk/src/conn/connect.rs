@@ -60,76 +60,17 @@ impl Sessions {
 }
 
 impl Session {
+    /// Makes a new session (see [`open`], [`mark`]) and starts its tasks.
     async fn connect(
         sessions: &Arc<Sessions>,
         config: &ZkConfig,
         counters: &Arc<Counters>,
         orphans: &Arc<Mutex<Vec<Orphan>>>,
     ) -> Result<Arc<Session>, LockError> {
-        let mut connector = Client::connector()
-            .with_session_timeout(config.session_timeout)
-            .with_fail_eagerly();
-        // Sent again on every reconnection of the session.
-        if let Some((user, password)) = &config.digest {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
         let secured = config.digest.is_some();
-        let hosts = config.connect_string();
-        // The server makes the session after this: it lives at least a
-        // session timeout from here.
-        let started = std::time::Instant::now();
-        let client = tokio::time::timeout(config.connect_timeout, connector.connect(&hosts))
-            .await
-            .map_err(|_| {
-                LockError::backend(
-                    BACKEND,
-                    "connect",
-                    None,
-                    true,
-                    ConnectTimeout {
-                        hosts: hosts.clone(),
-                        after: config.connect_timeout,
-                    },
-                )
-            })?
-            .map_err(|e| zk("connect", None, e))?;
-        let client = if config.chroot == "/" {
-            client
-        } else {
-            if client
-                .check_stat(&config.chroot)
-                .await
-                .map_err(|e| zk("connect", None, e))?
-                .is_none()
-            {
-                let persistent = CreateMode::Persistent.with_acls(acls(secured));
-                client
-                    .mkdir(&config.chroot, &persistent)
-                    .await
-                    .map_err(|e| zk("create the chroot node", None, e))?;
-            }
-            client
-                .chroot(config.chroot.clone())
-                .map_err(|_| LockError::config("url path", format!("{:?} is not a valid chroot", config.chroot)))?
-        };
+        let (client, started) = open(config).await?;
         let id = client.session_id().0;
-        let marker = format!("{SESSIONS}/{id:016x}");
-        // The marker every contender create checks (see `SESSIONS`); its
-        // parent first, in the same round trip.
-        let parent = client.create(SESSIONS, &[], &CreateMode::Persistent.with_acls(acls(secured)));
-        let made = client.create(
-            &marker,
-            liveness::LIVE_TAG,
-            &CreateMode::Ephemeral.with_acls(acls(secured)),
-        );
-        let marked = match (parent.await, made.await) {
-            (Ok(_) | Err(ZkError::NodeExists), Ok(_) | Err(ZkError::NodeExists)) => true,
-            // A session whose credentials may not write under the chroot
-            // (it cannot lock either) goes without: its creates fail anyway.
-            (Err(ZkError::NoAuth), _) | (_, Err(ZkError::NoAuth)) => false,
-            (_, Err(e)) | (Err(e), _) => return Err(zk("create the session marker", None, e)),
-        };
-        let marker = marked.then_some(marker);
+        let marker = mark(&client, id, secured).await?;
         let deadline = SessionDeadline::new(valid_until(started, client.session_timeout()));
         let session = Arc::new(Session {
             secured,
@@ -159,13 +100,22 @@ impl Session {
             timeout = ?session.client.session_timeout(),
             "session established"
         );
-        let mut watcher = session.client.state_watcher();
-        let weak = Arc::downgrade(&session);
-        if session.client.state() != SessionState::SyncConnected {
-            session.on_state(session.client.state());
+        session.start();
+        Ok(session)
+    }
+
+    /// Starts the session's tasks: the held nodes' watches, the heartbeat,
+    /// and the state watcher that turns the connection's state into loss
+    /// signals (see [`Session::on_state`]). Each holds the session weakly:
+    /// it ends once the session is dropped.
+    fn start(self: &Arc<Self>) {
+        let mut watcher = self.client.state_watcher();
+        let weak = Arc::downgrade(self);
+        if self.client.state() != SessionState::SyncConnected {
+            self.on_state(self.client.state());
         }
-        tokio::spawn(arm_watches(Arc::downgrade(&session)));
-        tokio::spawn(heartbeat::beat(Arc::downgrade(&session)));
+        tokio::spawn(arm_watches(Arc::downgrade(self)));
+        tokio::spawn(heartbeat::beat(Arc::downgrade(self)));
         tokio::spawn(async move {
             loop {
                 let state = watcher.changed().await;
@@ -175,7 +125,6 @@ impl Session {
                 }
             }
         });
-        Ok(session)
     }
 
     /// Applies a state change; false once the session has ended.
@@ -203,5 +152,79 @@ impl Session {
                 false
             }
         }
+    }
+}
+
+/// Connects to the configured servers, authenticated and chrooted (see
+/// [`chrooted`]): the client, and when the connect started — the server
+/// makes the session after it, so the session lives at least a session
+/// timeout from then.
+async fn open(config: &ZkConfig) -> Result<(Client, std::time::Instant), LockError> {
+    let mut connector = Client::connector()
+        .with_session_timeout(config.session_timeout)
+        .with_fail_eagerly();
+    // Sent again on every reconnection of the session.
+    if let Some((user, password)) = &config.digest {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    let hosts = config.connect_string();
+    let started = std::time::Instant::now();
+    let client = tokio::time::timeout(config.connect_timeout, connector.connect(&hosts))
+        .await
+        .map_err(|_| {
+            LockError::backend(
+                BACKEND,
+                "connect",
+                None,
+                true,
+                ConnectTimeout {
+                    hosts: hosts.clone(),
+                    after: config.connect_timeout,
+                },
+            )
+        })?
+        .map_err(|e| zk("connect", None, e))?;
+    Ok((chrooted(client, config).await?, started))
+}
+
+/// `client` under the configured chroot, the chroot node made first if it
+/// is missing.
+async fn chrooted(client: Client, config: &ZkConfig) -> Result<Client, LockError> {
+    if config.chroot == "/" {
+        return Ok(client);
+    }
+    if client
+        .check_stat(&config.chroot)
+        .await
+        .map_err(|e| zk("connect", None, e))?
+        .is_none()
+    {
+        let persistent = CreateMode::Persistent.with_acls(acls(config.digest.is_some()));
+        client
+            .mkdir(&config.chroot, &persistent)
+            .await
+            .map_err(|e| zk("create the chroot node", None, e))?;
+    }
+    client
+        .chroot(config.chroot.clone())
+        .map_err(|_| LockError::config("url path", format!("{:?} is not a valid chroot", config.chroot)))
+}
+
+/// Makes the marker of the session `id`, which every contender create
+/// checks (see [`SESSIONS`]); its parent first, in the same round trip.
+/// `None`: the session's credentials may not write under the chroot (it
+/// cannot lock either), so it goes without — its creates fail anyway.
+async fn mark(client: &Client, id: i64, secured: bool) -> Result<Option<String>, LockError> {
+    let marker = format!("{SESSIONS}/{id:016x}");
+    let parent = client.create(SESSIONS, &[], &CreateMode::Persistent.with_acls(acls(secured)));
+    let made = client.create(
+        &marker,
+        liveness::LIVE_TAG,
+        &CreateMode::Ephemeral.with_acls(acls(secured)),
+    );
+    match (parent.await, made.await) {
+        (Ok(_) | Err(ZkError::NodeExists), Ok(_) | Err(ZkError::NodeExists)) => Ok(Some(marker)),
+        (Err(ZkError::NoAuth), _) | (_, Err(ZkError::NoAuth)) => Ok(None),
+        (_, Err(e)) | (Err(e), _) => Err(zk("create the session marker", None, e)),
     }
 }

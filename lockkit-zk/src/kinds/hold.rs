@@ -11,7 +11,7 @@ use lockkit_core::{LockError, LockInfo, LockKind};
 
 use super::line::{Scope, line_of, line_synced};
 use crate::backend::Inner;
-use crate::change::{Change, change};
+use crate::change::{Change, Edit, change};
 use crate::conn::session::{SESSION_RESTARTS, Session};
 use crate::error::{is_session_end, session_kept_ending, zk};
 use crate::layout::{beside_name, kind_parent, node_name, owner_tag};
@@ -67,9 +67,15 @@ impl Inner {
             Box::pin(async move {
                 // This session's node as recorded: one versioned write.
                 if let Some(h) = self.cached_kind(&session, key) {
-                    let remove = Change::Remove(attempt);
-                    let known = Some(h.known.clone());
-                    let (changed, _) = change(&session.client, &h.path, &hold.owner, None, known, remove, None).await?;
+                    let edit = Edit {
+                        path: &h.path,
+                        owner: &hold.owner,
+                        token: None,
+                        known: Some(h.known.clone()),
+                        change: Change::Remove(attempt),
+                        list_after: None,
+                    };
+                    let (changed, _) = change(&session.client, edit).await?;
                     if let Some(c) = changed {
                         match c.known() {
                             Some(known) => self.remember_kind(key.clone(), &h.path, &known, session.id),
@@ -92,8 +98,15 @@ impl Inner {
                     };
                     let e = &line.entries[i];
                     let Some(node) = &e.node else { continue };
-                    let (known, remove) = (Some(node.known.clone()), Change::Remove(attempt));
-                    let (changed, _) = change(&session.client, &e.path, &hold.owner, None, known, remove, None).await?;
+                    let edit = Edit {
+                        path: &e.path,
+                        owner: &hold.owner,
+                        token: None,
+                        known: Some(node.known.clone()),
+                        change: Change::Remove(attempt),
+                        list_after: None,
+                    };
+                    let (changed, _) = change(&session.client, edit).await?;
                     // `None`: gone meanwhile, look again.
                     if let Some(c) = changed {
                         if c.node.is_none() {

@@ -1,6 +1,7 @@
 //! The line of a semaphore or a read-write lock ([`Line`]): its contender
-//! nodes in listing order, the data of the few a step needs, which of them
-//! hold, and the next step of a contender ([`plan`]).
+//! nodes in listing order, the data of the few a step needs, and which of
+//! them hold. The next step of a contender on it is planned in
+//! [`plan`](super::plan).
 //!
 //! Every step costs O(1) requests whatever the length of the line: one
 //! listing, and beside it reads of this owner's nodes only (for re-entry
@@ -70,7 +71,8 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    fn is(&self, mark: Mark) -> bool {
+    /// Whether it is a contender of the kind of `mark`.
+    pub(crate) fn is(&self, mark: Mark) -> bool {
         self.child.mark == mark
     }
 
@@ -91,11 +93,12 @@ impl Entry {
     }
 
     /// Whether this node is `owner`'s in `session` (known only once read).
-    fn of(&self, owner: &str, session: i64) -> bool {
+    pub(crate) fn of(&self, owner: &str, session: i64) -> bool {
         self.owner() == Some(owner) && self.session() == Some(session)
     }
 
-    fn same_holder(&self, other: &Entry) -> bool {
+    /// Whether it is read and of the same owner and session as `other`.
+    pub(crate) fn same_holder(&self, other: &Entry) -> bool {
         self.node.is_some() && self.owner() == other.owner() && self.session() == other.session()
     }
 }
@@ -310,256 +313,8 @@ impl Line {
         })
     }
 
-    fn position(&self, me: &Child) -> Option<usize> {
+    /// Where the contender `me` is in the line.
+    pub(crate) fn position(&self, me: &Child) -> Option<usize> {
         self.entries.iter().position(|e| e.child.name == me.name)
-    }
-}
-
-/// A node a waiter watches, and for what.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Watch {
-    /// This node's going (a children watch of the node itself: it has no
-    /// children, so only its deletion fires it).
-    Gone(String),
-    /// This node's claim or its going (a data watch): a semaphore's waiter
-    /// moves up when its predecessor takes a permit.
-    Claim(String),
-    /// Any change of the parent's children: the semaphore's first waiter,
-    /// whom any permit that goes lets in.
-    Children,
-}
-
-/// What a contender of a semaphore or read-write lock does next.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// Its node is gone.
-    Gone,
-    /// Its own node holds, at this index of the line.
-    Holder(usize),
-    /// The owner's holding node at this index is the hold (a repeated
-    /// attempt, or a re-entry): add the attempt there, drop its own node.
-    Join(usize),
-    /// A reader of the owner of the holding writer at this index: granted
-    /// beside it.
-    Beside(usize),
-    /// Wait for any of these (never empty).
-    Wait(Vec<Watch>),
-    /// The request does not fit the name's state.
-    Conflict(String),
-}
-
-/// The next step of the contender `me` of `owner` (in `session`) asking
-/// with `attempt`, on a line that read the owner's nodes.
-pub(crate) fn plan(line: &Line, me: &Child, owner: &str, session: i64, attempt: &str) -> Step {
-    let Some(p) = line.position(me) else {
-        return Step::Gone;
-    };
-    let entries = &line.entries;
-    if entries[p].node.is_none() {
-        return Step::Gone;
-    }
-    let ours = |i: usize, mark: Mark| {
-        let e = &entries[i];
-        i != p && e.is(mark) && e.of(owner, session) && line.granted(i)
-    };
-    let others = 0..entries.len();
-    match me.mark {
-        Mark::Permit(n) => {
-            let other = entries[..p].iter().find_map(|e| match e.child.mark {
-                Mark::Permit(m) if m != n => Some(m),
-                _ => None,
-            });
-            if let Some(m) = other {
-                return Step::Conflict(format!("the semaphore has {m} permits, the request says {n}"));
-            }
-            let repeated = |i: usize| entries[i].node.as_ref().is_some_and(|x| x.known.data.has(attempt));
-            if let Some(i) = others.clone().find(|&i| ours(i, me.mark) && repeated(i)) {
-                return Step::Join(i);
-            }
-            if line.granted(p) {
-                return Step::Holder(p);
-            }
-            match p == n as usize {
-                true => Step::Wait(vec![Watch::Children]),
-                false => Step::Wait(vec![Watch::Claim(entries[p - 1].child.name.clone())]),
-            }
-        }
-        Mark::Read => {
-            if let Some(i) = others.clone().find(|&i| ours(i, Mark::Read)) {
-                return Step::Join(i);
-            }
-            if line.granted(p) {
-                return Step::Holder(p);
-            }
-            if ours(0, Mark::Write) {
-                return Step::Beside(0);
-            }
-            // The last writer before it going lets it in; so may the owner's
-            // own writer before it coming to hold (beside it): watch what
-            // that one waits for too.
-            let mut on: Vec<Watch> = entries[..p]
-                .iter()
-                .rev()
-                .find(|e| e.is(Mark::Write))
-                .map(|e| Watch::Gone(e.child.name.clone()))
-                .into_iter()
-                .collect();
-            let own = entries[..p]
-                .iter()
-                .position(|e| e.is(Mark::Write) && e.of(owner, session));
-            if let Some(j) = own {
-                let ahead = match j {
-                    0 => entries.iter().find(|e| e.beside && !e.of(owner, session)),
-                    _ => entries.get(j - 1),
-                };
-                let ahead = ahead.map(|e| Watch::Gone(e.child.name.clone()));
-                on.extend(ahead.filter(|w| !on.contains(w)));
-            }
-            Step::Wait(on)
-        }
-        Mark::Write => {
-            if let Some(i) = others.clone().find(|&i| ours(i, Mark::Write)) {
-                return Step::Join(i);
-            }
-            if others.clone().any(|i| ours(i, Mark::Read)) {
-                return Step::Conflict(
-                    "the owner holds it for reading: a read hold cannot be upgraded; release it first".to_owned(),
-                );
-            }
-            if line.granted(p) {
-                return Step::Holder(p);
-            }
-            let ahead = match p {
-                0 => entries.iter().find(|e| e.beside && !e.same_holder(&entries[p])),
-                _ => entries.get(p - 1),
-            };
-            match ahead {
-                Some(e) => Step::Wait(vec![Watch::Gone(e.child.name.clone())]),
-                // Not granted, nobody ahead: cannot be; look again.
-                None => Step::Wait(vec![Watch::Children]),
-            }
-        }
-        Mark::Mutex => Step::Gone,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::layout::child_stem;
-
-    const ME: i64 = 1;
-
-    /// A line of (mark, owner, session, beside-token) with sequences 1, 2, ….
-    fn line(nodes: &[(Mark, &str, i64, Option<i64>)]) -> Line {
-        let entries = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, (mark, owner, session, token))| {
-                let seq = i as i64 + 1;
-                let infix = match mark {
-                    Mark::Permit(n) => format!("p{n}-"),
-                    Mark::Read => "r-".into(),
-                    Mark::Write => "w-".into(),
-                    Mark::Mutex => String::new(),
-                };
-                let name = format!("{}{infix}{seq:010}", child_stem(7, &format!("{seq:016x}")));
-                let child = Child::parse(&name).unwrap();
-                assert_eq!(child.mark, *mark);
-                let mut data = NodeData::contender(owner, &format!("{seq:016x}"));
-                data.token = *token;
-                Entry {
-                    path: child.path("/rw"),
-                    beside: *mark == Mark::Read && token.is_some(),
-                    child,
-                    node: Some(Node {
-                        known: Known {
-                            data,
-                            version: 0,
-                            czxid: 100 + seq,
-                        },
-                        session: *session,
-                    }),
-                }
-            })
-            .collect();
-        Line {
-            entries,
-            last_write: 50,
-            reads: 0,
-        }
-    }
-
-    fn step(l: &Line, i: usize, owner: &str) -> Step {
-        let attempt = format!("{:016x}", i + 1);
-        plan(l, &l.entries[i].child, owner, ME, &attempt)
-    }
-
-    #[test]
-    fn permits_hold_up_to_the_count_and_agree_on_it() {
-        let p = Mark::Permit(2);
-        let l = line(&[(p, "a", ME, None), (p, "b", 2, None), (p, "c", 3, None)]);
-        assert_eq!(step(&l, 1, "b"), Step::Holder(1));
-        assert_eq!(step(&l, 2, "c"), Step::Wait(vec![Watch::Children]));
-        assert_eq!(l.waiting(), 1);
-        // Behind the first waiter: its predecessor's claim moves it up.
-        let l = line(&[
-            (p, "a", 2, None),
-            (p, "b", 3, None),
-            (p, "c", 4, None),
-            (p, "d", ME, None),
-        ]);
-        let claim = Watch::Claim(l.entries[2].child.name.clone());
-        assert_eq!(step(&l, 3, "d"), Step::Wait(vec![claim]));
-        let l = line(&[(p, "a", ME, None), (Mark::Permit(5), "b", ME, None)]);
-        assert!(matches!(step(&l, 1, "b"), Step::Conflict(_)));
-        assert_eq!(l.holders("x", LockKind::Permit { permits: 2 }).len(), 2);
-    }
-
-    #[test]
-    fn readers_share_writers_are_alone() {
-        let (r, w) = (Mark::Read, Mark::Write);
-        let l = line(&[
-            (r, "a", 2, None),
-            (r, "b", 3, None),
-            (w, "c", 4, None),
-            (r, "d", ME, None),
-        ]);
-        assert_eq!(step(&l, 1, "b"), Step::Holder(1));
-        assert_eq!(l.token(1), Some(50), "a reader carries the last write token");
-        let gone = |i: usize| Watch::Gone(l.entries[i].child.name.clone());
-        assert_eq!(step(&l, 2, "c"), Step::Wait(vec![gone(1)]));
-        assert_eq!(step(&l, 3, "d"), Step::Wait(vec![gone(2)]));
-        assert_eq!(l.waiting(), 2);
-        let l = line(&[(w, "c", ME, None), (r, "a", 2, None)]);
-        assert_eq!(step(&l, 0, "c"), Step::Holder(0));
-        assert_eq!(l.token(0), Some(101));
-    }
-
-    #[test]
-    fn reentry_beside_and_no_upgrade() {
-        let (r, w) = (Mark::Read, Mark::Write);
-        // A reader re-enters its hold while a writer waits.
-        let l = line(&[(r, "a", ME, None), (w, "c", 2, None), (r, "a", ME, None)]);
-        assert_eq!(step(&l, 2, "a"), Step::Join(0));
-        // No upgrade.
-        let l = line(&[(r, "a", ME, None), (w, "a", ME, None)]);
-        assert!(matches!(step(&l, 1, "a"), Step::Conflict(_)));
-        // Read beside one's own write hold, then the writer after it waits
-        // for that reader.
-        let l = line(&[(w, "a", ME, None), (w, "c", 2, None), (r, "a", ME, None)]);
-        assert_eq!(step(&l, 2, "a"), Step::Beside(0));
-        // Behind its owner's queued writer, a reader also watches what
-        // that writer waits for: it may go beside it once it holds.
-        let l = line(&[(w, "c", 2, None), (w, "a", ME, None), (r, "a", ME, None)]);
-        let gone = |i: usize| Watch::Gone(l.entries[i].child.name.clone());
-        assert_eq!(step(&l, 2, "a"), Step::Wait(vec![gone(1), gone(0)]));
-        let l = line(&[(w, "c", 2, None), (r, "a", ME, Some(101))]);
-        assert!(!l.granted(0) && l.granted(1));
-        assert_eq!(l.token(1), Some(101));
-        assert_eq!(
-            plan(&l, &l.entries[0].child, "c", 2, "0000000000000001"),
-            Step::Wait(vec![Watch::Gone(l.entries[1].child.name.clone())])
-        );
     }
 }

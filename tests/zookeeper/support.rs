@@ -46,13 +46,19 @@ pub fn server() -> Option<Server> {
 /// (the case skips) when no server is configured.
 pub fn hosts_and_chroot(case: &str) -> Option<(String, String)> {
     let base = server_url("LOCKKIT_ZK_URL")?;
-    let hosts = base
-        .strip_prefix("zk://")
-        .and_then(|r| r.split(['/', '?']).next())
-        .expect("a zk:// URL")
-        .to_owned();
+    let (hosts, _) = hosts_and_path(&base);
     let chroot = format!("/lockkit-{case}-{}", &lockkit_core::raw::random_owner()[..12]);
     Some((hosts, chroot))
+}
+
+/// The hosts of a `zk://` URL and its chroot (`""` without one).
+pub fn hosts_and_path(url: &str) -> (String, String) {
+    let rest = url.strip_prefix("zk://").expect("a zk:// URL");
+    let rest = rest.split('?').next().unwrap_or_default();
+    match rest.split_once('/') {
+        Some((hosts, path)) => (hosts.to_owned(), format!("/{path}").trim_end_matches('/').to_owned()),
+        None => (rest.to_owned(), String::new()),
+    }
 }
 
 /// A client with its own session, as a separate process would have

@@ -12,7 +12,13 @@ use crate::log::Record;
 impl Checker<'_> {
     /// Reads the holds from every process's records.
     pub(super) fn read_holds(&mut self, report: &mut Report) {
-        let Checker { procs, info, holds, .. } = self;
+        let Checker {
+            procs,
+            info,
+            holds,
+            session,
+            ..
+        } = self;
         for (pi, p) in procs.iter().enumerate() {
             let mut current: HashMap<&str, usize> = HashMap::new();
             let mut released: HashMap<&str, usize> = HashMap::new();
@@ -124,6 +130,14 @@ impl Checker<'_> {
                                 // Cancelled by the run's end: the backend's
                                 // cleanup may not have run before the process
                                 // exited.
+                                holds.push(Hold::pending(pi, name, owner, kind, want_t, Some(*t)));
+                            } else if session.is_none() {
+                                // A lease backend takes a failed call's share
+                                // back before the error returns, that look
+                                // bounded by a third of the lease, and again
+                                // in the background while a late command
+                                // could land: on a slow link the share stands
+                                // after the error, at most for its lease.
                                 holds.push(Hold::pending(pi, name, owner, kind, want_t, Some(*t)));
                             } else {
                                 // An error: the call's share may have stood

@@ -214,7 +214,8 @@ fn a_count_left_behind_is_one_violation_not_one_per_re_entry() {
     records.extend(clean(S + S / 10, S + S / 5, "n", "a", 5, 2, 1));
     records.extend(clean(S + S / 2, S + S * 6 / 10, "n", "a", 5, 2, 1));
     records.extend(clean(S + S * 7 / 10, S + S * 8 / 10, "n", "a", 5, 2, 1));
-    let r = check(&[proc(0, records)], &[run(2 * S, None)]);
+    // (A session backend's failed call leaves nothing after it returns.)
+    let r = check(&[proc(0, records)], &[run(2 * S, Some(S))]);
     assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
     assert!(r.violations[0].starts_with("hold count on n"), "{}", r.violations[0]);
     assert!(
@@ -253,12 +254,42 @@ fn a_failed_call_may_have_had_a_share_while_it_ran() {
         timed_out: false,
     };
     let p1 = proc(1, vec![want(S, "n", "s"), fail(3 * S)]);
-    let events = [run(4 * S, None)];
+    let events = [run(4 * S, Some(S))];
     let during = proc(0, clean(S + S / 2, 2 * S, "n", "s", 5, 2, 1));
     let r = check(&[during, p1.clone()], &events);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     let after = proc(0, clean(3 * S + S / 2, 4 * S, "n", "s", 5, 2, 1));
     let r = check(&[after, p1], &events);
+    assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
+}
+
+#[test]
+fn a_failed_call_on_a_lease_backend_may_leave_its_share_until_the_lease_bound() {
+    // p1 (owner s) starts a lock call at 1 s that fails at 3 s: its share
+    // was granted by a command that landed late, and the take-back before
+    // the error could not finish on the slow link (core's undo looks again
+    // in the background). p0 (owner s) re-enters it at 3.15 s: count 2,
+    // one left after its unlock — allowed until the lease bound after the
+    // failure (bound 2 s + slack 1 s), a violation after it. The Redis long
+    // run with seed 137260245441967 had one of the first kind.
+    let fail = |t| Record::Fail {
+        t,
+        name: "n".into(),
+        owner: "s".into(),
+        error: "redis: acquire of lock \"n\" failed".into(),
+        timed_out: false,
+    };
+    let p1 = proc(1, vec![want(S, "n", "s"), fail(3 * S)]);
+    let events = [run(2 * S, None)];
+    let soon = proc(0, clean(3 * S + S / 7, 3 * S + S / 5, "n", "s", 5, 2, 1));
+    let r = check(&[soon, p1.clone()], &events);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    let late = proc(0, clean(7 * S, 7 * S + S / 5, "n", "s", 5, 2, 1));
+    let r = check(&[late, p1.clone()], &events);
+    assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
+    // A session backend takes the call's node out before it returns.
+    let soon = proc(0, clean(3 * S + S / 7, 3 * S + S / 5, "n", "s", 5, 2, 1));
+    let r = check(&[soon, p1], &[run(2 * S, Some(S))]);
     assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
 }
 
@@ -283,9 +314,13 @@ fn a_call_cancelled_by_the_end_excuses_a_leftover_until_the_bound() {
     let r = check(&[a], &held);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert_eq!(r.leftovers_excused, 1);
-    // A call that failed must leave nothing behind.
+    // A call that failed on a lease backend may leave its share until the
+    // bound (see the case above); on a session backend, nothing.
     let a = proc(0, vec![want(3 * S, "n", "a"), timed_out(4 * S, "n", "a")]);
-    let r = check(&[a], &held);
+    let r = check(std::slice::from_ref(&a), &held);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.leftovers_excused, 1);
+    let r = check(&[a], &[run(2 * S, Some(S)), inspect(5 * S, 0, "n", Some(("a", 1, 7)))]);
     assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
     assert!(r.violations[0].starts_with("leftover hold on n"), "{}", r.violations[0]);
 }

@@ -1,6 +1,6 @@
-//! Taking a lock: one claim (`claim`), one attempt on its own task
-//! (`detached_attempt`), and the unfair acquire loop; the fair line's loop
-//! is in `wait/`.
+//! Taking a lock: one attempt on its own task (`detached_attempt`), made
+//! of one claim (`claim.rs`), and the unfair acquire loop; the fair line's
+//! loop is in `wait/`.
 //!
 //! # How a lock is taken
 //!
@@ -50,38 +50,10 @@ use lockkit_core::raw::{
 };
 use lockkit_core::{LockError, LockKind};
 
+use crate::claim::Claim;
 use crate::conn::sent;
 use crate::handle::{Inner, SqlBackend};
-use crate::sql::ClaimShape;
-#[cfg(feature = "mysql")]
-use crate::sql::{MysqlClaim, MysqlTokens};
-use crate::value::{Arg, Col, count, from_us, us};
 use crate::wait::line_key;
-
-/// What a claim found.
-pub(crate) enum Claim {
-    /// Another owner holds the name for this long (if known); `head`: the
-    /// attempt is first in line (or, unfair, any attempt), so it is the one
-    /// to try again when the name comes free.
-    Busy { retry_in: Option<Duration>, head: bool },
-    /// We hold it `count` times under `token`, for `remaining`.
-    Held {
-        count: u32,
-        token: u64,
-        remaining: Duration,
-    },
-}
-
-/// FNV-1a: a stable hash of a name, for its token counter bucket.
-#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-fn bucket(name: &str, buckets: u64) -> i64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    (h % buckets.max(1)) as i64
-}
 
 impl SqlBackend {
     /// One attempt, on its own task so a cancelled caller leaves no hold.
@@ -197,215 +169,6 @@ impl SqlBackend {
 }
 
 impl Inner {
-    /// One claim (see [`Statements::claim`](crate::sql::Statements::claim) and
-    /// [`Statements::claim_fair`](crate::sql::Statements::claim_fair)).
-    /// `queued`: the attempt has a row in the fair line (taken out by the
-    /// claim that gives it the name).
-    pub(crate) async fn claim(&self, req: &AcquireRequest<'_>, queued: bool) -> Result<Claim, LockError> {
-        let AcquireRequest {
-            name,
-            owner,
-            ttl,
-            attempt,
-            fair,
-            ..
-        } = *req;
-        let sql = &self.sql;
-        let memo = self.config.memo.as_deref();
-        let args = [
-            Arg::Bytes(name.as_bytes()),
-            Arg::Bytes(owner.as_bytes()),
-            Arg::Int(us(ttl)),
-            Arg::Text(memo),
-            Arg::Text(Some(attempt)),
-        ];
-        let op = "acquire";
-        let n = Some(name);
-        let statement = match &sql.claim_fair_contended {
-            Some(contended) if fair && (queued || self.waiters.has_line(name.as_bytes())) => contended,
-            _ if fair => &sql.claim_fair,
-            _ => &sql.claim,
-        };
-        Ok(match sql.claim_shape {
-            #[cfg(feature = "mysql")]
-            ClaimShape::Batch => self.claim_batch(req, queued).await?,
-            #[cfg(not(feature = "mysql"))]
-            ClaimShape::Batch => {
-                let _ = (queued, statement);
-                Claim::Busy {
-                    retry_in: None,
-                    head: true,
-                }
-            }
-            ClaimShape::Rows => {
-                // A first try where this process sees nobody in line: a
-                // name without a row is taken by a plain insert.
-                if let Some(absent) = sql
-                    .claim_absent
-                    .as_ref()
-                    .filter(|_| !queued && !self.waiters.has_line(name.as_bytes()))
-                {
-                    let cols = [Col::Int, Col::Int, Col::Int, Col::Int];
-                    let row = self
-                        .retry_if(op, n, true, || self.db.fetch_one(absent, &args, &cols))
-                        .await?
-                        .0;
-                    if let Some([_, c, t, r]) = row.as_deref() {
-                        return Ok(Claim::Held {
-                            count: count(c.int()),
-                            token: t.int() as u64,
-                            remaining: from_us(r.int()),
-                        });
-                    }
-                }
-                // The fair claim adds a fifth column: whether the attempt
-                // heads the line.
-                let cols = [Col::Int, Col::Int, Col::Int, Col::Int, Col::Int];
-                let cols = if fair { &cols[..] } else { &cols[..4] };
-                let row = self
-                    .retry_if(op, n, true, || self.db.fetch_one(statement, &args, cols))
-                    .await?
-                    .0;
-                match row.as_deref() {
-                    Some([acquired, c, t, r, ..]) if acquired.int() == 1 => Claim::Held {
-                        count: count(c.int()),
-                        token: t.int() as u64,
-                        remaining: from_us(r.int()),
-                    },
-                    Some([_, _, _, r, rest @ ..]) => Claim::Busy {
-                        retry_in: Some(from_us(r.int())),
-                        head: rest.first().is_none_or(|h| h.int() != 0),
-                    },
-                    // Free, but another waiter is first in line (fair), or
-                    // the holder's row went meanwhile.
-                    _ => Claim::Busy {
-                        retry_in: None,
-                        head: !fair,
-                    },
-                }
-            }
-            ClaimShape::RowsOrHolder => {
-                let cols = [Col::Int, Col::Int, Col::Int];
-                let row = self
-                    .retry_if(op, n, true, || self.db.fetch_one(statement, &args, &cols))
-                    .await?
-                    .0;
-                match row.as_deref() {
-                    Some([c, t, r]) => Claim::Held {
-                        count: count(c.int()),
-                        token: t.int() as u64,
-                        remaining: from_us(r.int()),
-                    },
-                    _ if fair => {
-                        let args = [Arg::Bytes(name.as_bytes()), Arg::Text(Some(attempt))];
-                        let row = self
-                            .retry(op, n, || {
-                                self.db.fetch_one(&sql.holder_fair, &args, &[Col::Int, Col::Int])
-                            })
-                            .await?;
-                        match row.as_deref() {
-                            Some([r, head]) => Claim::Busy {
-                                retry_in: (r.int() >= 0).then(|| from_us(r.int())),
-                                head: head.int() != 0,
-                            },
-                            _ => Claim::Busy {
-                                retry_in: None,
-                                head: false,
-                            },
-                        }
-                    }
-                    _ => {
-                        let args = [Arg::Bytes(name.as_bytes())];
-                        let row = self
-                            .retry(op, n, || self.db.fetch_one(&sql.holder, &args, &[Col::Int]))
-                            .await?;
-                        Claim::Busy {
-                            retry_in: row.map(|r| from_us(r[0].int())),
-                            head: true,
-                        }
-                    }
-                }
-            }
-        })
-    }
-
-    /// MySQL's claim (see [`ClaimShape::Batch`]): one batch, and for a fair
-    /// attempt not in line that found the name free but marked, the batch
-    /// again reading the line.
-    #[cfg(feature = "mysql")]
-    async fn claim_batch(&self, req: &AcquireRequest<'_>, queued: bool) -> Result<Claim, LockError> {
-        let (sql, fair) = (&self.sql, req.fair);
-        let (op, n) = ("acquire", Some(req.name));
-        let cols: &[Col] = &[Col::Int, Col::Int, Col::Int];
-        // The fair batch reads the line only for an attempt in it,
-        // or when the name is free but marked (see
-        // `mysql_claim_batch_fair`).
-        let claim = MysqlClaim::new(
-            req.name.as_bytes(),
-            req.owner.as_bytes(),
-            us(req.ttl),
-            self.config.memo.as_deref(),
-            req.attempt,
-            match self.tokens.get() {
-                Some(MysqlTokens::Sequence) => None,
-                _ => Some(bucket(req.name, sql.buckets)),
-            },
-        );
-        let claim = &claim;
-        if !queued && !self.waiters.has_line(req.name.as_bytes()) {
-            let batch = || self.db.mysql_batch(sql.mysql_fresh_batch(claim), &[]);
-            let ((done, _), _) = self.retry_if(op, n, true, batch).await?;
-            // The statement before COMMIT is the stamp's.
-            let stamp = done.len().checked_sub(2).and_then(|i| done.get(i));
-            if let Some(stamp) = stamp.filter(|s| s.rows == 1 && s.last_id > 0) {
-                return Ok(Claim::Held {
-                    count: 1,
-                    token: stamp.last_id,
-                    remaining: req.ttl,
-                });
-            }
-        }
-        let run = |line: bool| {
-            self.retry_if(op, n, true, move || {
-                let batch = if fair {
-                    sql.mysql_claim_batch_fair(claim, line, queued)
-                } else {
-                    sql.mysql_claim_batch(claim)
-                };
-                self.db.mysql_batch(batch, cols)
-            })
-        };
-        let ((mut done, mut rows), _) = run(queued).await?;
-        // The claim is the statement after BEGIN.
-        if fair && !queued && rows.is_empty() && done.get(1).is_some_and(|c| c.rows > 0 && c.last_id == 1) {
-            ((done, rows), _) = run(true).await?;
-        }
-        Ok(match (rows.first().map(Vec::as_slice), done.get(1)) {
-            // Ours: fresh, taken over or re-entered, stamped in the batch.
-            (Some([c, t, r]), _) => Claim::Held {
-                count: count(c.int()),
-                token: t.int() as u64,
-                remaining: from_us(r.int()),
-            },
-            // The fair claim left the name to another (maybe marking
-            // its row): twice the remaining lease, plus whether the
-            // attempt heads the line.
-            (_, Some(claim)) if fair && claim.rows > 0 && claim.last_id > 0 => Claim::Busy {
-                retry_in: Some(Duration::from_micros(claim.last_id / 2)),
-                head: claim.last_id % 2 == 1,
-            },
-            // The claim left the holder's row unchanged: its remaining lease.
-            (_, Some(claim)) if claim.rows == 1 && claim.last_id > 0 => Claim::Busy {
-                retry_in: Some(Duration::from_micros(claim.last_id)),
-                head: true,
-            },
-            _ => Claim::Busy {
-                retry_in: None,
-                head: !fair,
-            },
-        })
-    }
-
     /// One acquisition attempt: one claim; the flag beside the outcome as
     /// [`SqlBackend::detached_attempt`] says.
     pub(crate) async fn attempt(
@@ -440,25 +203,5 @@ impl Inner {
             Claim::Held { .. } => (TryAcquire::Busy { retry_in: None }, true),
             Claim::Busy { retry_in, head } => (TryAcquire::Busy { retry_in }, head),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::inspect::prefix_end;
-
-    #[test]
-    fn buckets_and_prefixes() {
-        assert_eq!(bucket("order:42", 64), bucket("order:42", 64));
-        assert!((0..64).contains(&bucket("x", 64)));
-        assert_eq!(bucket("anything", 1), 0);
-        assert_eq!(prefix_end("ab"), b"ac".to_vec());
-        assert_eq!(prefix_end(""), vec![0xFF]);
-        assert_eq!(prefix_end("锁"), {
-            let mut v = "锁".as_bytes().to_vec();
-            *v.last_mut().unwrap() += 1;
-            v
-        });
     }
 }

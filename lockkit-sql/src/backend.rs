@@ -109,46 +109,10 @@ impl SqlBackend {
     /// and starts the sweeper (and on Postgres the release listener).
     pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
         let kind = config.dialect.name();
-        if config.mode == Mode::Session {
-            return Err(LockError::config(
-                "query parameter mode",
-                "mode=session is served by lockkit_sql_session::SessionBackend (lockkit::connect picks it)",
-            ));
-        }
-        if config.dialect == Dialect::Sqlite {
-            check_sqlite_dir(&config.database)?;
-        }
-        let opened = Db::open(&config).and_then(|db| {
-            let line_db = db.open_line(&config)?;
-            Ok((db, line_db))
-        });
-        let (db, line_db) = opened.map_err(|e| match e {
-            sqlx::Error::Configuration(e) => LockError::config("url", e.to_string()),
-            e => backend_error(kind, "connect", None, e),
-        })?;
-        // Backends of this process on one database and table share their
-        // waiters, so a release wakes the next in line whichever backend
-        // it waits on.
-        let shared_key =
-            (config.database != ":memory:").then(|| format!("{}\0{}\0{}", kind, config.database, config.table));
+        check_config(&config)?;
+        let (db, line_db) = open_pools(&config)?;
         let backend = SqlBackend {
-            inner: Arc::new(Inner {
-                kind,
-                sql: Statements::new(config.dialect, &config.table),
-                ksql: KindStatements::new(config.dialect, &config.table),
-                renew_db: db.renewals(),
-                db,
-                line_db,
-                waiters: Waiters::shared(shared_key),
-                places: Arc::default(),
-                live: Default::default(),
-                #[cfg(feature = "mysql")]
-                tokens: std::sync::OnceLock::new(),
-                #[cfg(feature = "postgres")]
-                wait_list: std::sync::OnceLock::new(),
-                stop: CancellationToken::new(),
-                config,
-            }),
+            inner: Arc::new(Inner::open(config, db, line_db)),
         };
         // A direct connection first: the pool would report a refused
         // connection or a bad password only as a timeout, this says why.
@@ -157,55 +121,134 @@ impl SqlBackend {
             .map_err(|e| backend_error(kind, "connect", None, e))?;
         backend.migrate().await?;
         let inner = &backend.inner;
-        if let Some(interval) = inner.config.sweep_interval {
-            let mut sweeps = vec![
-                inner.sql.sweep.clone(),
-                inner.sql.sweep_waiters.clone(),
-                inner.ksql.sweep.clone(),
-            ];
-            sweeps.extend(inner.sql.sweep_live.clone());
-            crate::sweeper::spawn(
-                inner.db.clone(),
-                sweeps,
-                interval,
-                inner.config.sweep_batch,
-                inner.stop.clone(),
-            );
-        }
-        let renewal = crate::wait::places::Renewal {
-            db: inner.line_db.clone(),
-            sql: inner.sql.clone(),
-            places: inner.places.clone(),
-            waiters: inner.waiters.clone(),
-        };
-        crate::wait::places::spawn_renewer(renewal, inner.config.queue_lease, inner.stop.clone());
+        inner.start_sweeper();
+        inner.start_renewer();
         #[cfg(feature = "postgres")]
         if inner.config.dialect == Dialect::Postgres {
-            use std::str::FromStr;
-            let options = sqlx::postgres::PgConnectOptions::from_str(&inner.config.database)
-                .map_err(|e| backend_error(kind, "connect", None, e))?
-                .application_name("lockkit-listener");
-            inner
-                .waiters
-                .listen_pg(options.clone(), inner.config.connect_timeout, inner.sql.channel());
-            if let (Some(join), Some(leave)) = (&inner.sql.wait_join, &inner.sql.wait_leave) {
-                let statements = crate::wait::waitlist::Statements {
-                    join: join.clone(),
-                    leave: leave.clone(),
-                    live: inner.sql.live_take.clone(),
-                    key: inner.live.key(),
-                    held: inner.live.held_flag(),
-                };
-                let list = crate::wait::waitlist::WaitList::spawn(
-                    options.application_name("lockkit-waitlist"),
-                    inner.config.connect_timeout,
-                    statements,
-                    inner.stop.clone(),
-                );
-                let _ = inner.wait_list.set(list);
-            }
+            inner.start_wake_ups()?;
         }
         Ok(backend)
+    }
+}
+
+/// Refuses what this backend cannot serve before anything is opened: the
+/// session mode (another crate's backend), a SQLite file in a directory
+/// that is not there.
+fn check_config(config: &SqlConfig) -> Result<(), LockError> {
+    if config.mode == Mode::Session {
+        return Err(LockError::config(
+            "query parameter mode",
+            "mode=session is served by lockkit_sql_session::SessionBackend (lockkit::connect picks it)",
+        ));
+    }
+    if config.dialect == Dialect::Sqlite {
+        check_sqlite_dir(&config.database)?;
+    }
+    Ok(())
+}
+
+/// The backend's pool, and the fair line's (see [`Db::open_line`]).
+fn open_pools(config: &SqlConfig) -> Result<(Db, Db), LockError> {
+    let opened = Db::open(config).and_then(|db| {
+        let line_db = db.open_line(config)?;
+        Ok((db, line_db))
+    });
+    opened.map_err(|e| match e {
+        sqlx::Error::Configuration(e) => LockError::config("url", e.to_string()),
+        e => backend_error(config.dialect.name(), "connect", None, e),
+    })
+}
+
+impl Inner {
+    /// The state of a backend on `config`'s table, over the pools `db` and
+    /// `line_db`; no task runs yet.
+    fn open(config: SqlConfig, db: Db, line_db: Db) -> Self {
+        let kind = config.dialect.name();
+        // Backends of this process on one database and table share their
+        // waiters, so a release wakes the next in line whichever backend
+        // it waits on.
+        let shared_key =
+            (config.database != ":memory:").then(|| format!("{}\0{}\0{}", kind, config.database, config.table));
+        Inner {
+            kind,
+            sql: Statements::new(config.dialect, &config.table),
+            ksql: KindStatements::new(config.dialect, &config.table),
+            renew_db: db.renewals(),
+            db,
+            line_db,
+            waiters: Waiters::shared(shared_key),
+            places: Arc::default(),
+            live: Default::default(),
+            #[cfg(feature = "mysql")]
+            tokens: std::sync::OnceLock::new(),
+            #[cfg(feature = "postgres")]
+            wait_list: std::sync::OnceLock::new(),
+            stop: CancellationToken::new(),
+            config,
+        }
+    }
+
+    /// Starts the sweeper of expired rows, unless `sweep_interval=0s`.
+    fn start_sweeper(&self) {
+        let Some(interval) = self.config.sweep_interval else {
+            return;
+        };
+        let mut sweeps = vec![
+            self.sql.sweep.clone(),
+            self.sql.sweep_waiters.clone(),
+            self.ksql.sweep.clone(),
+        ];
+        sweeps.extend(self.sql.sweep_live.clone());
+        crate::sweeper::spawn(
+            self.db.clone(),
+            sweeps,
+            interval,
+            self.config.sweep_batch,
+            self.stop.clone(),
+        );
+    }
+
+    /// Starts the task that renews the leases of this backend's places in
+    /// line.
+    fn start_renewer(&self) {
+        let renewal = crate::wait::places::Renewal {
+            db: self.line_db.clone(),
+            sql: self.sql.clone(),
+            places: self.places.clone(),
+            waiters: self.waiters.clone(),
+        };
+        crate::wait::places::spawn_renewer(renewal, self.config.queue_lease, self.stop.clone());
+    }
+
+    /// Postgres: the `LISTEN` connection that wakes this process's waiters
+    /// on releases elsewhere, and the wait-list connection that tells
+    /// releasers somebody waits (and carries the liveness key).
+    #[cfg(feature = "postgres")]
+    fn start_wake_ups(&self) -> Result<(), LockError> {
+        use std::str::FromStr;
+        let options = sqlx::postgres::PgConnectOptions::from_str(&self.config.database)
+            .map_err(|e| backend_error(self.kind, "connect", None, e))?
+            .application_name("lockkit-listener");
+        self.waiters
+            .listen_pg(options.clone(), self.config.connect_timeout, self.sql.channel());
+        let (Some(join), Some(leave)) = (&self.sql.wait_join, &self.sql.wait_leave) else {
+            return Ok(());
+        };
+        let statements = crate::wait::waitlist::Statements {
+            join: join.clone(),
+            leave: leave.clone(),
+            live: self.sql.live_take.clone(),
+            key: self.live.key(),
+            held: self.live.held_flag(),
+        };
+        let list = crate::wait::waitlist::WaitList::spawn(
+            options.application_name("lockkit-waitlist"),
+            self.config.connect_timeout,
+            statements,
+            self.stop.clone(),
+        );
+        let _ = self.wait_list.set(list);
+        Ok(())
     }
 }
 

@@ -80,3 +80,19 @@ impl SqlBackend {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(prefix_end("ab"), b"ac".to_vec());
+        assert_eq!(prefix_end(""), vec![0xFF]);
+        assert_eq!(prefix_end("锁"), {
+            let mut v = "锁".as_bytes().to_vec();
+            *v.last_mut().unwrap() += 1;
+            v
+        });
+    }
+}

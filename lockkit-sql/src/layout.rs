@@ -22,42 +22,80 @@ impl SqlBackend {
     /// [`connect`](Self::connect); safe to run again, also concurrently.
     pub async fn migrate(&self) -> Result<(), LockError> {
         let inner = &self.inner;
-        let table = &inner.config.table;
         if inner.config.create_table {
-            for (object, stmt) in &inner.sql.create {
-                // Only what is missing: a least-privilege user (no CREATE)
-                // can use tables an administrator created.
-                // Retried while busy: processes opening a new SQLite file at
-                // once can meet on its switch to WAL (SQLITE_BUSY at once,
-                // without waiting for the busy timeout).
-                if self.object_exists(object).await? {
-                    continue;
-                }
-                // Concurrent CREATE ... IF NOT EXISTS can still collide on
-                // Postgres (duplicate catalog rows): a second try sees the table.
-                let mut tries = 0;
-                loop {
-                    match inner.db.exec(stmt, &[]).await {
-                        Ok(_) => break,
-                        Err(e) if tries < 5 && (is_duplicate(&e) || classify(&e) == Class::Transient) => {
-                            tries += 1;
-                            tokio::time::sleep(Duration::from_millis(20 * tries)).await;
-                        }
-                        // Semaphores' and read-write locks' tables, new in
-                        // this version: a user who may not create them keeps
-                        // its mutexes (those kinds fail until an owner
-                        // connects once or creates them).
-                        Err(e) if is_permission_denied(&e) && inner.ksql.owns(object) => {
-                            tracing::warn!(backend = inner.kind, table = %object, error = %e,
-                                "lockkit cannot create the table of semaphores and read-write locks; \
-                                 they fail until a user with CREATE rights connects once");
-                            break;
-                        }
-                        Err(e) => return Err(create_failed(inner.kind, object, e)),
-                    }
-                }
+            self.create_missing().await?;
+        }
+        let columns = self.lock_columns().await?;
+        require_lock_columns(&inner.config.table, &columns)?;
+        let has = |column: &str| columns.iter().any(|(name, _)| name == column);
+        self.add_missing_columns(&inner.config.table, has, &inner.sql.added_columns)
+            .await?;
+        self.check_waiters_table().await?;
+        let waiters = inner.sql.waiters_table();
+        let waiter_columns = self.columns(&waiters).await?;
+        let has = |column: &str| waiter_columns.iter().any(|name| name == column);
+        self.add_missing_columns(&waiters, has, &inner.sql.waiter_columns)
+            .await?;
+        self.check_name_type(&columns)?;
+        #[cfg(feature = "mysql")]
+        if inner.config.dialect == crate::config::Dialect::Mysql {
+            let source = self.pick_token_source().await?;
+            let _ = inner.tokens.set(source);
+        }
+        for stmt in &inner.sql.prepare {
+            inner.retry("create table", None, || inner.db.exec(stmt, &[])).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates each table (or sequence) that is missing. Only what is
+    /// missing: a least-privilege user (no CREATE) can use tables an
+    /// administrator created.
+    async fn create_missing(&self) -> Result<(), LockError> {
+        for (object, stmt) in &self.inner.sql.create {
+            // Retried while busy: processes opening a new SQLite file at
+            // once can meet on its switch to WAL (SQLITE_BUSY at once,
+            // without waiting for the busy timeout).
+            if !self.object_exists(object).await? {
+                self.run_create(object, stmt).await?;
             }
         }
+        Ok(())
+    }
+
+    /// Runs `stmt`, the `CREATE` of `object`. Concurrent CREATE ... IF NOT
+    /// EXISTS can still collide on Postgres (duplicate catalog rows): a
+    /// later try sees the table.
+    async fn run_create(&self, object: &str, stmt: &Arc<str>) -> Result<(), LockError> {
+        let inner = &self.inner;
+        let mut tries = 0;
+        loop {
+            let Err(e) = inner.db.exec(stmt, &[]).await else {
+                return Ok(());
+            };
+            if tries < 5 && (is_duplicate(&e) || classify(&e) == Class::Transient) {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                continue;
+            }
+            // Semaphores' and read-write locks' tables: a user who may not
+            // create them keeps its mutexes (those kinds fail until an
+            // owner connects once or creates them).
+            if is_permission_denied(&e) && inner.ksql.owns(object) {
+                tracing::warn!(backend = inner.kind, table = %object, error = %e,
+                    "lockkit cannot create the table of semaphores and read-write locks; \
+                     they fail until a user with CREATE rights connects once");
+                return Ok(());
+            }
+            return Err(create_failed(inner.kind, object, e));
+        }
+    }
+
+    /// The lock table's columns, `(name, data type)` in lowercase; an error
+    /// when the table is not there.
+    async fn lock_columns(&self) -> Result<Vec<(String, String)>, LockError> {
+        let inner = &self.inner;
+        let table = &inner.config.table;
         let args = [Arg::Text(Some(table))];
         let rows = inner
             .retry("connect", None, || {
@@ -72,7 +110,7 @@ impl SqlBackend {
             };
             return Err(schema_error(table, why.to_owned()));
         }
-        let columns: Vec<(String, String)> = rows
+        Ok(rows
             .into_iter()
             .map(|mut r| {
                 let ty = text(r.pop().unwrap_or(Val::Int(0)));
@@ -81,62 +119,42 @@ impl SqlBackend {
                     ty.to_ascii_lowercase(),
                 )
             })
-            .collect();
-        let missing: Vec<&str> = [
-            "name",
-            "owner",
-            "hold_count",
-            "token",
-            "expires_at",
-            "acquired_at",
-            "memo",
-        ]
-        .into_iter()
-        .filter(|c| !columns.iter().any(|(name, _)| name == c))
-        .collect();
-        if !missing.is_empty() {
-            return Err(schema_error(
-                table,
-                format!(
-                    "exists but is not a lockkit lock table: missing columns {}",
-                    missing.join(", ")
-                ),
-            ));
-        }
-        for (column, ddl) in &inner.sql.added_columns {
-            if !columns.iter().any(|(name, _)| name == column) {
+            .collect())
+    }
+
+    /// Adds each of `added` (`(column, DDL)`) that `table` lacks (`has`:
+    /// whether it has a column), in order (see [`add_column`](Self::add_column)).
+    async fn add_missing_columns(
+        &self,
+        table: &str,
+        has: impl Fn(&str) -> bool,
+        added: &[(&'static str, Arc<str>)],
+    ) -> Result<(), LockError> {
+        for (column, ddl) in added {
+            if !has(column) {
                 self.add_column(table, column, ddl).await?;
             }
         }
-        self.check_waiters_table().await?;
-        let waiters = inner.sql.waiters_table();
-        let waiter_columns = self.columns(&waiters).await?;
-        for (column, ddl) in &inner.sql.waiter_columns {
-            if !waiter_columns.iter().any(|name| name == column) {
-                self.add_column(&waiters, column, ddl).await?;
-            }
-        }
-        if !inner.sql.name_types.is_empty()
-            && let Some((_, ty)) = columns.iter().find(|(name, _)| name == "name")
-            && !inner.sql.name_types.contains(&ty.as_str())
-        {
-            return Err(schema_error(
-                table,
-                format!(
-                    "has a `name` column of type {ty}; lockkit needs {} so names compare as exact bytes",
-                    inner.sql.name_types.join(" or ")
-                ),
-            ));
-        }
-        #[cfg(feature = "mysql")]
-        if inner.config.dialect == crate::config::Dialect::Mysql {
-            let source = self.pick_token_source().await?;
-            let _ = inner.tokens.set(source);
-        }
-        for stmt in &inner.sql.prepare {
-            inner.retry("create table", None, || inner.db.exec(stmt, &[])).await?;
-        }
         Ok(())
+    }
+
+    /// Checks that the lock table's names compare as exact bytes, where the
+    /// dialect says which types do.
+    fn check_name_type(&self, columns: &[(String, String)]) -> Result<(), LockError> {
+        let sql = &self.inner.sql;
+        let Some((_, ty)) = columns.iter().find(|(name, _)| name == "name") else {
+            return Ok(());
+        };
+        if sql.name_types.is_empty() || sql.name_types.contains(&ty.as_str()) {
+            return Ok(());
+        }
+        Err(schema_error(
+            &self.inner.config.table,
+            format!(
+                "has a `name` column of type {ty}; lockkit needs {} so names compare as exact bytes",
+                sql.name_types.join(" or ")
+            ),
+        ))
     }
 
     /// The (lowercase) column names of `table`.
@@ -216,6 +234,33 @@ impl SqlBackend {
             format!("has no waiter table {waiters:?} (fair queues need it): it {why}; create it with: {create}"),
         ))
     }
+}
+
+/// Fails unless the lock table's `columns` hold every column lockkit
+/// reads: a table of that name that is not a lockkit lock table.
+fn require_lock_columns(table: &str, columns: &[(String, String)]) -> Result<(), LockError> {
+    let missing: Vec<&str> = [
+        "name",
+        "owner",
+        "hold_count",
+        "token",
+        "expires_at",
+        "acquired_at",
+        "memo",
+    ]
+    .into_iter()
+    .filter(|c| !columns.iter().any(|(name, _)| name == c))
+    .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(schema_error(
+        table,
+        format!(
+            "exists but is not a lockkit lock table: missing columns {}",
+            missing.join(", ")
+        ),
+    ))
 }
 
 /// The error of a `CREATE` of `object` that failed: a typed "missing, and

@@ -255,6 +255,7 @@
 
 mod acquire;
 mod backend;
+mod claim;
 mod config;
 mod conn;
 mod error;

@@ -77,9 +77,8 @@ mod tests {
     /// A sweep costs PostgreSQL no JIT compilation. The sweeps scan the
     /// table (no index serves them), and with sequential scans disabled
     /// for every other statement their estimated cost passed the JIT
-    /// thresholds: each sweep spent ~190 ms of server CPU compiling for
-    /// ~7 ms of work, and clients that sweep every second starved the
-    /// server (the bench's w4 lost thousands of holds).
+    /// thresholds: a sweep spent far more server CPU compiling than
+    /// working, and clients that sweep every second starved the server.
     #[tokio::test]
     async fn sweeps_are_not_jit_compiled() {
         let Some(url) = server_url("LOCKKIT_POSTGRES_URL") else {

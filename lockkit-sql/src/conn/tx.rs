@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use super::db::{Db, Done, Pool};
 use super::lane::Admitted;
+#[cfg(any(feature = "mysql", feature = "postgres", feature = "sqlite"))]
+use super::rows::{bind_all, decode_rows};
 use crate::value::{Arg, Col, Val};
 
 /// An open transaction; dropped without [`commit`](Self::commit), it rolls
@@ -91,7 +93,7 @@ impl Tx {
     pub async fn exec(&mut self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
         with_tx!(self, conn => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
-            let r = bind_all!(query, args).execute(conn).await?;
+            let r = bind_all(query, args).execute(conn).await?;
             Ok(Done {
                 rows: r.rows_affected(),
                 last_id: 0,
@@ -106,15 +108,10 @@ impl Tx {
         args: &[Arg<'_>],
         cols: &[Col],
     ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
-        use sqlx::Row;
         with_tx!(self, conn => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
-            let rows = bind_all!(query, args).fetch_all(conn).await?;
-            let mut out = Vec::with_capacity(rows.len());
-            for row in rows {
-                out.push(decode_row!(row, cols));
-            }
-            Ok(out)
+            let rows = bind_all(query, args).fetch_all(conn).await?;
+            decode_rows(&rows, cols)
         })
     }
 

@@ -1,17 +1,20 @@
 //! One attempt at a semaphore's permit or a read-write lock's hold (one
-//! transaction).
+//! transaction): the decision on what the transaction read of the name
+//! (`name.rs`), and the writes of a grant.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockkit_core::raw::{AcquireRequest, Lease, TryAcquire, ttl_millis};
 use lockkit_core::{LockError, LockKind};
 
 use super::hold::{name_args, share_count};
-use super::rules::{Grant, Line, Row, decide, permits_of};
+use super::name::NameState;
+use super::rules::{Grant, decide, permits_of};
 use crate::conn::{Tx, sent};
 use crate::handle::Inner;
 use crate::sql::KindStatements;
-use crate::value::{Arg, Col, Val, text, us};
+use crate::value::{Arg, Col, text, us};
 use crate::wait::line_key;
 
 /// How often a claim looks again when the hold it was to join went.
@@ -29,64 +32,6 @@ enum Claimed {
     },
     /// Not now; `head`: it is the request's turn once the holds end.
     Busy { retry_in: Option<Duration>, head: bool },
-}
-
-/// What the transaction found of the name: its row in `<table>_kinds`
-/// (locked), its live holds in `<table>_holds` and its line.
-struct NameState {
-    permits: i64,
-    last_token: i64,
-    last_write: i64,
-    holds: Vec<Row>,
-    line: Line,
-}
-
-/// A hold that a claim inserts in `<table>_holds`; see [`insert_next`].
-struct NextRow<'a> {
-    token: i64,
-    write: bool,
-    /// How long the hold lives (`us`).
-    lease: Arg<'a>,
-}
-
-/// Inserts `row` for `req` under `seq` (one past the name's last token),
-/// after the name's row in `<table>_kinds` records `seq`, `last_write` and
-/// the permits (the request's count if it names one, else the name's).
-async fn insert_next(
-    tx: &mut Tx,
-    k: &KindStatements,
-    req: &AcquireRequest<'_>,
-    state: &NameState,
-    seq: i64,
-    last_write: i64,
-    row: NextRow<'_>,
-) -> Result<(), sqlx::Error> {
-    let [fam, name] = name_args(req);
-    let asked = permits_of(req.kind);
-    let permits = if asked != 0 { asked } else { state.permits };
-    let args = [Arg::Int(permits), Arg::Int(seq), Arg::Int(last_write), fam, name];
-    tx.exec(&k.set_name, &args).await?;
-    let args = [
-        fam,
-        name,
-        Arg::Int(seq),
-        Arg::Bytes(req.owner.as_bytes()),
-        Arg::Int(row.token),
-        Arg::Int(i64::from(row.write)),
-        Arg::Int(0),
-        Arg::Text(Some(req.attempt)),
-        row.lease,
-    ];
-    tx.exec(&k.insert, &args).await?;
-    Ok(())
-}
-
-/// Locks the name's row in `<table>_kinds` to the end of the transaction
-/// (`(family, name)`); its `(permits, last_token, last_write)`, or `None`
-/// when the name has no row. Claims and releases of a name take it first,
-/// so they change the name's holds one at a time.
-async fn lock_name(tx: &mut Tx, k: &KindStatements, args: &[Arg<'_>]) -> Result<Option<Vec<Val>>, sqlx::Error> {
-    Ok(tx.fetch(&k.lock_name, args, &[Col::Int; 3]).await?.pop())
 }
 
 impl Inner {
@@ -127,51 +72,6 @@ impl Inner {
         }
     }
 
-    /// Opens the transaction and reads the name (making its row if it is
-    /// missing) and its line (`key`).
-    async fn read_name(&self, req: &AcquireRequest<'_>, key: &[u8]) -> Result<(Tx, NameState), sqlx::Error> {
-        let k = &self.ksql;
-        let args = name_args(req);
-        let mut tx = self.db.begin().await?;
-        let mut found = None;
-        for _ in 0..2 {
-            found = lock_name(&mut tx, k, &args).await?;
-            if found.is_some() {
-                break;
-            }
-            tx.exec(&k.ensure_name, &args).await?;
-        }
-        let found = found.ok_or(sqlx::Error::RowNotFound)?;
-        let mut rows = self.line_and_holds(&mut tx, req, key).await?.into_iter();
-        let line = rows.next().map(Line::from_vals).unwrap_or_default();
-        let state = NameState {
-            permits: found[0].int(),
-            last_token: found[1].int(),
-            last_write: found[2].int(),
-            holds: rows.map(Row::from_vals).collect(),
-            line,
-        };
-        Ok((tx, state))
-    }
-
-    /// The rows of `req`'s name in `tx`: its line's (`key`) first (`seq`
-    /// -1), then the holds. Sorted here: a sorted UNION makes MariaDB write
-    /// a temporary table per read (on disk, for the TEXT column).
-    async fn line_and_holds(
-        &self,
-        tx: &mut Tx,
-        req: &AcquireRequest<'_>,
-        key: &[u8],
-    ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
-        let (key, attempt) = (Arg::Bytes(key), Arg::Text(Some(req.attempt)));
-        let [fam, name] = name_args(req);
-        let args = [key, attempt, key, attempt, key, fam, name];
-        let cols = [Col::Int, Col::Bytes, Col::Int, Col::Int, Col::Text, Col::Int];
-        let mut rows = tx.fetch(&self.ksql.rows, &args, &cols).await?;
-        rows.sort_by_key(|r| r.first().map_or(0, Val::int));
-        Ok(rows)
-    }
-
     /// The claim: `Err` with the reason of a conflict.
     async fn kind_claim(&self, req: &AcquireRequest<'_>, queued: bool) -> Result<Result<Claimed, String>, sqlx::Error> {
         for _ in 0..JOIN_ROUNDS {
@@ -192,174 +92,251 @@ impl Inner {
         req: &AcquireRequest<'_>,
         queued: bool,
     ) -> Result<Option<Result<Claimed, String>>, sqlx::Error> {
-        let k = &self.ksql;
         let key = line_key(req.name, req.kind);
-        let (mut tx, state) = self.read_name(req, &key).await?;
-        let [fam, name] = name_args(req);
-        let asked = permits_of(req.kind);
-        let ttl = Arg::Int(us(req.ttl));
-        // `seq`: the new hold's, which names it in notifications (0: none);
-        // `written`: the served place and the notification too (Postgres).
-        let (held, seq, room, written) = match decide(req, state.permits, &state.holds, &state.line) {
+        let (tx, state) = self.read_name(req, &key).await?;
+        let mut claim = Claiming {
+            tx,
+            k: &self.ksql,
+            req,
+            key: &key,
+            queued,
+            state,
+        };
+        let state = &claim.state;
+        let granted = match decide(req, state.permits, &state.holds, &state.line) {
             Grant::Conflict(reason) => {
-                tx.rollback().await?;
+                claim.tx.rollback().await?;
                 return Ok(Some(Err(reason)));
             }
             Grant::Busy { retry_in, turn } => {
                 // The name's row may be new.
-                tx.commit().await?;
+                claim.tx.commit().await?;
                 return Ok(Some(Ok(Claimed::Busy { retry_in, head: turn })));
             }
-            Grant::Join(i) => {
-                let row = &state.holds[i];
-                // A repeated attempt is the same share, counted once.
-                let (a, seq) = (Arg::Text(Some(req.attempt)), Arg::Int(row.seq));
-                if tx.exec(&k.join, &[a, a, ttl, fam, name, seq]).await?.rows == 0 {
-                    tx.rollback().await?;
+            Grant::Join(i) => match claim.join(i).await? {
+                Some(granted) => granted,
+                None => {
+                    claim.tx.rollback().await?;
                     return Ok(None);
                 }
-                // The shares now (a release may have taken one out since
-                // the read); the row is locked by the update.
-                let shares = tx.fetch(&k.shares_of, &[fam, name, seq], &[Col::Text]).await?;
-                let attempts = shares
-                    .into_iter()
-                    .next()
-                    .map_or_else(String::new, |mut r| text(r.remove(0)));
-                if asked != 0 && asked != state.permits {
-                    let (t, w) = (state.last_token, state.last_write);
-                    let args = [Arg::Int(asked), Arg::Int(t), Arg::Int(w), fam, name];
-                    tx.exec(&k.set_name, &args).await?;
-                }
-                let held = (share_count(&attempts), row.token, row.remaining.max(req.ttl));
-                (held, 0, false, false)
-            }
-            Grant::New { write, room } => {
-                let seq = state.last_token + 1;
-                let token = if req.kind == LockKind::Read {
-                    state.last_write
-                } else {
-                    seq
-                };
-                let last_write = if write { seq } else { state.last_write };
-                // Room for another: the next in line looks at once
-                // (Postgres: every process's first waiter, by `NOTIFY`).
-                let room = room && state.line.others;
-                let row = NextRow {
-                    token,
-                    write,
-                    lease: ttl,
-                };
-                let written = match &k.grant {
-                    Some(grant) => {
-                        let asked = permits_of(req.kind);
-                        let permits = if asked != 0 { asked } else { state.permits };
-                        let args = [
-                            Arg::Int(permits),
-                            Arg::Int(seq),
-                            Arg::Int(last_write),
-                            fam,
-                            name,
-                            Arg::Int(seq),
-                            Arg::Bytes(req.owner.as_bytes()),
-                            Arg::Int(token),
-                            Arg::Int(i64::from(write)),
-                            Arg::Text(Some(req.attempt)),
-                            ttl,
-                            Arg::Int(i64::from(queued)),
-                            Arg::Int(i64::from(room)),
-                            Arg::Bytes(&key),
-                        ];
-                        tx.exec(grant, &args).await?;
-                        true
-                    }
-                    None => {
-                        insert_next(&mut tx, k, req, &state, seq, last_write, row).await?;
-                        false
-                    }
-                };
-                ((1, token, req.ttl), seq, room, written)
-            }
+            },
+            Grant::New { write, room } => claim.grant_new(write, room).await?,
         };
-        // Served: the place in line goes in the same transaction.
-        if queued && !written {
-            tx.exec(&k.served, &[Arg::Text(Some(req.attempt))]).await?;
-        }
-        let (count, token, remaining) = held;
-        if room
-            && !written
-            && let Some(notify) = &k.notify
-        {
-            let id = seq.to_string();
-            let args = [Arg::Bytes(&key), Arg::Bytes(&key), Arg::Text(Some(&id))];
-            tx.exec(notify, &args).await?;
-        }
-        tx.commit().await?;
-        if room {
-            self.waiters.remember(&key, seq);
+        claim.commit(&granted).await?;
+        if granted.room {
+            self.waiters.remember(&key, granted.seq);
             if !queued {
                 // In line, the waiter's place wakes the next as it goes.
                 self.waiters.wake(&key);
             }
         }
         Ok(Some(Ok(Claimed::Held {
-            count,
-            token: token as u64,
-            remaining,
-            room,
+            count: granted.count,
+            token: granted.token as u64,
+            remaining: granted.remaining,
+            room: granted.room,
         })))
     }
 }
 
-#[cfg(all(test, feature = "mysql"))]
-mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
+/// One claim's open transaction, and what it read of the name.
+struct Claiming<'c> {
+    /// The transaction, which holds the lock on the name's row.
+    tx: Tx,
+    /// The statements, and the request they claim for.
+    k: &'c KindStatements,
+    req: &'c AcquireRequest<'c>,
+    /// The name's line key.
+    key: &'c [u8],
+    /// The attempt has a place in line (taken out by the claim that
+    /// grants it).
+    queued: bool,
+    /// What the transaction read of the name.
+    state: NameState,
+}
 
-    use lockkit_core::LockKind;
-    use lockkit_core::raw::{AcquireRequest, LockBackend};
-    use lockkit_core::testkit::server_url;
+/// A grant written in a claim's transaction, and what is left to do
+/// before its commit.
+struct Granted {
+    /// The request now holds it `count` times under `token`, for
+    /// `remaining`.
+    count: u32,
+    token: i64,
+    remaining: Duration,
+    /// The new hold's `seq`, which names it in notifications (0: none).
+    seq: i64,
+    /// Room for another: the next in line looks at once.
+    room: bool,
+    /// The served place and the notification are written already
+    /// (Postgres's `grant`).
+    written: bool,
+}
 
-    use crate::SqlBackend;
-    use crate::config::{Dialect, SqlConfig};
-    use crate::conn::Tx;
-    use crate::value::{Col, text};
-    use crate::wait::line_key;
+/// A new hold, as a claim inserts it in `<table>_holds`.
+struct NewHold {
+    /// One past the name's last token.
+    seq: i64,
+    /// The hold's token, and whether it is the writer's.
+    token: i64,
+    write: bool,
+    /// The name's last write token after the grant.
+    last_write: i64,
+}
 
-    async fn temporary_tables(tx: &mut Tx) -> i64 {
-        let status: Arc<str> = "SHOW SESSION STATUS LIKE 'Created_tmp_tables'".into();
-        let mut rows = tx.fetch(&status, &[], &[Col::Text, Col::Text]).await.unwrap();
-        text(rows.remove(0).remove(1)).parse().unwrap()
+impl Claiming<'_> {
+    /// The permit count the name's row records: the request's if it names
+    /// one, else the name's.
+    fn permits(&self) -> i64 {
+        let asked = permits_of(self.req.kind);
+        if asked != 0 { asked } else { self.state.permits }
     }
 
-    /// Reading a name's state makes no temporary table on MariaDB. With a
-    /// sorted UNION it made one per read, on disk (Aria: the row carries a
-    /// TEXT column) — about 150 a second under a crowd, and MariaDB 10.11
-    /// died of a SIGSEGV in `ha_maria::drop_table` in one such run.
-    #[tokio::test]
-    async fn reading_a_name_makes_no_temporary_table() {
-        let Some(url) = server_url("LOCKKIT_MYSQL_URL") else {
-            return;
+    /// Joins (re-enters or repeats) the hold at index `i` of the holds:
+    /// `None` when the hold went since the read.
+    async fn join(&mut self, i: usize) -> Result<Option<Granted>, sqlx::Error> {
+        let (k, req) = (self.k, self.req);
+        let row = &self.state.holds[i];
+        let [fam, name] = name_args(req);
+        // A repeated attempt is the same share, counted once.
+        let (a, seq) = (Arg::Text(Some(req.attempt)), Arg::Int(row.seq));
+        let ttl = Arg::Int(us(req.ttl));
+        if self.tx.exec(&k.join, &[a, a, ttl, fam, name, seq]).await?.rows == 0 {
+            return Ok(None);
+        }
+        // The shares now (a release may have taken one out since the
+        // read); the row is locked by the update.
+        let shares = self.tx.fetch(&k.shares_of, &[fam, name, seq], &[Col::Text]).await?;
+        let attempts = shares
+            .into_iter()
+            .next()
+            .map_or_else(String::new, |mut r| text(r.remove(0)));
+        let asked = permits_of(req.kind);
+        if asked != 0 && asked != self.state.permits {
+            let (t, w) = (self.state.last_token, self.state.last_write);
+            let args = [Arg::Int(asked), Arg::Int(t), Arg::Int(w), fam, name];
+            self.tx.exec(&k.set_name, &args).await?;
+        }
+        Ok(Some(Granted {
+            count: share_count(&attempts),
+            token: row.token,
+            remaining: row.remaining.max(req.ttl),
+            seq: 0,
+            room: false,
+            written: false,
+        }))
+    }
+
+    /// A new hold: a permit's or a writer's token is its `seq`, a reader's
+    /// the name's last write token. `room`: the rules leave room for
+    /// another beside it.
+    async fn grant_new(&mut self, write: bool, room: bool) -> Result<Granted, sqlx::Error> {
+        let state = &self.state;
+        let seq = state.last_token + 1;
+        let token = if self.req.kind == LockKind::Read {
+            state.last_write
+        } else {
+            seq
         };
-        let backend = SqlBackend::connect(SqlConfig::new(Dialect::Mysql, url)).await.unwrap();
-        let name = format!("tmp-tables-{}-{:?}", std::process::id(), std::time::SystemTime::now());
-        let kind = LockKind::Permit { permits: 2 };
-        let req = AcquireRequest {
-            name: &name,
-            owner: "a",
-            ttl: Duration::from_secs(30),
-            attempt: "00000000000000a1",
-            fair: true,
-            kind,
+        let last_write = if write { seq } else { state.last_write };
+        // Room for another: the next in line looks at once (Postgres:
+        // every process's first waiter, by `NOTIFY`).
+        let room = room && state.line.others;
+        let hold = NewHold {
+            seq,
+            token,
+            write,
+            last_write,
         };
-        assert!(backend.try_acquire(&req).await.unwrap().token().is_some());
-        let inner = &backend.inner;
-        let key = line_key(&name, kind);
-        let (mut tx, state) = inner.read_name(&req, &key).await.unwrap();
-        assert_eq!(state.holds.len(), 1, "the permit taken is read back");
-        let before = temporary_tables(&mut tx).await;
-        let rows = inner.line_and_holds(&mut tx, &req, &key).await.unwrap();
-        assert_eq!(rows.len(), 2, "the line's row and the hold");
-        assert_eq!(temporary_tables(&mut tx).await, before, "no temporary table per read");
-        tx.rollback().await.unwrap();
+        let written = match &self.k.grant {
+            Some(grant) => {
+                self.grant_at_once(grant, &hold, room).await?;
+                true
+            }
+            None => {
+                self.insert_next(&hold).await?;
+                false
+            }
+        };
+        Ok(Granted {
+            count: 1,
+            token,
+            remaining: self.req.ttl,
+            seq,
+            room,
+            written,
+        })
+    }
+
+    /// Postgres: the new hold, the served place and the notification of
+    /// room left in one statement, `grant` (each round trip is one more
+    /// the name's row stays locked).
+    async fn grant_at_once(&mut self, grant: &Arc<str>, hold: &NewHold, room: bool) -> Result<(), sqlx::Error> {
+        let req = self.req;
+        let [fam, name] = name_args(req);
+        let args = [
+            Arg::Int(self.permits()),
+            Arg::Int(hold.seq),
+            Arg::Int(hold.last_write),
+            fam,
+            name,
+            Arg::Int(hold.seq),
+            Arg::Bytes(req.owner.as_bytes()),
+            Arg::Int(hold.token),
+            Arg::Int(i64::from(hold.write)),
+            Arg::Text(Some(req.attempt)),
+            Arg::Int(us(req.ttl)),
+            Arg::Int(i64::from(self.queued)),
+            Arg::Int(i64::from(room)),
+            Arg::Bytes(self.key),
+        ];
+        self.tx.exec(grant, &args).await?;
+        Ok(())
+    }
+
+    /// Inserts the new hold, after the name's row in `<table>_kinds`
+    /// records its `seq`, the last write token and the permits.
+    async fn insert_next(&mut self, hold: &NewHold) -> Result<(), sqlx::Error> {
+        let (k, req) = (self.k, self.req);
+        let [fam, name] = name_args(req);
+        let args = [
+            Arg::Int(self.permits()),
+            Arg::Int(hold.seq),
+            Arg::Int(hold.last_write),
+            fam,
+            name,
+        ];
+        self.tx.exec(&k.set_name, &args).await?;
+        let args = [
+            fam,
+            name,
+            Arg::Int(hold.seq),
+            Arg::Bytes(req.owner.as_bytes()),
+            Arg::Int(hold.token),
+            Arg::Int(i64::from(hold.write)),
+            Arg::Int(0),
+            Arg::Text(Some(req.attempt)),
+            Arg::Int(us(req.ttl)),
+        ];
+        self.tx.exec(&k.insert, &args).await?;
+        Ok(())
+    }
+
+    /// Takes a served place out of the line and tells the line that the
+    /// grant left room, where `granted` did not write both already; commits.
+    async fn commit(mut self, granted: &Granted) -> Result<(), sqlx::Error> {
+        let k = self.k;
+        // Served: the place in line goes in the same transaction.
+        if self.queued && !granted.written {
+            self.tx.exec(&k.served, &[Arg::Text(Some(self.req.attempt))]).await?;
+        }
+        if granted.room
+            && !granted.written
+            && let Some(notify) = &k.notify
+        {
+            let id = granted.seq.to_string();
+            let args = [Arg::Bytes(self.key), Arg::Bytes(self.key), Arg::Text(Some(&id))];
+            self.tx.exec(notify, &args).await?;
+        }
+        self.tx.commit().await
     }
 }

@@ -2,7 +2,8 @@
 //! ([`LockKind::Permit`](lockkit_core::LockKind::Permit),
 //! [`LockKind::Read`](lockkit_core::LockKind::Read),
 //! [`LockKind::Write`](lockkit_core::LockKind::Write)): the rules
-//! that grant a request (`rules.rs`), the claim (`claim.rs`), release,
+//! that grant a request (`rules.rs`), the claim (`claim.rs`, on what it
+//! reads of the name, `name.rs`), release,
 //! extension and inspection (`release.rs`), and the arguments and shares
 //! that name a hold (`hold.rs`). The mutex keeps its own table and
 //! statements; these kinds' holds live in `<table>_kinds` and
@@ -46,6 +47,7 @@
 
 mod claim;
 mod hold;
+mod name;
 mod release;
 mod rules;
 

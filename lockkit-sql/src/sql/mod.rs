@@ -11,15 +11,19 @@
 //! in an integer column). Each is constant within one statement.
 //!
 //! Each dialect's statements are built in its own file (`mysql.rs`,
-//! `postgres.rs`, `sqlite.rs`) into the [`Statements`] of `statements.rs`,
+//! `postgres.rs`, `sqlite.rs`; MySQL's multi-statement batches in
+//! `mysql_batch.rs`) into the [`Statements`] of `statements.rs`,
 //! which also holds the [`ClaimShape`] and the builders that differ by a
 //! line per dialect; `fragments.rs` holds the pieces of SQL text they
 //! share, and `kinds.rs` the statements of semaphores and read-write
-//! locks. This file picks a database's builder ([`Statements::new`]).
+//! locks (their text written in `kinds_text.rs`). This file picks a
+//! database's builder ([`Statements::new`]).
 
 mod fragments;
 mod kinds;
+mod kinds_text;
 mod mysql;
+mod mysql_batch;
 mod postgres;
 mod sqlite;
 mod statements;
@@ -27,7 +31,9 @@ mod statements;
 use crate::config::Dialect;
 pub(crate) use kinds::{KindStatements, family};
 #[cfg(feature = "mysql")]
-pub(crate) use mysql::{MysqlClaim, MysqlTokens, mysql_inline};
+pub(crate) use mysql::MysqlTokens;
+#[cfg(feature = "mysql")]
+pub(crate) use mysql_batch::{MysqlClaim, mysql_inline};
 pub(crate) use statements::{ClaimShape, Statements};
 
 impl Statements {

@@ -1,93 +1,12 @@
-//! MySQL/MariaDB's statements, and its multi-statement batches (claim,
-//! fair claim, join), whose values are spliced in as literals.
+//! MySQL/MariaDB's statements ([`mysql`]) and the DDL of its token
+//! sources ([`MysqlTokens`]); the multi-statement batches are in
+//! `mysql_batch.rs`.
+
+use std::sync::Arc;
 
 use super::fragments::{MY_REMAINING, alive, s};
 use super::statements::{ClaimShape, Statements};
 use crate::config::Dialect;
-
-/// A MySQL hex literal: `X'…'` (`X''` for no bytes).
-#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2 + 3);
-    out.push_str("X'");
-    for b in bytes {
-        out.push_str(&format!("{b:02X}"));
-    }
-    out.push('\'');
-    out
-}
-
-/// A MySQL statement with its `?` placeholders replaced, in order, by
-/// `args` as literals (hex for bytes and text, decimal for integers), for a
-/// text batch of several statements in one round trip. Only statements of
-/// this module go in, whose only `?` are placeholders (table names are
-/// letters, digits and `_`), and the literals cannot change a statement:
-/// nothing but `[0-9A-F]`, digits and `-`.
-#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-pub(crate) fn mysql_inline(statement: &str, args: &[crate::value::Arg<'_>]) -> String {
-    use crate::value::Arg;
-    let mut args = args.iter();
-    let mut out = String::with_capacity(statement.len() + 64);
-    for (i, part) in statement.split('?').enumerate() {
-        if i > 0 {
-            match args.next() {
-                Some(Arg::Bytes(b)) => out.push_str(&hex(b)),
-                Some(Arg::Int(v)) => out.push_str(&v.to_string()),
-                Some(Arg::Text(Some(t))) => out.push_str(&hex(t.as_bytes())),
-                Some(Arg::Text(None)) | None => out.push_str("NULL"),
-            }
-        }
-        out.push_str(part);
-    }
-    out
-}
-
-/// One claim's values as MySQL literals, for the claim batches (see
-/// [`Statements::mysql_claim_batch`]).
-#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-pub(crate) struct MysqlClaim {
-    /// The name, owner, attempt id and memo (`NULL` for none).
-    n: String,
-    o: String,
-    a: String,
-    memo: String,
-    ttl_us: i64,
-    /// The name's token counter bucket; `None`: the table's token sequence
-    /// (see [`MysqlTokens`]).
-    bucket: Option<i64>,
-}
-
-#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-impl MysqlClaim {
-    pub(crate) fn new(
-        name: &[u8],
-        owner: &[u8],
-        ttl_us: i64,
-        memo: Option<&str>,
-        attempt: &str,
-        bucket: Option<i64>,
-    ) -> Self {
-        MysqlClaim {
-            n: hex(name),
-            o: hex(owner),
-            a: hex(attempt.as_bytes()),
-            memo: memo.map_or_else(|| "NULL".to_owned(), |m| hex(m.as_bytes())),
-            ttl_us,
-            bucket,
-        }
-    }
-
-    /// The `VALUES (…)` of a new hold's row (token 0 until stamped), in
-    /// the column order of the claim batches' inserts.
-    fn values(&self) -> String {
-        let MysqlClaim {
-            n, o, a, memo, ttl_us, ..
-        } = self;
-        format!(
-            "VALUES ({n}, {o}, 1, 0, UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND, UTC_TIMESTAMP(6), {memo}, {a})"
-        )
-    }
-}
 
 /// Where a MySQL/MariaDB lock table's fencing tokens come from, and the
 /// DDL of each source (`migrate` picks one per table: see
@@ -164,195 +83,86 @@ const MY_QUEUED_COLUMN: &str = "queued TINYINT NOT NULL DEFAULT 0 \
 /// The number of attempt ids in `attempts` (each 16 characters, one space
 /// between two): the hold count. MySQL reads the column's new value when
 /// an earlier assignment of the same statement changed it.
-const MY_SHARES: &str = "(LENGTH(attempts) + 1) DIV 17";
+pub(super) const MY_SHARES: &str = "(LENGTH(attempts) + 1) DIV 17";
 
-impl Statements {
-    /// MySQL's acquisition as one multi-statement round trip: claim, then —
-    /// only if the row is ours and unstamped — draw from the name's counter
-    /// bucket and stamp, then read our hold back, in one transaction. The
-    /// name's row lock is taken first and held to the commit, so the token is
-    /// drawn after every earlier holder's. Values are spliced in as hex and
-    /// decimal literals (the text protocol has no bind parameters), which
-    /// cannot change the statements: nothing but `[0-9A-F]` and digits.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub fn mysql_claim_batch(&self, c: &MysqlClaim) -> String {
-        let t = &self.table;
-        let MysqlClaim { n, o, .. } = c;
-        let claim = self.claim.replacen(
-            "VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?)",
-            &c.values(),
-            1,
-        );
-        let stamp = self.mysql_stamp(c);
-        format!(
-            "BEGIN; {claim}; {stamp} \
-             SELECT hold_count, token, {MY_REMAINING} FROM `{t}` WHERE name = {n} AND owner = {o}; \
-             COMMIT"
-        )
-    }
+/// An expired row. The ON DUPLICATE KEY UPDATE assignments run left to
+/// right and later ones see the new values: every test of the old row
+/// comes before `owner` and `expires_at` change.
+const MY_EXPIRED: &str = "expires_at <= UTC_TIMESTAMP(6)";
 
-    /// MySQL's first try at a name this process sees nobody waiting for:
-    /// insert the row if there is none (an existing row of any state is
-    /// left as it is), stamp it, commit. The stamp's OK packet carries the
-    /// new token as its insert id; none (0) means the name had a row, and
-    /// the claim batch decides. Four short statements where the claim
-    /// batch has five, one of them a long conditional update that costs the
-    /// server more to parse than a fresh insert costs to run (measured in
-    /// `docs/bench/NOTES.md`).
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub fn mysql_fresh_batch(&self, c: &MysqlClaim) -> String {
-        let t = &self.table;
-        let (values, stamp) = (c.values(), self.mysql_stamp(c));
-        format!(
-            "BEGIN; \
-             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) {values} \
-             ON DUPLICATE KEY UPDATE name = name; \
-             {stamp} \
-             COMMIT"
-        )
-    }
+/// The hold of the last share: the attempt's, live.
+const LAST: &str = " AND attempts = ? AND expires_at > UTC_TIMESTAMP(6)";
 
-    /// The statements of a claim batch that stamp a new hold (the row is
-    /// ours with token 0): draw from the table's sequence, or from the
-    /// name's counter bucket and then write the token. The last one puts
-    /// the token in its OK packet's insert id (see
-    /// [`mysql_fresh_batch`](Self::mysql_fresh_batch)).
-    fn mysql_stamp(&self, c: &MysqlClaim) -> String {
-        let t = &self.table;
-        let MysqlClaim { n, o, bucket, .. } = c;
-        let Some(bucket) = bucket else {
-            let seq = MysqlTokens::sequence(t);
-            return format!(
-                "UPDATE `{t}` SET token = LAST_INSERT_ID(NEXTVAL(`{seq}`)) WHERE name = {n} AND owner = {o} AND token = 0;"
-            );
-        };
-        let tokens = MysqlTokens::buckets(t);
-        format!(
-            "INSERT INTO `{tokens}` (bucket, last_token) \
-               SELECT {bucket}, LAST_INSERT_ID(1) FROM `{t}` WHERE name = {n} AND owner = {o} AND token = 0 \
-               ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1); \
-             UPDATE `{t}` SET token = LAST_INSERT_ID(LAST_INSERT_ID()) WHERE name = {n} AND owner = {o} AND token = 0;"
-        )
-    }
+/// `(object name)` → `(count)`, as [`Statements::exists`] says.
+const EXISTS: &str =
+    "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?";
 
-    /// MySQL's fair acquisition, like [`mysql_claim_batch`](Self::mysql_claim_batch)
-    /// with the rules of [`claim_fair`](Self::claim_fair), in two forms.
-    ///
-    /// Without `line` (an attempt not in line yet: the uncontended case) the
-    /// batch names no other table than the unfair one does — a statement
-    /// that merely mentions the waiter table costs MariaDB ~10 % of an
-    /// uncontended cycle, used or not. It takes a free row or an expired one
-    /// not marked `queued`, re-enters a live hold, and marks a live row
-    /// another holds; an expired marked row it leaves alone and reports
-    /// with the insert id 1: ask the line (run the batch again with `line`).
-    ///
-    /// With `line` it also takes an expired marked row when the attempt
-    /// heads the name's line, clearing the mark when nobody else waits;
-    /// when `queued`, the attempt's waiter row goes in the same transaction
-    /// once the name is its.
-    ///
-    /// Either way the read-back is the unfair batch's, and a claim that
-    /// leaves the name to another puts `remaining_us × 2 + head` in its OK
-    /// packet's insert id (`head`: whether the attempt heads the line, read
-    /// only with `line`; 0 without).
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub fn mysql_claim_batch_fair(&self, c: &MysqlClaim, line: bool, queued: bool) -> String {
-        let t = &self.table;
-        let MysqlClaim { n, o, a, .. } = c;
-        let now = "UTC_TIMESTAMP(6)";
-        let mine = format!("(owner = VALUES(owner) AND expires_at > {now})");
-        // `take`: decided in the first assignment, read by the rest;
-        // `busy`: the insert id of a claim that leaves the name to another;
-        // `unmark`: the mark a take leaves.
-        let (decide, take, busy, unmark) = if line {
-            let live = alive(Dialect::Mysql, t, "w");
-            let head = format!(
-                "(COALESCE((SELECT attempt FROM `{t}_waiters` w WHERE name = {n} AND expires_at > {now} AND {live} \
-                   ORDER BY id LIMIT 1), {a}) = {a})"
-            );
-            (
-                format!("(@lockkit_take := (expires_at <= {now} AND (queued = 0 OR {head})))"),
-                "@lockkit_take".to_owned(),
-                format!("{MY_REMAINING} * 2 + {head}"),
-                format!(
-                    "queued AND EXISTS (SELECT 1 FROM `{t}_waiters` WHERE name = {n} AND attempt <> {a} \
-                       AND expires_at > {now})"
-                ),
-            )
-        } else {
-            let take = format!("(expires_at <= {now} AND queued = 0)");
-            (
-                take.clone(),
-                take,
-                format!("IF(expires_at <= {now}, 1, {MY_REMAINING} * 2)"),
-                "queued".to_owned(),
-            )
-        };
-        let (values, stamp) = (c.values(), self.mysql_stamp(c));
-        let served = if queued {
-            format!(
-                "DELETE FROM `{t}_waiters` WHERE attempt = {a} AND EXISTS (SELECT 1 FROM `{t}` \
-                   WHERE name = {n} AND owner = {o} AND token > 0 AND expires_at > {now} AND LOCATE({a}, attempts) > 0); "
-            )
-        } else {
-            String::new()
-        };
-        format!(
-            "BEGIN; \
-             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) {values} \
-             ON DUPLICATE KEY UPDATE \
-               attempts = IF({decide}, VALUES(attempts), \
-                  IF({mine} AND LOCATE(VALUES(attempts), attempts) = 0, CONCAT(attempts, ' ', VALUES(attempts)), attempts)), \
-               hold_count = IF({take} OR {mine}, LAST_INSERT_ID({MY_SHARES}), hold_count + 0 * LAST_INSERT_ID({busy})), \
-               token = IF({take}, 0, token), \
-               acquired_at = IF({take}, VALUES(acquired_at), acquired_at), \
-               memo = IF({take}, VALUES(memo), memo), \
-               queued = IF({take}, {unmark}, IF({mine} OR expires_at <= {now}, queued, 1)), \
-               owner = IF({take}, VALUES(owner), owner), \
-               expires_at = IF({take} OR {mine}, GREATEST(expires_at, VALUES(expires_at)), expires_at); \
-             {stamp} \
-             {served}\
-             SELECT hold_count, token, {MY_REMAINING} FROM `{t}` WHERE name = {n} AND owner = {o} AND expires_at > {now}; \
-             COMMIT"
-        )
-    }
+/// `(table)` → its columns, as [`Statements::columns`] says.
+const COLUMNS: &str = "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR) FROM information_schema.columns \
+                    WHERE table_schema = DATABASE() AND table_name = ?";
 
-    /// MySQL's join (see [`join`](Self::join)) as one round trip: puts the
-    /// attempt in line or renews its place (the id is the second OK
-    /// packet's insert id), commits, then marks the name's row `queued` (a
-    /// free one if there is none) in a statement of its own. Not one
-    /// transaction: the mark's row lock would be held through the waiter
-    /// row's commit, and the next holder's claim, which needs it, would
-    /// wait for that flush; alone, a mark already set writes nothing and
-    /// lets go at once. A claim between the two that takes the name
-    /// without reading the line is one that came before the join (and a
-    /// fair claim that finds the name held marks it again). Values spliced
-    /// in as in [`mysql_claim_batch`](Self::mysql_claim_batch); `live` as
-    /// in [`join`](Self::join).
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub fn mysql_join_batch(&self, name: &[u8], owner: &[u8], attempt: &str, lease_us: i64, live: i64) -> String {
-        let t = &self.table;
-        let (n, o, a) = (hex(name), hex(owner), hex(attempt.as_bytes()));
-        let now = "UTC_TIMESTAMP(6)";
-        format!(
-            "BEGIN; \
-             INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at, live) \
-               VALUES ({n}, {o}, {a}, {now} + INTERVAL {lease_us} MICROSECOND, NULLIF({live}, 0)) \
-             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at), live = VALUES(live); \
-             COMMIT; \
-             INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts, queued) \
-               VALUES ({n}, X'', 0, 0, {now}, {now}, NULL, '', 1) ON DUPLICATE KEY UPDATE queued = 1"
-        )
+/// MySQL/MariaDB's statements for the lock table `t`. The fair claim and
+/// the join are batches of their own (`mysql_claim_batch_fair`,
+/// `mysql_join_batch`): their fields are empty.
+pub(super) fn mysql(t: &str) -> Statements {
+    let my = My { t };
+    Statements {
+        create: my.create(),
+        exists: s(EXISTS.to_owned()),
+        prepare: vec![],
+        columns: s(COLUMNS.to_owned()),
+        name_types: &["varbinary", "binary"],
+        claim: my.claim(),
+        claim_shape: ClaimShape::Batch,
+        holder: s(format!("SELECT {MY_REMAINING} FROM `{t}` WHERE name = ?")),
+        buckets: 64,
+        release_last: my.delete(LAST),
+        release_last_queued: Some(my.free(LAST)),
+        release_one: my.release_one(),
+        share: my.share(),
+        added_columns: my.added_columns(),
+        extend: my.extend(),
+        inspect: my.inspect(),
+        list: my.list(),
+        delete_hold: my.delete(""),
+        delete_hold_queued: Some(my.free("")),
+        sweep: my.sweep(),
+        deletes_return_rows: false,
+        updates_return_rows: false,
+        wait_join: None,
+        wait_leave: None,
+        claim_fair: s(String::new()),
+        claim_fair_contended: None,
+        claim_absent: None,
+        holder_fair: s(String::new()),
+        join: s(String::new()),
+        kind_join: my.kind_join(),
+        waiter_columns: my.waiter_columns(),
+        live_take: s("SELECT GET_LOCK(CONCAT('lockkit-live-', ?), 0)".to_owned()),
+        sweep_live: None,
+        leave: s(format!("DELETE FROM `{t}_waiters` WHERE attempt = ?")),
+        waiting: my.waiting(),
+        sweep_waiters: s(format!(
+            "DELETE FROM `{t}_waiters` WHERE expires_at <= UTC_TIMESTAMP(6) LIMIT ?"
+        )),
+        dialect: Dialect::Mysql,
+        table: t.to_owned(),
     }
 }
 
-pub(super) fn mysql(t: &str) -> Statements {
-    // The ON DUPLICATE KEY UPDATE assignments run left to right and later ones
-    // see the new values: every test of the old row comes before `owner` and
-    // `expires_at` change.
-    let expired = "expires_at <= UTC_TIMESTAMP(6)";
-    Statements {
-        create: vec![
+/// The methods that write each of one table's statements.
+struct My<'t> {
+    /// The lock table.
+    t: &'t str,
+}
+
+/// The schema: the tables, and the columns an older lockkit's tables lack.
+impl My<'_> {
+    /// The lock table and the waiter table (the token source's DDL is
+    /// [`MysqlTokens`]'s).
+    fn create(&self) -> Vec<(String, Arc<str>)> {
+        let t = self.t;
+        vec![
             (
                 t.to_owned(),
                 s(format!(
@@ -385,20 +195,47 @@ pub(super) fn mysql(t: &str) -> Statements {
                  COMMENT='lockkit: acquisitions waiting for a name, served oldest first'"
                 )),
             ),
-        ],
-        exists: s(
-            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
-                .to_owned(),
-        ),
-        prepare: vec![],
-        columns: s(
-            "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR) FROM information_schema.columns \
-                    WHERE table_schema = DATABASE() AND table_name = ?"
-                .to_owned(),
-        ),
-        name_types: &["varbinary", "binary"],
-        // `attempts` first: the count is read off it.
-        claim: s(format!(
+        ]
+    }
+
+    /// The lock table's `attempts` and `queued`.
+    fn added_columns(&self) -> Vec<(&'static str, Arc<str>)> {
+        let t = self.t;
+        vec![
+            (
+                "attempts",
+                s(format!(
+                    "ALTER TABLE `{t}` ADD COLUMN attempts MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin \
+                     NOT NULL DEFAULT ('') COMMENT 'attempt ids of the shares of the hold, space-separated'"
+                )),
+            ),
+            ("queued", s(format!("ALTER TABLE `{t}` ADD COLUMN {MY_QUEUED_COLUMN}"))),
+        ]
+    }
+
+    /// The waiter table's `live` and `writer`.
+    fn waiter_columns(&self) -> Vec<(&'static str, Arc<str>)> {
+        let t = self.t;
+        vec![
+            (
+                "live",
+                s(format!("ALTER TABLE `{t}_waiters` ADD COLUMN {MY_LIVE_COLUMN}")),
+            ),
+            (
+                "writer",
+                s(format!("ALTER TABLE `{t}_waiters` ADD COLUMN {MY_WRITER_COLUMN}")),
+            ),
+        ]
+    }
+}
+
+/// The claim (the template of the claim batch), and the holds: releasing,
+/// extending and reading them.
+impl My<'_> {
+    /// `attempts` first: the count is read off it.
+    fn claim(&self) -> Arc<str> {
+        let (t, expired) = (self.t, MY_EXPIRED);
+        s(format!(
             "INSERT INTO `{t}` (name, owner, hold_count, token, expires_at, acquired_at, memo, attempts) \
              VALUES (?, ?, 1, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?) \
              ON DUPLICATE KEY UPDATE \
@@ -412,155 +249,104 @@ pub(super) fn mysql(t: &str) -> Statements {
              memo = IF({expired}, VALUES(memo), memo), \
              owner = IF({expired}, VALUES(owner), owner), \
              expires_at = IF(owner = VALUES(owner), GREATEST(expires_at, VALUES(expires_at)), expires_at)"
-        )),
-        claim_shape: ClaimShape::Batch,
-        holder: s(format!("SELECT {MY_REMAINING} FROM `{t}` WHERE name = ?")),
-        buckets: 64,
-        release_last: s(format!(
-            "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND attempts = ? \
-             AND expires_at > UTC_TIMESTAMP(6) AND queued = 0"
-        )),
-        release_last_queued: Some(s(format!(
-            "UPDATE `{t}` SET {MY_FREE} WHERE name = ? AND owner = ? AND token = ? AND attempts = ? \
-             AND expires_at > UTC_TIMESTAMP(6)"
-        ))),
-        // SET runs left to right: the count is read off the new `attempts`.
-        release_one: s(format!(
+        ))
+    }
+
+    /// Deletes a hold (`cond`: what else it must match) unless its row is
+    /// marked `queued`: [`release_last`](Statements::release_last) and
+    /// [`delete_hold`](Statements::delete_hold).
+    fn delete(&self, cond: &str) -> Arc<str> {
+        let t = self.t;
+        s(format!(
+            "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ?{cond} AND queued = 0"
+        ))
+    }
+
+    /// Frees the marked row of a hold that [`delete`](Self::delete) left.
+    fn free(&self, cond: &str) -> Arc<str> {
+        let t = self.t;
+        s(format!(
+            "UPDATE `{t}` SET {MY_FREE} WHERE name = ? AND owner = ? AND token = ?{cond}"
+        ))
+    }
+
+    /// SET runs left to right: the count is read off the new `attempts`.
+    fn release_one(&self) -> Arc<str> {
+        let t = self.t;
+        s(format!(
             "UPDATE `{t}` SET attempts = TRIM(REPLACE(CONCAT(' ', attempts, ' '), CONCAT(' ', ?, ' '), ' ')), \
              hold_count = LAST_INSERT_ID({MY_SHARES}) \
              WHERE name = ? AND owner = ? AND token = ? AND hold_count > 1 AND expires_at > UTC_TIMESTAMP(6)"
-        )),
-        share: s(format!(
+        ))
+    }
+
+    /// The hold's count, and whether the attempt's share is in it.
+    fn share(&self) -> Arc<str> {
+        let t = self.t;
+        s(format!(
             "SELECT hold_count, LOCATE(?, attempts) FROM `{t}` \
              WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
-        )),
-        added_columns: vec![
-            (
-                "attempts",
-                s(format!(
-                    "ALTER TABLE `{t}` ADD COLUMN attempts MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin \
-                     NOT NULL DEFAULT ('') COMMENT 'attempt ids of the shares of the hold, space-separated'"
-                )),
-            ),
-            ("queued", s(format!("ALTER TABLE `{t}` ADD COLUMN {MY_QUEUED_COLUMN}"))),
-        ],
-        extend: s(format!(
+        ))
+    }
+
+    /// Moves a live hold's expiry out, never in; the remaining lease goes
+    /// back in the OK packet's insert id.
+    fn extend(&self) -> Arc<str> {
+        let t = self.t;
+        s(format!(
             "UPDATE `{t}` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
              hold_count = hold_count + 0 * LAST_INSERT_ID({MY_REMAINING}) \
              WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
-        )),
-        inspect: s(format!(
+        ))
+    }
+
+    /// The live hold of a name.
+    fn inspect(&self) -> Arc<str> {
+        let t = self.t;
+        s(format!(
             "SELECT owner, hold_count, token, {MY_REMAINING} FROM `{t}` \
              WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
-        )),
-        list: s(format!(
+        ))
+    }
+
+    /// The live holds of a range of names, in order.
+    fn list(&self) -> Arc<str> {
+        let t = self.t;
+        s(format!(
             "SELECT name, owner, hold_count, token, {MY_REMAINING} FROM `{t}` \
              WHERE name >= ? AND name < ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY name LIMIT ?"
-        )),
-        delete_hold: s(format!(
-            "DELETE FROM `{t}` WHERE name = ? AND owner = ? AND token = ? AND queued = 0"
-        )),
-        delete_hold_queued: Some(s(format!(
-            "UPDATE `{t}` SET {MY_FREE} WHERE name = ? AND owner = ? AND token = ?"
-        ))),
-        sweep: s(format!(
-            "DELETE FROM `{t}` WHERE {expired} AND (queued = 0 OR NOT EXISTS (SELECT 1 FROM `{t}_waiters` w \
-               WHERE w.name = `{t}`.name AND w.expires_at > UTC_TIMESTAMP(6))) LIMIT ?"
-        )),
-        deletes_return_rows: false,
-        updates_return_rows: false,
-        wait_join: None,
-        wait_leave: None,
-        // The fair claim and the join are batches of their own
-        // (`mysql_claim_batch_fair`, `mysql_join_batch`).
-        claim_fair: s(String::new()),
-        claim_fair_contended: None,
-        claim_absent: None,
-        holder_fair: s(String::new()),
-        join: s(String::new()),
-        kind_join: s(format!(
-            "INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at, live, writer) \
-             VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULLIF(?, 0), ?) \
-             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at), live = VALUES(live)"
-        )),
-        waiter_columns: vec![
-            (
-                "live",
-                s(format!("ALTER TABLE `{t}_waiters` ADD COLUMN {MY_LIVE_COLUMN}")),
-            ),
-            (
-                "writer",
-                s(format!("ALTER TABLE `{t}_waiters` ADD COLUMN {MY_WRITER_COLUMN}")),
-            ),
-        ],
-        live_take: s("SELECT GET_LOCK(CONCAT('lockkit-live-', ?), 0)".to_owned()),
-        sweep_live: None,
-        leave: s(format!("DELETE FROM `{t}_waiters` WHERE attempt = ?")),
-        waiting: s(format!(
-            "SELECT COUNT(*) FROM `{t}_waiters` w WHERE name = ? AND expires_at > UTC_TIMESTAMP(6) AND {}",
-            alive(Dialect::Mysql, t, "w")
-        )),
-        sweep_waiters: s(format!(
-            "DELETE FROM `{t}_waiters` WHERE expires_at <= UTC_TIMESTAMP(6) LIMIT ?"
-        )),
-        dialect: Dialect::Mysql,
-        table: t.to_owned(),
+        ))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mysql_inline_fills_each_placeholder_in_order() {
-        use crate::value::Arg;
-        let sql = mysql_inline(
-            "DELETE FROM `t` WHERE name = ? AND token = ? AND attempts = ? AND memo = ?",
-            &[Arg::Bytes(b"a'?"), Arg::Int(-7), Arg::Text(Some("0f")), Arg::Text(None)],
-        );
-        assert_eq!(
-            sql,
-            "DELETE FROM `t` WHERE name = X'61273F' AND token = -7 AND attempts = X'3066' AND memo = NULL"
-        );
+/// The line and the sweeper.
+impl My<'_> {
+    /// Joins a semaphore's or read-write lock's line; the place's id goes
+    /// back in the OK packet's insert id.
+    fn kind_join(&self) -> Arc<str> {
+        let t = self.t;
+        s(format!(
+            "INSERT INTO `{t}_waiters` (name, owner, attempt, expires_at, live, writer) \
+             VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULLIF(?, 0), ?) \
+             ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), expires_at = VALUES(expires_at), live = VALUES(live)"
+        ))
     }
 
-    #[test]
-    fn mysql_batch_splices_only_literals() {
-        let sql = Statements::new(Dialect::Mysql, "locks");
-        let claim = MysqlClaim::new(
-            "a'; DROP TABLE x; --".as_bytes(),
-            b"o",
-            1500,
-            Some("m"),
-            "0123456789abcdef",
-            Some(7),
-        );
-        for batch in [
-            sql.mysql_claim_batch(&claim),
-            sql.mysql_claim_batch_fair(&claim, false, false),
-            sql.mysql_claim_batch_fair(&claim, true, true),
-        ] {
-            assert!(!batch.contains('?'), "every placeholder is filled: {batch}");
-            assert!(!batch.contains("DROP"), "the name is hex: {batch}");
-            assert!(batch.contains("X'61273B2044524F50205441424C4520783B202D2D'"));
-            assert!(batch.contains("INTERVAL 1500 MICROSECOND") && batch.contains("SELECT 7,"));
-        }
-        assert_eq!(hex(b""), "X''");
+    /// Counts the live waiters of a line.
+    fn waiting(&self) -> Arc<str> {
+        let t = self.t;
+        s(format!(
+            "SELECT COUNT(*) FROM `{t}_waiters` w WHERE name = ? AND expires_at > UTC_TIMESTAMP(6) AND {}",
+            alive(Dialect::Mysql, t, "w")
+        ))
     }
 
-    #[test]
-    fn mysql_batch_draws_from_the_source_it_is_given() {
-        let sql = Statements::new(Dialect::Mysql, "locks");
-        let from = |bucket| MysqlClaim::new(b"n", b"o", 1500, None, "0123456789abcdef", bucket);
-        for (claim, seq) in [(from(None), true), (from(Some(7)), false)] {
-            for batch in [
-                sql.mysql_claim_batch(&claim),
-                sql.mysql_claim_batch_fair(&claim, false, false),
-            ] {
-                assert_eq!(batch.contains("NEXTVAL(`locks_token_seq`)"), seq, "{batch}");
-                assert_eq!(batch.contains("`locks_tokens`"), !seq, "{batch}");
-            }
-        }
+    /// Expired rows, sparing a marked one while its line has a live waiter.
+    fn sweep(&self) -> Arc<str> {
+        let (t, expired) = (self.t, MY_EXPIRED);
+        s(format!(
+            "DELETE FROM `{t}` WHERE {expired} AND (queued = 0 OR NOT EXISTS (SELECT 1 FROM `{t}_waiters` w \
+               WHERE w.name = `{t}`.name AND w.expires_at > UTC_TIMESTAMP(6))) LIMIT ?"
+        ))
     }
 }

@@ -138,8 +138,8 @@ pub(crate) struct Statements {
     /// marked by a waiter: ask `claim`/`claim_fair`). Fair or not, a name
     /// without a row has no holder and nobody in line, so it is the first
     /// try of an uncontended name: a plain insert, without the conflict
-    /// rules, the line and the mark, which cost the full claim ~25 % of an
-    /// uncontended cycle.
+    /// rules, the line and the mark, which make the full claim a costly
+    /// statement for the most common case.
     pub claim_absent: Option<Arc<str>>,
     /// SQLite, after a fair claim found the name busy: `(name, attempt)` →
     /// `(remaining_us or -1 when free, head)`.

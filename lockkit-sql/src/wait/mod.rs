@@ -1,5 +1,5 @@
-//! Waiting for a lock: the fair line's loop (`acquire_fair`) and a
-//! waiter's place in it, one for every kind (a mutex, a semaphore, a
+//! Waiting for a lock: the fair line's loop (`fair.rs`) and a waiter's
+//! place in it (here), one for every kind (a mutex, a semaphore, a
 //! read-write lock); this process's registry of waiters (`listener.rs`),
 //! the Postgres `LISTEN` connection that feeds it (`pg_listener.rs`), the
 //! Postgres wait lists (`waitlist.rs`), the renewal of places in the line
@@ -34,6 +34,7 @@
 //!
 //! [`Statements::claim_fair`]: crate::sql::Statements
 
+mod fair;
 pub(crate) mod listener;
 pub(crate) mod live;
 pub(crate) mod live_key;
@@ -43,9 +44,8 @@ pub(crate) mod places;
 pub(crate) mod waitlist;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use lockkit_core::raw::{AcquireRequest, Backoff, Lease, TryAcquire, detach};
+use lockkit_core::raw::{AcquireRequest, detach};
 use lockkit_core::{LockError, LockKind};
 use sha2::{Digest, Sha256};
 
@@ -79,19 +79,6 @@ pub(crate) fn line_key(name: &str, kind: LockKind) -> Vec<u8> {
     }
     key
 }
-
-/// The longest a fair waiter that is not first in line sleeps without being
-/// woken (its place's renewal wakes it every third of the queue lease).
-const IDLE: Duration = Duration::from_secs(3600);
-
-/// Without a push from the server (MySQL, SQLite), how often the first
-/// waiter of each process looks whether the line moved in another process
-/// (at most `max_backoff`): it becomes the head when the waiter before it
-/// takes the name, and nobody tells it. One read per process and waited
-/// name every 10 ms; a hand-off across processes then costs a few
-/// milliseconds more than a poll of the head, where looking a few times a
-/// second made hand-offs across processes an order of magnitude slower.
-const LOOK: Duration = Duration::from_millis(10);
 
 /// Leaves a line now, after a wait gave up (wait bound, error): `leaving`
 /// takes the place out. A failure is only logged: the place ends with its
@@ -159,149 +146,6 @@ impl Drop for Queued {
 }
 
 impl SqlBackend {
-    /// A fair `lock` ([the contract](lockkit_core::contract#fair-by-default)) of any kind: one attempt; if the
-    /// name is busy, a place at the back of the name's line
-    /// (`<table>_waiters`, under its [`line_key`]), then attempts that take
-    /// the name only when this one heads the line (a reader: when no
-    /// writer waits ahead of it). Only the head tries again on its backoff
-    /// (bounded by the soonest end of a hold in the way); the others sleep
-    /// until a release wakes the first waiter of this process (a local
-    /// release, or on Postgres any release, through the listener), the
-    /// waiter ahead of them in this process leaves or is served with room
-    /// left for another (a permit, a read hold), or their place is renewed
-    /// (every third of the queue lease: the line may have moved in another
-    /// process, or a waiter ahead died). A waiter ahead served without room
-    /// only makes the next one the first of this process, without a try.
-    /// On MySQL and SQLite, which cannot push a release to another
-    /// process, the first waiter of each process also looks every [`LOOK`].
-    pub(crate) async fn acquire_fair(
-        &self,
-        req: &AcquireRequest<'_>,
-        wait: Option<Duration>,
-    ) -> Result<Option<Lease>, LockError> {
-        let inner = &self.inner;
-        let key = line_key(req.name, req.kind);
-        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-        let door = inner.waiters.door(&key);
-        let passing = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, door.pass()).await {
-                Ok(passing) => passing,
-                Err(_) => return Ok(None),
-            },
-            None => door.pass().await,
-        };
-        // With waiters of this process in the name's line, a first attempt
-        // outside the line cannot take it (they are ahead): straight into
-        // the line — unless the owner holds the name, when it may be a
-        // re-entry, which is taken at once (in line it would wait behind
-        // waiters that wait for this owner's release).
-        if (!inner.waiters.has_line(&key) || inner.waiters.is_holder(&key, req.owner))
-            && let Some(lease) = self.attempt_before_line(req).await?
-        {
-            return Ok(Some(lease));
-        }
-        // Postgres: releases notify only names somebody has listed (see
-        // `waitlist.rs`); list it before the first attempt in line.
-        #[cfg(feature = "postgres")]
-        let _listed = match inner.wait_list.get() {
-            Some(list) => {
-                let (joined, confirmed) = list.join(&key);
-                match deadline {
-                    Some(d) => {
-                        let _ = tokio::time::timeout_at(d, confirmed).await;
-                    }
-                    None => {
-                        let _ = confirmed.await;
-                    }
-                }
-                Some(joined)
-            }
-            None => None,
-        };
-        // Whether releases in other processes wake this process's waiters.
-        #[cfg(feature = "postgres")]
-        let push = _listed.is_some();
-        #[cfg(not(feature = "postgres"))]
-        let push = false;
-        let mut queued = self.join_line(req, &key).await?;
-        drop(passing);
-        let mut backoff = Backoff::new(Duration::from_millis(2), inner.config.max_backoff);
-        let mut last_error: Option<LockError> = None;
-        // Woken only because the waiter before it in this process took the
-        // name: the name is held, so wait on as the first without a try.
-        // Likewise when it joined behind waiters of this process: the name
-        // is theirs first, and the first of them wakes it on leaving.
-        let mut moved_up = !queued.line.is_first();
-        loop {
-            if queued.place.rejoin.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                // The row went (its lease ran out while this task stalled):
-                // join again, at the back.
-                let live = inner.live.for_place(inner).await;
-                match inner.join(req, &key, live).await {
-                    Ok(id) => queued.line.move_to(id),
-                    Err(e) => tracing::debug!(error = %e, "lockkit could not rejoin the line; retrying"),
-                }
-            }
-            // Listen before trying, so a wake-up during the attempt is kept.
-            let notify = queued.line.notify_arc();
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let (retry_in, head) = if std::mem::take(&mut moved_up) {
-                (None, false)
-            } else {
-                match self.detached_attempt(req, true).await {
-                    Ok((TryAcquire::Acquired(lease), room)) => {
-                        queued.served(room);
-                        return Ok(Some(lease));
-                    }
-                    Ok((TryAcquire::Busy { retry_in }, head)) => {
-                        last_error = None;
-                        (retry_in, head)
-                    }
-                    Err(e) if e.is_retryable() => {
-                        tracing::debug!(error = %e, "lock attempt failed; retrying");
-                        last_error = Some(e);
-                        (None, true)
-                    }
-                    Err(e) => {
-                        queued.leave().await;
-                        return Err(e);
-                    }
-                }
-            };
-            let now = tokio::time::Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                queued.leave().await;
-                return match last_error {
-                    Some(e) => Err(e),
-                    None => Ok(None),
-                };
-            }
-            let delay = if head {
-                lockkit_core::raw::bounded_delay(&mut backoff, retry_in, deadline, now)
-            } else {
-                backoff.reset();
-                // Without a push from the server (MySQL, SQLite), the head
-                // of the line changing in another process is learnt by
-                // looking: the first waiter of this process looks every
-                // `max_backoff`, the others wait for their turn here.
-                let idle = if !push && queued.line.is_first() {
-                    LOOK.min(inner.config.max_backoff)
-                } else {
-                    IDLE
-                };
-                deadline.map_or(idle, |d| d.saturating_duration_since(now).min(idle))
-            };
-            tokio::select! {
-                _ = notified => moved_up = queued.line.take_moved_up(),
-                _ = tokio::time::sleep(delay) => {
-                    queued.line.take_moved_up();
-                }
-            }
-        }
-    }
-
     /// Joins the line `key` of the request's name: a row in
     /// `<table>_waiters` (idempotent by the attempt id) and the matching
     /// place in this process's line. Run detached: a caller cancelled
@@ -410,7 +254,7 @@ impl Inner {
 mod tests {
     use super::*;
     use crate::config::{Dialect, SqlConfig};
-    use lockkit_core::raw::LockBackend;
+    use lockkit_core::raw::{LockBackend, TryAcquire};
 
     fn req<'a>(owner: &'a str, attempt: &'a str) -> AcquireRequest<'a> {
         crate::kinds::tests::req(LockKind::Mutex, owner, attempt)

@@ -86,25 +86,19 @@ pub(crate) struct Renewal {
 /// Starts the renewal task; it stops with `stop`, closing the line's pool.
 pub(crate) fn spawn_renewer(renewal: Renewal, lease: Duration, stop: CancellationToken) {
     tokio::spawn(async move {
-        let Renewal {
-            db,
-            sql,
-            places,
-            waiters,
-        } = renewal;
-        renew(&db, &sql, &places, &waiters, lease, &stop).await;
-        db.close().await;
+        renew(&renewal, lease, &stop).await;
+        renewal.db.close().await;
     });
 }
 
-async fn renew(
-    db: &Db,
-    sql: &Statements,
-    places: &Places,
-    waiters: &Waiters,
-    lease: Duration,
-    stop: &CancellationToken,
-) {
+/// Renews the places every third of `lease`, until `stop`.
+async fn renew(renewal: &Renewal, lease: Duration, stop: &CancellationToken) {
+    let Renewal {
+        db,
+        sql,
+        places,
+        waiters,
+    } = renewal;
     let every = lease / 3;
     let lease_us = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
     loop {

@@ -107,6 +107,8 @@ impl WaitList {
     }
 }
 
+/// The wait-list task: serves joins and leaves until `stop` or until every
+/// handle is gone, then closes its connection.
 async fn serve(
     options: PgConnectOptions,
     connect_timeout: Duration,
@@ -114,86 +116,143 @@ async fn serve(
     mut rx: mpsc::UnboundedReceiver<Cmd>,
     stop: CancellationToken,
 ) {
-    let (join, leave) = (&sql.join, &sql.leave);
-    // Places per name; the server holds one shared lock per listed name
-    // (also for those lingering at zero, until their time).
-    let mut places: HashMap<Vec<u8>, usize> = HashMap::new();
-    let mut lingering: HashMap<Vec<u8>, Instant> = HashMap::new();
-    let mut conn: Option<PgConnection> = None;
+    let mut server = Server {
+        options,
+        connect_timeout,
+        sql,
+        places: HashMap::new(),
+        lingering: HashMap::new(),
+        conn: None,
+    };
     // While anybody waits, the connection is checked (and remade, with every
     // place retaken) this often: a server restart drops its locks silently.
     let mut check = tokio::time::interval(CHECK_EVERY);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let next_leave = lingering.values().min().copied();
-        let cmd = tokio::select! {
+        let next_leave = server.lingering.values().min().copied();
+        let event = tokio::select! {
             _ = stop.cancelled() => break,
-            _ = sleep_until(next_leave) => {
-                let now = Instant::now();
-                let due: Vec<Vec<u8>> = lingering.iter().filter(|(_, t)| **t <= now).map(|(n, _)| n.clone()).collect();
-                for name in due {
-                    lingering.remove(&name);
-                    places.remove(&name);
-                    if let Some(c) = conn.as_mut()
-                        && run(c, leave, name).await.is_err()
-                    {
-                        conn = None;
-                        sql.held.store(false, Ordering::SeqCst);
-                    }
-                }
-                continue;
-            }
-            _ = check.tick() => {
-                if places.is_empty() {
-                    continue;
-                }
-                let alive = match conn.as_mut() {
-                    Some(c) => c.ping().await.is_ok(),
-                    None => false,
-                };
-                if !alive {
-                    conn = reconnect(&options, connect_timeout, &sql, &places).await;
-                } else if !sql.held.load(Ordering::SeqCst)
-                    && let Some(c) = conn.as_mut()
-                {
-                    // An earlier session of ours held the key: try again.
-                    take_live(c, &sql).await;
-                }
-                continue;
-            }
+            _ = sleep_until(next_leave) => Event::Lingered,
+            _ = check.tick() => Event::Check,
             cmd = rx.recv() => match cmd {
-                Some(cmd) => cmd,
+                Some(cmd) => Event::Cmd(cmd),
                 None => break,
             },
         };
-        match cmd {
-            Cmd::Join(name, done) => {
-                let count = places.entry(name.clone()).or_insert(0);
-                *count += 1;
-                // A lingering place is still held.
-                let first = *count == 1 && lingering.remove(&name).is_none();
-                if conn.is_none() {
-                    conn = reconnect(&options, connect_timeout, &sql, &places).await;
-                } else if first
-                    && let Some(c) = conn.as_mut()
-                    && let Err(e) = run(c, join, name).await
-                {
-                    tracing::debug!(error = %e, "lockkit wait list lost its connection; retaking the places");
-                    conn = reconnect(&options, connect_timeout, &sql, &places).await;
-                }
-                let _ = done.send(());
-            }
-            Cmd::Leave(name) => {
-                let Some(count) = places.get_mut(&name) else { continue };
-                *count -= 1;
-                if *count == 0 {
-                    lingering.insert(name, Instant::now() + LINGER);
-                }
+        match event {
+            Event::Lingered => server.drop_lingering().await,
+            Event::Check => server.check().await,
+            Event::Cmd(Cmd::Join(name, done)) => server.join(name, done).await,
+            Event::Cmd(Cmd::Leave(name)) => server.leave(name),
+        }
+    }
+    if let Some(c) = server.conn {
+        let _ = c.close().await;
+    }
+}
+
+/// What the wait-list task woke for.
+enum Event {
+    /// A lingering place's time is up.
+    Lingered,
+    /// The connection's check is due.
+    Check,
+    /// A caller joined or left.
+    Cmd(Cmd),
+}
+
+/// The wait-list task's state: what it runs, the places it holds and the
+/// connection that holds them.
+struct Server {
+    options: PgConnectOptions,
+    connect_timeout: Duration,
+    sql: Statements,
+    /// Places per name; the server holds one shared lock per listed name
+    /// (also for those lingering at zero, until their time).
+    places: HashMap<Vec<u8>, usize>,
+    /// When each name without places lets its lock go.
+    lingering: HashMap<Vec<u8>, Instant>,
+    conn: Option<PgConnection>,
+}
+
+impl Server {
+    /// A caller's place on `name`'s list: the first takes the name's
+    /// shared lock (unless it lingers, still held), remaking the connection
+    /// if it is gone. `done` tells the caller that releasers see it (or
+    /// that the server cannot be reached).
+    async fn join(&mut self, name: Vec<u8>, done: oneshot::Sender<()>) {
+        let count = self.places.entry(name.clone()).or_insert(0);
+        *count += 1;
+        // A lingering place is still held.
+        let first = *count == 1 && self.lingering.remove(&name).is_none();
+        if self.conn.is_none() {
+            self.reconnect().await;
+        } else if first
+            && let Some(c) = self.conn.as_mut()
+            && let Err(e) = run(c, &self.sql.join, name).await
+        {
+            tracing::debug!(error = %e, "lockkit wait list lost its connection; retaking the places");
+            self.reconnect().await;
+        }
+        let _ = done.send(());
+    }
+
+    /// A caller left `name`'s list: the last one leaves the name's lock
+    /// lingering for [`LINGER`].
+    fn leave(&mut self, name: Vec<u8>) {
+        let Some(count) = self.places.get_mut(&name) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            self.lingering.insert(name, Instant::now() + LINGER);
+        }
+    }
+
+    /// Lets go of the names whose lingering time is up.
+    async fn drop_lingering(&mut self) {
+        let now = Instant::now();
+        let due: Vec<Vec<u8>> = self
+            .lingering
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in due {
+            self.lingering.remove(&name);
+            self.places.remove(&name);
+            if let Some(c) = self.conn.as_mut()
+                && run(c, &self.sql.leave, name).await.is_err()
+            {
+                self.conn = None;
+                self.sql.held.store(false, Ordering::SeqCst);
             }
         }
     }
-    if let Some(c) = conn {
-        let _ = c.close().await;
+
+    /// While anybody waits: remakes a connection that is gone, and tries
+    /// the liveness key again where an earlier session of ours held it.
+    async fn check(&mut self) {
+        if self.places.is_empty() {
+            return;
+        }
+        let alive = match self.conn.as_mut() {
+            Some(c) => c.ping().await.is_ok(),
+            None => false,
+        };
+        if !alive {
+            self.reconnect().await;
+        } else if !self.sql.held.load(Ordering::SeqCst)
+            && let Some(c) = self.conn.as_mut()
+        {
+            take_live(c, &self.sql).await;
+        }
+    }
+
+    /// Replaces the connection by a new one holding every place (`None` if
+    /// the server cannot be reached).
+    async fn reconnect(&mut self) {
+        self.conn = reconnect(&self.options, self.connect_timeout, &self.sql, &self.places).await;
     }
 }
 

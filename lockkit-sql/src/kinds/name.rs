@@ -1,0 +1,134 @@
+//! What a kind's claim reads of a name, in its transaction: the name's row
+//! in `<table>_kinds` (locked, made if missing), its live holds in
+//! `<table>_holds` and its line in `<table>_waiters`.
+
+use lockkit_core::raw::AcquireRequest;
+
+use super::hold::name_args;
+use super::rules::{Line, Row};
+use crate::conn::Tx;
+use crate::handle::Inner;
+use crate::sql::KindStatements;
+use crate::value::{Arg, Col, Val};
+
+/// What the transaction found of the name: its row in `<table>_kinds`
+/// (locked), its live holds in `<table>_holds` and its line.
+pub(super) struct NameState {
+    /// The name's recorded permit count (0: none), its last token and its
+    /// last write token.
+    pub permits: i64,
+    pub last_token: i64,
+    pub last_write: i64,
+    /// The live holds, in `seq` order.
+    pub holds: Vec<Row>,
+    pub line: Line,
+}
+
+/// Locks the name's row in `<table>_kinds` to the end of the transaction
+/// (`(family, name)`); its `(permits, last_token, last_write)`, or `None`
+/// when the name has no row. Claims and releases of a name take it first,
+/// so they change the name's holds one at a time.
+async fn lock_name(tx: &mut Tx, k: &KindStatements, args: &[Arg<'_>]) -> Result<Option<Vec<Val>>, sqlx::Error> {
+    Ok(tx.fetch(&k.lock_name, args, &[Col::Int; 3]).await?.pop())
+}
+
+impl Inner {
+    /// Opens the transaction and reads the name (making its row if it is
+    /// missing) and its line (`key`).
+    pub(super) async fn read_name(&self, req: &AcquireRequest<'_>, key: &[u8]) -> Result<(Tx, NameState), sqlx::Error> {
+        let k = &self.ksql;
+        let args = name_args(req);
+        let mut tx = self.db.begin().await?;
+        let mut found = None;
+        for _ in 0..2 {
+            found = lock_name(&mut tx, k, &args).await?;
+            if found.is_some() {
+                break;
+            }
+            tx.exec(&k.ensure_name, &args).await?;
+        }
+        let found = found.ok_or(sqlx::Error::RowNotFound)?;
+        let mut rows = self.line_and_holds(&mut tx, req, key).await?.into_iter();
+        let line = rows.next().map(Line::from_vals).unwrap_or_default();
+        let state = NameState {
+            permits: found[0].int(),
+            last_token: found[1].int(),
+            last_write: found[2].int(),
+            holds: rows.map(Row::from_vals).collect(),
+            line,
+        };
+        Ok((tx, state))
+    }
+
+    /// The rows of `req`'s name in `tx`: its line's (`key`) first (`seq`
+    /// -1), then the holds. Sorted here: a sorted UNION makes MariaDB write
+    /// a temporary table per read (on disk, for the TEXT column).
+    async fn line_and_holds(
+        &self,
+        tx: &mut Tx,
+        req: &AcquireRequest<'_>,
+        key: &[u8],
+    ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+        let (key, attempt) = (Arg::Bytes(key), Arg::Text(Some(req.attempt)));
+        let [fam, name] = name_args(req);
+        let args = [key, attempt, key, attempt, key, fam, name];
+        let cols = [Col::Int, Col::Bytes, Col::Int, Col::Int, Col::Text, Col::Int];
+        let mut rows = tx.fetch(&self.ksql.rows, &args, &cols).await?;
+        rows.sort_by_key(|r| r.first().map_or(0, Val::int));
+        Ok(rows)
+    }
+}
+
+#[cfg(all(test, feature = "mysql"))]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use lockkit_core::LockKind;
+    use lockkit_core::raw::{AcquireRequest, LockBackend};
+    use lockkit_core::testkit::server_url;
+
+    use crate::SqlBackend;
+    use crate::config::{Dialect, SqlConfig};
+    use crate::conn::Tx;
+    use crate::value::{Col, text};
+    use crate::wait::line_key;
+
+    async fn temporary_tables(tx: &mut Tx) -> i64 {
+        let status: Arc<str> = "SHOW SESSION STATUS LIKE 'Created_tmp_tables'".into();
+        let mut rows = tx.fetch(&status, &[], &[Col::Text, Col::Text]).await.unwrap();
+        text(rows.remove(0).remove(1)).parse().unwrap()
+    }
+
+    /// Reading a name's state makes no temporary table on MariaDB. A
+    /// sorted UNION makes one per read, on disk (Aria: the row carries a
+    /// TEXT column), which a crowd turns into a stream of table creations
+    /// and drops that the server must survive.
+    #[tokio::test]
+    async fn reading_a_name_makes_no_temporary_table() {
+        let Some(url) = server_url("LOCKKIT_MYSQL_URL") else {
+            return;
+        };
+        let backend = SqlBackend::connect(SqlConfig::new(Dialect::Mysql, url)).await.unwrap();
+        let name = format!("tmp-tables-{}-{:?}", std::process::id(), std::time::SystemTime::now());
+        let kind = LockKind::Permit { permits: 2 };
+        let req = AcquireRequest {
+            name: &name,
+            owner: "a",
+            ttl: Duration::from_secs(30),
+            attempt: "00000000000000a1",
+            fair: true,
+            kind,
+        };
+        assert!(backend.try_acquire(&req).await.unwrap().token().is_some());
+        let inner = &backend.inner;
+        let key = line_key(&name, kind);
+        let (mut tx, state) = inner.read_name(&req, &key).await.unwrap();
+        assert_eq!(state.holds.len(), 1, "the permit taken is read back");
+        let before = temporary_tables(&mut tx).await;
+        let rows = inner.line_and_holds(&mut tx, &req, &key).await.unwrap();
+        assert_eq!(rows.len(), 2, "the line's row and the hold");
+        assert_eq!(temporary_tables(&mut tx).await, before, "no temporary table per read");
+        tx.rollback().await.unwrap();
+    }
+}

@@ -81,10 +81,15 @@ impl RedisBackend {
                 kind,
                 slot: scripts::Slot::Any,
                 nonce: &scripts::nonce(),
+                guarded: inner.config.guard_floor().is_some(),
             };
             let r = match inner.replicas {
                 None => scripts::acquire(&mut inner.conn.clone(), &inner.keys, &claim).await,
                 Some(replicas) => acquire_replicated(&inner, &claim, replicas).await,
+            };
+            let r = match r {
+                Ok(AcquireReply::Guarded { left_ms }) => Err(inner.quarantined(left_ms, ttl_ms).await),
+                other => other,
             };
             (sent_at, r)
         };
@@ -121,8 +126,11 @@ impl RedisBackend {
                     reason,
                 });
             }
-            // Only asked for a slot (Redlock), which this claim is not.
-            AcquireReply::OtherSlot { .. } => (TryAcquire::Busy { retry_in: None }, None),
+            // Only asked for a slot (Redlock), which this claim is not; a
+            // refusal by the restart guard is an error by now.
+            AcquireReply::OtherSlot { .. } | AcquireReply::Guarded { .. } => {
+                (TryAcquire::Busy { retry_in: None }, None)
+            }
             AcquireReply::Busy { pttl, turn_of, .. } => (
                 TryAcquire::Busy {
                     retry_in: (pttl >= 0).then(|| millis(pttl)),

@@ -59,6 +59,7 @@ impl RedisBackend {
     /// answers.
     pub async fn connect(config: RedisConfig) -> Result<Self, LockError> {
         config.check_wait_replicas()?;
+        config.check_restart_guard()?;
         let (kind, publish) = match &config.mode {
             Mode::Single => ("redis", Publish::Classic),
             Mode::Sentinel { .. } => ("redis+sentinel", Publish::Classic),

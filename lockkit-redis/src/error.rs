@@ -106,6 +106,24 @@ pub struct QuorumError {
     pub retryable: bool,
 }
 
+/// A server refused an acquisition because it lost its data (restarted
+/// without persistence, flushed, evicted) and with it holds that their
+/// holders may still count on: with the restart guard on, such a server
+/// grants nothing until every lease it may have carried has ended (see
+/// the crate docs). Retryable: a waiting `lock` waits the quarantine out.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{node} lost its data (no restart-guard marker): quarantined{}", match .left {
+    Some(left) => format!(" for {} more", humantime_ms(*left)),
+    None => " until its quarantine is set".to_owned(),
+})]
+pub struct Quarantined {
+    /// The server, as `host:port`.
+    pub node: String,
+    /// How long the quarantine lasts from the reply (`None`: the server
+    /// had no marker; the client sets the quarantine next).
+    pub left: Option<Duration>,
+}
+
 /// Why one request to one server failed.
 #[derive(Debug, Clone)]
 pub(crate) enum Fault {
@@ -114,6 +132,7 @@ pub(crate) enum Fault {
     Layout(LayoutError),
     Timeout(NodeTimeout),
     Replicas(ReplicasError),
+    Quarantined(Quarantined),
 }
 
 impl Fault {
@@ -121,7 +140,7 @@ impl Fault {
         match self {
             Fault::Redis(e) => is_retryable(e),
             Fault::Reply(_) | Fault::Layout(_) => false,
-            Fault::Timeout(_) | Fault::Replicas(_) => true,
+            Fault::Timeout(_) | Fault::Replicas(_) | Fault::Quarantined(_) => true,
         }
     }
 
@@ -133,6 +152,7 @@ impl Fault {
             Fault::Layout(e) => LockError::backend(backend, operation, name, retryable, e),
             Fault::Timeout(e) => LockError::backend(backend, operation, name, retryable, e),
             Fault::Replicas(e) => LockError::backend(backend, operation, name, retryable, e),
+            Fault::Quarantined(e) => LockError::backend(backend, operation, name, retryable, e),
         }
     }
 }
@@ -145,6 +165,7 @@ impl std::fmt::Display for Fault {
             Fault::Layout(e) => e.fmt(f),
             Fault::Timeout(e) => e.fmt(f),
             Fault::Replicas(e) => e.fmt(f),
+            Fault::Quarantined(e) => e.fmt(f),
         }
     }
 }

@@ -41,7 +41,8 @@ impl RedisBackend {
         let mut conn = self.inner.conn.clone();
         let replicas = self.inner.replicas;
         if !matches!(conn, Conn::Cluster(_)) {
-            return match replicated(scripts::extend(&mut conn, items, replicas).await, replicas) {
+            let guard = self.inner.config.guard_floor().map(|_| &self.inner.keys);
+            return match replicated(scripts::extend(&mut conn, guard, items, replicas).await, replicas) {
                 Ok(v) => v,
                 Err(f) => items.iter().map(|_| Err(f.clone())).collect(),
             };
@@ -60,7 +61,7 @@ impl RedisBackend {
                 let group: Vec<ExtendItem<'_>> = indices.iter().map(|&i| items[i].clone()).collect();
                 (
                     indices,
-                    replicated(scripts::extend(&mut conn, &group, replicas).await, replicas),
+                    replicated(scripts::extend(&mut conn, None, &group, replicas).await, replicas),
                 )
             }
         });

@@ -7,6 +7,7 @@
 //! | `P{TAG}:N` | string, with the lease as its expiry | the hold: `2\|TOKEN\|COUNT\|W\|SHARES\|OWNER` — `W` is `w` once a client queued for this hold; `SHARES` one `ID:AT,` per share of the count: the attempt id of the acquisition that made it, and where that acquisition's line entry stood before the grant moved it (`1`: none; for an undo). `2\|q`: free, but clients queue (the line's head's turn) |
 //! | `P{TAG}fence` | string | the fencing counter of every name with this `TAG` |
 //! | `P{TAG}q:N` | sorted set | the clients (processes) waiting for `N`, by the server time (µs) they joined: oldest first |
+//! | `Pnode` | hash | the restart guard's marker, when it is on: `q` the end of the quarantine set when it was written, `e` a bound of every lease end the server granted (server time, ms); see `scripts::guard` |
 //! | `P{TAG}t:N` | string, expires after 10 s; gone once the name is taken | `ID\|MS`: the waiting client last told its turn on the free name, and when (server time, ms) |
 //!
 //! Semaphores and read-write locks keep their names apart from the mutex's
@@ -238,6 +239,14 @@ impl Keys {
     fn marked(&self, key: &[u8], mark: u8) -> Vec<u8> {
         let mut k = key.to_vec();
         k.insert(self.waiter_mark().min(k.len()), mark);
+        k
+    }
+
+    /// `Pnode`: the restart guard's marker (see `scripts::guard`); no lock
+    /// key is named like it (theirs go on with a `{` after the prefix).
+    pub fn marker(&self) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.extend_from_slice(b"node");
         k
     }
 

@@ -180,6 +180,7 @@ pub mod config;
 mod conn;
 mod error;
 mod extend;
+mod guard;
 mod inspect;
 mod layout;
 mod redlock;
@@ -192,8 +193,8 @@ mod wait;
 use std::sync::Arc;
 
 pub use backend::RedisBackend;
-pub use config::{Mode, RedisConfig};
-pub use error::{LayoutError, NodeTimeout, QuorumError, ReplicasError, UnexpectedReply};
+pub use config::{Mode, RedisConfig, RestartGuard};
+pub use error::{LayoutError, NodeTimeout, Quarantined, QuorumError, ReplicasError, UnexpectedReply};
 pub use redlock::RedlockBackend;
 
 use lockkit_core::LockError;

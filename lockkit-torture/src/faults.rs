@@ -7,18 +7,18 @@
 //!   while, `reset` of every open connection.
 //! - `--node-faults` (`redlock://` with at least 3 private nodes): `pause`
 //!   one node (`CLIENT PAUSE ms ALL`), `kill` it and restart it empty
-//!   (`--node-restart-cmd`, which should keep the node down for longer
-//!   than a lease first), `wipe` it (`FLUSHALL`, and in the same write a
-//!   `CLIENT PAUSE` of 2 ttl + 1 s). A node that lost its keys rejoins only
-//!   after every lease it carried has ended — Redlock's delayed restart,
-//!   without which one node losing its keys breaks mutual exclusion
-//!   whenever a holder had exactly a quorum.
+//!   (`--node-restart-cmd`), `wipe` it (`FLUSHALL`). The node rejoins at
+//!   once: the client's restart guard keeps a node that lost its keys out
+//!   of every quorum until the leases it carried have ended. With
+//!   `--node-outage` (for runs with `restart_guard=off`), a wiped node is
+//!   silenced that long in the same write (`CLIENT PAUSE`): Redlock's
+//!   delayed restart, which the restart command must then keep too.
 //!
 //! Only one fault runs at a time and on one server of a multi-node URL, so
-//! a Redlock quorum stays. A fault that removes keys (`kill`, `wipe`) waits
-//! until no fault ran for a quiet time (2.5 ttl + 1 s), so the holds a
-//! fault left short of one node have ended before another node loses its
-//! keys.
+//! a Redlock quorum stays. With `--node-outage`, a fault that removes keys
+//! (`kill`, `wipe`) waits until no fault ran for a quiet time, so the holds
+//! a fault left short of one node have ended before another node loses its
+//! keys; without it, faults follow each other freely.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -61,8 +61,8 @@ pub struct Faults {
     latency_base: Duration,
     every: Duration,
     quiet: u64,
-    /// How long a wiped node stays silent (2 ttl + 1 s): longer than any
-    /// lease it carried.
+    /// How long a wiped node stays silent (`--node-outage`; 0: it rejoins
+    /// at once).
     outage: u64,
     restart_cmd: Option<String>,
     active: Option<Active>,
@@ -156,7 +156,6 @@ impl Faults {
         let redlock = scheme == "redlock";
         let mut kinds = Vec::new();
         let mut url = args.backend.clone();
-        let ttl = args.ttl;
         // The timeout a slow server must outlast: the backend's response
         // timeout where it has one (set short), else a guess of what hurts.
         let mut latency_base = match scheme.as_str() {
@@ -234,8 +233,11 @@ impl Faults {
                 kinds,
                 latency_base,
                 every: args.fault_every,
-                quiet: nanos(ttl * 5 / 2 + Duration::from_secs(1)),
-                outage: nanos(ttl * 2 + Duration::from_secs(1)),
+                quiet: match args.node_outage.is_zero() {
+                    true => 0,
+                    false => nanos(args.node_outage + args.node_outage / 2 + Duration::from_secs(1)),
+                },
+                outage: nanos(args.node_outage),
                 restart_cmd: args.node_restart_cmd.clone(),
                 active: None,
                 last_end: 0,
@@ -311,6 +313,10 @@ impl Faults {
                 let p = ms(300, 1000, rng);
                 let r = redis_cmd(addr, &["CLIENT", "PAUSE", &p.to_string(), "ALL"]);
                 (now + p * 1_000_000, format!("{p} ms"), None, r.err())
+            }
+            "wipe" if self.outage == 0 => {
+                let r = redis_cmd(addr, &["FLUSHALL"]);
+                (now, "rejoins at once".to_owned(), None, r.err())
             }
             "wipe" => {
                 // Flushed and silenced in one write: no vote in between.

@@ -15,6 +15,7 @@ mod layout;
 mod partial_failure;
 mod processes;
 mod recovery;
+mod restart_guard;
 mod sentinel_failover;
 mod sentinel_kit;
 mod tls;

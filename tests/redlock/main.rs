@@ -6,4 +6,5 @@ mod common;
 
 mod kit;
 mod processes;
+mod restart_guard;
 mod scenarios;

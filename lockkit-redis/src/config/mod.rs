@@ -25,6 +25,7 @@
 //! | `tls_cert`, `tls_key` | none | PEM files of a client certificate and its key (mutual TLS) |
 //! | `sentinel_username`, `sentinel_password` | none | credentials of the sentinels themselves |
 //! | `wait_replicas` | `0` (off) | not Redlock: after each acquisition and extension, wait until this many replicas of the master have it (`WAIT`); fewer within the timeout fail it (see [`RedisConfig::wait_replicas`]) |
+//! | `restart_guard` | Redlock `on`, else `off` | `on`, `off`, or the shortest quarantine (`30s`): a server that lost its data grants nothing until every lease it may have carried has ended (see [`RestartGuard`]); not for `redis+cluster://` |
 //! | `wait_replicas_timeout` | `1s`, at most half of `response_timeout` | how long the master waits for them; below `response_timeout` |
 
 mod url;
@@ -163,6 +164,41 @@ pub struct RedisConfig {
     /// is less); must be above zero and below the response timeout, which
     /// bounds the script call and the `WAIT` together.
     pub wait_replicas_timeout: Duration,
+    /// Whether a server that lost its data is quarantined (default: on for
+    /// Redlock, off otherwise; see [`RestartGuard`]).
+    pub restart_guard: RestartGuard,
+}
+
+/// The restart guard: a server that lost its data (restarted without
+/// persistence, flushed, its keys evicted) lost the holds it carried
+/// while their holders still count on them. With the guard on, every
+/// acquisition checks a marker key the server carries (`PREFIXnode`, in the
+/// same script); a server without it grants nothing for a quarantine:
+///
+/// - Redlock: until every lease the other nodes granted may have ended (each
+///   node keeps a bound of its leases in its marker; a hold on a quorum
+///   stands on at least one node that kept its data when at most a
+///   minority lost theirs), and at least `floor`. When no node has a
+///   marker (a new deployment, or every node lost its data at once), the
+///   quarantine is `floor`: that case needs it to be the longest lease.
+/// - A single server (or Sentinel's master): this client's ttl, and at
+///   least `floor` — give the longest ttl of the server's clients. The
+///   cost: after an empty restart (and on first use), no acquisition for
+///   the quarantine; a waiting `lock` waits it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RestartGuard {
+    /// On for Redlock, off otherwise.
+    #[default]
+    Default,
+    /// Off: a server that lost its data grants at once. Redlock then needs
+    /// its operators to keep such a node away for longer than a lease.
+    Off,
+    /// On, with a quarantine of at least `floor`.
+    On {
+        /// The shortest quarantine.
+        floor: Duration,
+    },
 }
 
 impl fmt::Debug for RedisConfig {
@@ -187,6 +223,7 @@ impl fmt::Debug for RedisConfig {
             .field("sentinel_password", &hide(&self.sentinel_password))
             .field("wait_replicas", &self.wait_replicas)
             .field("wait_replicas_timeout", &self.wait_replicas_timeout)
+            .field("restart_guard", &self.restart_guard)
             .finish()
     }
 }
@@ -216,7 +253,31 @@ impl RedisConfig {
             sentinel_password: None,
             wait_replicas: 0,
             wait_replicas_timeout: default_wait_replicas_timeout(DEFAULT_RESPONSE_TIMEOUT),
+            restart_guard: RestartGuard::Default,
         }
+    }
+
+    /// The restart guard's shortest quarantine, when the guard is on.
+    pub(crate) fn guard_floor(&self) -> Option<Duration> {
+        match (self.restart_guard, &self.mode) {
+            (RestartGuard::On { floor }, _) => Some(floor),
+            (RestartGuard::Default, Mode::Redlock) => Some(Duration::ZERO),
+            _ => None,
+        }
+    }
+
+    /// Checks [`restart_guard`](Self::restart_guard) against the mode: a
+    /// cluster's masters each carry a share of the slots, and a marker per
+    /// master is not one per slot.
+    pub fn check_restart_guard(&self) -> Result<(), LockError> {
+        if matches!(self.restart_guard, RestartGuard::On { .. }) && matches!(self.mode, Mode::Cluster) {
+            return Err(LockError::config(
+                "query parameter restart_guard",
+                "not for redis+cluster:// (a marker per master is not one per slot); \
+                 run the cluster's masters with persistence and replicas",
+            ));
+        }
+        Ok(())
     }
 
     /// The Redlock quorum: N/2 + 1.

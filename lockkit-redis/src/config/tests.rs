@@ -177,3 +177,26 @@ fn wait_replicas() {
         "query parameter wait_replicas"
     );
 }
+
+#[test]
+fn restart_guard() {
+    let floor = |url: &str| parse(url).unwrap().guard_floor();
+    assert_eq!(floor("redlock://a,b,c"), Some(Duration::ZERO), "on for Redlock");
+    assert_eq!(floor("redlock://a,b,c?restart_guard=off"), None);
+    assert_eq!(floor("redis://a"), None, "off for one server");
+    assert_eq!(floor("redis://a?restart_guard=on"), Some(Duration::ZERO));
+    assert_eq!(floor("redis://a?restart_guard=30s"), Some(Duration::from_secs(30)));
+    assert_eq!(
+        floor("redis+sentinel://s/m?restart_guard=1m"),
+        Some(Duration::from_secs(60))
+    );
+    assert_eq!(floor("redis+cluster://a,b?restart_guard=off"), None);
+    assert_eq!(
+        part(parse("redis+cluster://a,b?restart_guard=on").unwrap_err()),
+        "query parameter restart_guard"
+    );
+    assert_eq!(
+        part(parse("redis://a?restart_guard=later").unwrap_err()),
+        "query parameter restart_guard"
+    );
+}

@@ -8,7 +8,7 @@ use lockkit_core::LockError;
 use lockkit_core::raw::{ConnectUrl, HostPort, decode_component};
 
 use super::{
-    DEFAULT_REDLOCK_RESPONSE_TIMEOUT, Mode, Node, REDIS_PORT, RedisConfig, SENTINEL_PORT, Tls,
+    DEFAULT_REDLOCK_RESPONSE_TIMEOUT, Mode, Node, REDIS_PORT, RedisConfig, RestartGuard, SENTINEL_PORT, Tls,
     default_wait_replicas_timeout, validate_prefix,
 };
 
@@ -77,6 +77,7 @@ impl RedisConfig {
         }
         take_wait_replicas(&mut cfg, url)?;
         cfg.check_wait_replicas()?;
+        take_restart_guard(&mut cfg, url)?;
         if matches!(cfg.mode, Mode::Redlock) && cfg.nodes.len() < 3 {
             tracing::warn!(
                 nodes = cfg.nodes.len(),
@@ -233,6 +234,26 @@ fn take_prefix_and_timeouts(cfg: &mut RedisConfig, url: &mut ConnectUrl) -> Resu
     cfg.drift = drift.unwrap_or(cfg.drift);
     cfg.retry_delay = retry_delay.unwrap_or(cfg.retry_delay);
     Ok(())
+}
+
+/// `restart_guard`: `on`, `off`, or the shortest quarantine.
+fn take_restart_guard(cfg: &mut RedisConfig, url: &mut ConnectUrl) -> Result<(), LockError> {
+    let Some(value) = url.take("restart_guard") else {
+        return Ok(());
+    };
+    cfg.restart_guard = match value.as_str() {
+        "on" | "true" => RestartGuard::On { floor: Duration::ZERO },
+        "off" | "false" => RestartGuard::Off,
+        other => RestartGuard::On {
+            floor: humantime::parse_duration(other).map_err(|e| {
+                LockError::config(
+                    "query parameter restart_guard",
+                    format!("{other:?} is neither on, off nor a duration: {e}"),
+                )
+            })?,
+        },
+    };
+    cfg.check_restart_guard()
 }
 
 /// `wait_replicas` and its timeout.

@@ -1,4 +1,9 @@
 local ttl = tonumber(ARGV[2])
+-- KEYS[5], with the restart guard on: its marker.
+if KEYS[5] then
+  local refused = guard(KEYS[5], ttl)
+  if refused then return refused end
+end
 -- The token, once drawn, and the server's TIME it was drawn at.
 local ts, now = nil, nil
 if ARGV[5] == '' then

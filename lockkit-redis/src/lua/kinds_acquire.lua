@@ -1,5 +1,10 @@
 local H, Z, Q, T = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local owner, ttl, att, waiter, kind = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[5], ARGV[11]
+-- KEYS[6], with the restart guard on: its marker.
+if KEYS[6] then
+  local refused = guard(KEYS[6], ttl)
+  if refused then return refused end
+end
 local fair = string.find(ARGV[6], 'f', 1, true) ~= nil
 local joins = waiter ~= '' and string.find(ARGV[6], 'w', 1, true) ~= nil
 local me = member(waiter, kind)

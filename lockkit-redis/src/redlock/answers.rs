@@ -101,6 +101,11 @@ impl<'r> Answers<'r> {
                 self.busy.push(-1);
                 self.conflicts.push(reason);
             }
+            // A node quarantined by the restart guard refuses until its
+            // quarantine ends (unknown until it is set: see `guard`).
+            AcquireReply::Guarded { left_ms } => self
+                .busy
+                .push(left_ms.map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX))),
         }
     }
 

@@ -23,8 +23,9 @@ impl RedlockBackend {
             .collect();
         let sent_at = Instant::now();
         let items = &items;
+        let guard = inner.config.guard_floor().map(|_| &inner.keys);
         let per_node = inner
-            .all(|_, mut c| async move { scripts::extend(&mut c, items, None).await.map(|(v, _)| v) })
+            .all(|_, mut c| async move { scripts::extend(&mut c, guard, items, None).await.map(|(v, _)| v) })
             .await;
         holds
             .iter()

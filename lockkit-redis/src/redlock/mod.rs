@@ -8,13 +8,15 @@
 //! extending in `extend`; inspecting and listing in `inspect`; the quorum
 //! arithmetic (agreement on a token, validity after clock drift, the
 //! holder a quorum reports) in `quorum`; semaphores and read-write locks
-//! in `kinds`; and the `LockBackend` impl, delegating to them, in
+//! in `kinds`; the restart guard's quarantine of a node that lost its
+//! data in `guard`; and the `LockBackend` impl, delegating to them, in
 //! `backend`.
 
 mod acquire;
 mod answers;
 mod backend;
 mod extend;
+mod guard;
 mod inspect;
 mod kinds;
 mod nodes;

@@ -100,14 +100,21 @@ pub(super) const KIND: &str = "redlock";
 ///   back, a token can repeat or go down; a node whose clock runs ahead
 ///   issues tokens from its clock, so after it is corrected tokens stay at
 ///   its old lead until real time catches up (they still grow, through the
-///   counters). Mutual exclusion itself (not only the token) breaks when
-///   nodes lose their keys while a lease is live and what remains is no
-///   longer a quorum: **one node losing its keys is enough when the holder
-///   had exactly a quorum** (e.g. 3 of 5: a restart without persistence of
-///   one of the three lets another owner take the other two plus the
-///   restarted one). Restart a crashed node only after the longest ttl in
-///   use, or run the nodes with `appendfsync always`. Hence
+///   counters). Hence
 ///   [`Capabilities::durable_tokens`](lockkit_core::Capabilities::durable_tokens) is `false`.
+/// * **Nodes that lose their data**: one node losing its keys while a lease
+///   is live would be enough to break mutual exclusion when the holder had
+///   exactly a quorum (3 of 5: a restart without persistence of one of the
+///   three lets another owner take the other two plus the restarted one).
+///   The restart guard ([`RestartGuard`](crate::RestartGuard), on by
+///   default) closes that without operator discipline: every node carries
+///   a marker key with a bound of the leases it granted; a node without its
+///   marker refuses every acquisition until a quarantine (the longest bound
+///   the other nodes report) is over, so it may rejoin at once. Releases
+///   are not refused. A majority losing its data at once is past what
+///   Redlock tolerates; the guard then quarantines for at least a lease of
+///   the client that finds it, and `restart_guard=DURATION` sets a floor (a
+///   new deployment, where no node has a marker, waits only that floor).
 /// * **Clocks**: the holder's validity is measured by this process's
 ///   monotonic clock (remaining lease − elapsed − drift), but Redis stores
 ///   a key's expiry as an absolute wall-clock time: a node whose wall clock
@@ -266,6 +273,7 @@ impl RedlockBackend {
     /// quorum answer `PING` within `connect_timeout`.
     pub async fn connect(config: RedisConfig) -> Result<Self, LockError> {
         config.check_wait_replicas()?;
+        config.check_restart_guard()?;
         let waiters = Waiters::new(
             config.nodes.len(),
             config.quorum(),

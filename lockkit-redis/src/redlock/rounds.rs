@@ -12,6 +12,7 @@ use crate::error::Fault;
 use crate::scripts::{self, AcquireReply, Claim, Queueing, Slot, UndoOf, UndoThen};
 
 use super::answers::Answers;
+use super::guard;
 use super::nodes::Inner;
 use super::quorum::{Outcome, Settled, most_named};
 
@@ -73,6 +74,8 @@ struct Rounds {
     slot: Slot,
     /// 1, plus the rounds a taken slot sent again.
     slot_round: u32,
+    /// A round went again once nodes without a marker got theirs.
+    guarded: bool,
 }
 
 impl Rounds {
@@ -91,6 +94,7 @@ impl Rounds {
             token_round: 1,
             slot,
             slot_round: 1,
+            guarded: false,
         }
     }
 
@@ -144,6 +148,9 @@ impl Inner {
         let nonce = scripts::nonce();
         let sent_at = Instant::now();
         let replies = self.claim_on_nodes(of, rounds, &nonce).await;
+        // Nodes that lost their data get their quarantine first; when they
+        // may grant at once (nothing to wait for), the round goes again.
+        let requarantined = guard::emptied(&replies) && self.quarantine(of.ttl_ms).await && !rounds.guarded;
         let mut answers = Answers::sort(&replies);
         let settled = if answers.held.len() >= self.quorum {
             self.settle(sent_at, &mut answers.held, of.kind, answers.last_write)
@@ -172,6 +179,11 @@ impl Inner {
                 return Round::Again;
             }
             Settled::Disagreed { .. } | Settled::NoQuorum => {}
+        }
+        if requarantined {
+            self.undo(&of.undo_of(), &targets, undo_then(false)).await;
+            rounds.guarded = true;
+            return Round::Again;
         }
         if let Some(free) = self.other_slot(&answers, rounds) {
             self.undo(&of.undo_of(), &targets, undo_then(false)).await;
@@ -204,6 +216,7 @@ impl Inner {
             kind: of.kind,
             slot: rounds.slot,
             nonce,
+            guarded: self.config.guard_floor().is_some(),
         };
         self.all(|_, mut c| async move { scripts::acquire(&mut c, keys, claim).await })
             .await

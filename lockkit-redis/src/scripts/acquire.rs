@@ -48,7 +48,9 @@ use crate::turn::{FALLBACK, Turn, TurnOf};
 /// owner holds it, or `{0, '', 0, -2, HEAD, BEHIND}` when it is free but it
 /// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
 /// clients queued between it and the caller (and, from the kinds' script,
-/// `{2, SLOT}`: see [`AcquireReply::OtherSlot`]).
+/// `{2, SLOT}`: see [`AcquireReply::OtherSlot`]). With the restart guard
+/// on, the marker is the last key, and `{-3, MS}` a refusal by it (see
+/// [`AcquireReply::Guarded`]).
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("../lua/clock.lua"),
@@ -56,6 +58,7 @@ pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../lua/announce.lua"),
         include_str!("../lua/token.lua"),
         include_str!("../lua/hold.lua"),
+        include_str!("../lua/guard.lua"),
         include_str!("../lua/acquire.lua")
     ))
 });
@@ -115,6 +118,13 @@ pub(crate) enum AcquireReply {
         /// Why, for the error.
         reason: String,
     },
+    /// Refused by the restart guard (see `guard`): the server lost its
+    /// data and is quarantined for `left_ms` more (`None`: it has no
+    /// marker yet; the client sets its quarantine).
+    Guarded {
+        /// The quarantine left, in ms.
+        left_ms: Option<u64>,
+    },
 }
 
 pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> {
@@ -129,6 +139,12 @@ pub(crate) fn parse_acquire(v: &Value) -> Result<AcquireReply, UnexpectedReply> 
         (Some(2), _) => {
             let free = items.get(1).and_then(int).and_then(|s| u32::try_from(s).ok());
             return free.map(|free| AcquireReply::OtherSlot { free }).ok_or_else(bad);
+        }
+        (Some(-3), _) => {
+            let left = items.get(1).and_then(int).ok_or_else(bad)?;
+            return Ok(AcquireReply::Guarded {
+                left_ms: u64::try_from(left).ok(),
+            });
         }
         (Some(-2), _) => {
             return Ok(AcquireReply::Conflict {
@@ -290,6 +306,9 @@ pub(crate) struct Claim<'a> {
     /// read-write locks; the same on every Redlock node: see
     /// [`nonce`](super::kinds::nonce)).
     pub(crate) nonce: &'a str,
+    /// The restart guard is on: the server's marker is checked (see
+    /// `guard`).
+    pub(crate) guarded: bool,
 }
 
 impl Claim<'_> {
@@ -325,6 +344,9 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
         }
         kind => kinds::acquire_call(keys, name, kind),
     };
+    if claim.guarded {
+        inv.key(keys.marker());
+    }
     inv.arg(claim.owner)
         .arg(claim.ttl_ms)
         .arg(claim.attempt)

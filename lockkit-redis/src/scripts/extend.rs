@@ -9,6 +9,7 @@ use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 
 use super::call::{Replicas, pipelined};
+use super::guard::{MARKER, marker_call};
 use super::kinds;
 use super::reply::{int, unexpected};
 use crate::error::{Fault, UnexpectedReply};
@@ -87,15 +88,23 @@ impl<'a> ExtendItem<'a> {
 /// replicas acknowledged (`None` without `replicas`).
 pub(crate) async fn extend<C: ConnectionLike + Send>(
     conn: &mut C,
+    guard: Option<&Keys>,
     items: &[ExtendItem<'_>],
     replicas: Option<Replicas>,
 ) -> Result<(Vec<Option<i64>>, Option<u32>), Fault> {
     if items.is_empty() {
         return Ok((Vec::new(), None));
     }
+    let mut invocations = Vec::new();
+    // The restart guard's lease bound covers the extensions before they
+    // are made (see `guard`); its reply is not needed.
+    if let Some(keys) = guard {
+        let longest = items.iter().map(|i| i.ttl_ms).max().unwrap_or(0);
+        invocations.push(marker_call(keys, None, Some(longest)));
+    }
+    let skip = invocations.len();
     let (mutexes, others): (Vec<usize>, Vec<usize>) = (0..items.len()).partition(|&i| items[i].kind == LockKind::Mutex);
     let mut chunks: Vec<&[usize]> = Vec::new();
-    let mut invocations = Vec::new();
     for chunk in mutexes.chunks(EXTEND_CHUNK) {
         let mut inv = EXTEND.prepare_invoke();
         for item in chunk.iter().map(|&i| &items[i]) {
@@ -119,11 +128,11 @@ pub(crate) async fn extend<C: ConnectionLike + Send>(
     }
     let (replies, acked) = match (invocations.as_slice(), replicas) {
         ([one], None) => (vec![one.invoke_async(conn).await?], None),
-        _ => pipelined(conn, &[&EXTEND, &kinds::KINDS_EXTEND], &invocations, replicas).await?,
+        _ => pipelined(conn, &[&MARKER, &EXTEND, &kinds::KINDS_EXTEND], &invocations, replicas).await?,
     };
     let mut out = vec![None; items.len()];
     let mut answered = 0;
-    for (reply, chunk) in replies.iter().zip(chunks) {
+    for (reply, chunk) in replies.iter().skip(skip).zip(chunks) {
         for (&i, lease) in chunk.iter().zip(parse_extend(reply, chunk.len())?) {
             out[i] = lease;
             answered += 1;

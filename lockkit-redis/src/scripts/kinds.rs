@@ -60,6 +60,7 @@ pub(super) static KINDS_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../lua/waiter_channel.lua"),
         include_str!("../lua/token.lua"),
         include_str!("../lua/holds.lua"),
+        include_str!("../lua/guard.lua"),
         include_str!("../lua/kinds_acquire.lua")
     ))
 });

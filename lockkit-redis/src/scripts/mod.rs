@@ -29,6 +29,7 @@
 mod acquire;
 mod call;
 mod extend;
+mod guard;
 mod inspect;
 mod kinds;
 mod leave;
@@ -39,6 +40,7 @@ mod take_back;
 pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, Slot, acquire, acquire_replicated};
 pub(crate) use call::{Publish, Replicas};
 pub(crate) use extend::{ExtendItem, extend};
+pub(crate) use guard::{Marker, read_marker, set_quarantine};
 pub(crate) use inspect::{Stored, inspect, scan};
 pub(crate) use kinds::{holders, nonce};
 pub(crate) use leave::{Leaving, leave_line};

@@ -62,6 +62,14 @@ pub struct RunArgs {
     /// starts it again empty (for `--node-faults`).
     #[arg(long)]
     pub node_restart_cmd: Option<String>,
+    /// How long a wiped node stays silent (`CLIENT PAUSE`) before it takes
+    /// part again; also the quiet time (plus half of it and 1 s) a wipe or
+    /// kill waits for after the last fault. `0s` (the default): it rejoins
+    /// at once, and faults follow each other without a quiet time — what
+    /// the restart guard is for. A delayed rejoin (at least 2 ttl + 1 s)
+    /// is the operator's discipline a run without the guard needs.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    pub node_outage: Duration,
     /// Mean time between network/node faults (one at a time).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1500ms")]
     pub fault_every: Duration,

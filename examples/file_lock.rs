@@ -252,6 +252,7 @@ impl Record {
             hold_count: self.hold_count(),
             token: self.token,
             remaining: Some(self.remaining(now)),
+            kind: lockkit_core::LockKind::Mutex,
         }
     }
 

@@ -38,6 +38,7 @@ pub fn info_json(i: &LockInfo) -> serde_json::Value {
     serde_json::json!({
         "name": i.name,
         "held": true,
+        "kind": i.kind.as_str(),
         "owner": i.owner,
         "hold_count": i.hold_count,
         "token": i.token,
@@ -53,8 +54,14 @@ pub fn info_text(i: &LockInfo) -> String {
             humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
         )
     });
+    let kind = match i.kind {
+        lockkit::LockKind::Permit { permits } => format!("a permit of {permits}"),
+        lockkit::LockKind::Read => "a read hold".to_owned(),
+        lockkit::LockKind::Write => "the write hold".to_owned(),
+        _ => "the lock".to_owned(),
+    };
     format!(
-        "{}: held by {} (hold count {}, fencing token {}, lease {lease})",
+        "{}: {kind} held by {} (hold count {}, fencing token {}, lease {lease})",
         i.name, i.owner, i.hold_count, i.token
     )
 }

@@ -42,7 +42,10 @@ pub struct ExecArgs {
     shared: bool,
     /// Take the write hold of the read-write lock NAME: alone, and readers
     /// that come after a waiting writer wait for it. (Without --shared,
-    /// --write or --permits, exec takes the lock NAME, another lock.)
+    /// --write or --permits, exec takes NAME as a plain lock.) A name is
+    /// one lock whatever the kind: while commands hold NAME one way
+    /// (plain, --permits, --shared/--write), an exec of NAME another way
+    /// waits for them (with --no-wait: exit 75).
     #[arg(long)]
     write: bool,
     /// A scheduled job (ShedLock's lockAtMostFor): run the command only if

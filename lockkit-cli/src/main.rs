@@ -41,6 +41,11 @@ enum Command {
     /// with --shared they share a read-write lock with each other but not
     /// with a --write one: lockkit exec encoder --permits 4 -- ./encode.sh
     ///
+    /// A name is one lock whatever the kind: `exec db -- migrate` and
+    /// `exec db --shared -- backup` never run at the same time; the one
+    /// that comes second waits (--no-wait: exit 75). `status db` says which
+    /// kind holds it.
+    ///
     /// The command gets LOCKKIT_FENCING_TOKEN and LOCKKIT_LOCK_NAME in its
     /// environment. Its exit code is passed through; 75 means the lock could
     /// not be had in time; 76 means the lock was lost mid-run and the command

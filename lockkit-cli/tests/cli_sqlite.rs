@@ -175,7 +175,7 @@ fn exec_permits_and_shared_across_processes() {
     );
     assert!(stderr(&o).contains("permits"), "{}", stderr(&o));
     let o = run(&["farm"]);
-    assert!(o.status.success(), "the lock farm is another lock: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(75), "one name, one lock: {}", stderr(&o));
     stop(a);
     until_holds(&url, "farm", "permits", 1);
     let o = run(&["farm", "--permits", "2"]);
@@ -192,6 +192,79 @@ fn exec_permits_and_shared_across_processes() {
     until_holds(&url, "config", "readers", 0);
     let o = run(&["config", "--write"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// One name, one lock: `exec db -- CMD` and `exec db --shared -- CMD` (and
+/// `--write`, `--permits`) started together in separate processes never
+/// run at the same time — each command appends "start <kind>" and "end
+/// <kind>" around a pause, and the log never shows two kinds inside at
+/// once — and every one of them runs; `status db --json` names the kind
+/// that holds it.
+#[test]
+fn exec_of_every_kind_of_one_name_never_overlaps() {
+    let (dir, url) = db_url("one-name");
+    let log = dir.join("log");
+    let kinds: [&[&str]; 5] = [&[], &["--shared"], &["--permits", "2"], &["--write"], &["--shared"]];
+    let children: Vec<_> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| {
+            let script = format!("echo start {i} >> {0}; sleep 0.3; echo end {i} >> {0}", log.display());
+            let mut args = vec!["exec", "db", "--wait", "120s"];
+            args.extend_from_slice(kind);
+            args.extend_from_slice(&["--", "sh", "-c", &script]);
+            lockkit(&url, &args).stderr(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 * kinds.len(), "every command ran: {lines:?}");
+    // Inside at once: only commands of one kind, and of a kind that shares.
+    let mut inside: Vec<usize> = Vec::new();
+    for line in &lines {
+        let (what, i) = line.split_once(' ').unwrap();
+        let i: usize = i.parse().unwrap();
+        if what == "start" {
+            for &j in &inside {
+                let both_read = kinds[i] == ["--shared"] && kinds[j] == ["--shared"];
+                let both_permits = kinds[i] == ["--permits", "2"] && kinds[j] == ["--permits", "2"];
+                assert!(
+                    both_read || both_permits,
+                    "{:?} ran beside {:?}: {lines:?}",
+                    kinds[i],
+                    kinds[j]
+                );
+            }
+            inside.push(i);
+        } else {
+            inside.retain(|&j| j != i);
+        }
+    }
+    let held = lockkit(&url, &["exec", "db", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = lockkit(&url, &["status", "db", "--json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        if v["held"] == true {
+            assert_eq!(v["kind"], "mutex", "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "db not held within 30 s: {v}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = lockkit(&url, &["exec", "db", "--shared", "--no-wait", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(75), "a reader beside the lock: {}", stderr(&o));
+    stop(held);
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -18,6 +18,15 @@
 //!   waiting writer (readers come in together, and none passes a writer
 //!   that waits: no writer starves).
 //!
+//! One name is one lock whatever the kind
+//! ([the contract](crate::contract#one-name-one-lock)), so one line holds
+//! waiters of every kind, in the order they came. The rule above applies to
+//! the waiters at the front that ask for the same lock as the first one
+//! ([`LockKind::same_lock`]); the first waiter of another kind stops it.
+//! Nobody is admitted while the name is held as another kind than the
+//! first waiter's: a change that lets in a waiter of another kind is the
+//! last hold of the kind before it going.
+//!
 //! A request that is not in line (a `try_lock`, or an unfair waiter) takes
 //! what is free beyond what the line is admitted to: see [`admits_newcomer`].
 //! The memory backend uses these functions as they are; the Redis scripts
@@ -34,15 +43,35 @@ pub struct Held {
     pub holds: usize,
     /// One of them is a read-write lock's write hold.
     pub writer: bool,
+    /// The kind of one of them (`None` while nobody holds the name): they
+    /// are all of one lock ([`LockKind::same_lock`]).
+    pub kind: Option<LockKind>,
+}
+
+impl Held {
+    /// Whether a request of `kind` finds the name held as another lock
+    /// (a mutex, a semaphore or a read-write lock: see
+    /// [`LockKind::same_lock`]), and so waits until those holds are gone.
+    pub fn as_other(&self, kind: LockKind) -> bool {
+        self.holds > 0 && self.kind.is_some_and(|k| !k.same_lock(kind))
+    }
 }
 
 /// How many waiters at the front of `line` (the kinds they ask for, first
 /// in line first) may be granted now, given `held`: the waiters a change
-/// admits (see the module docs for the rule). Entries of another family
-/// than the first one's are not expected; a line of one name holds one
-/// family.
+/// admits (see the module docs for the rule). The line may mix kinds: only
+/// the waiters before the first one of another lock than the first
+/// waiter's are considered, and none while the name is held as another
+/// lock.
 pub fn admitted(line: impl IntoIterator<Item = LockKind>, held: Held) -> usize {
     let mut line = line.into_iter().peekable();
+    let Some(first) = line.peek().copied() else {
+        return 0;
+    };
+    if held.as_other(first) {
+        return 0;
+    }
+    let mut line = line.take_while(|k| k.same_lock(first)).peekable();
     match line.peek().copied() {
         None => 0,
         Some(LockKind::Mutex) => usize::from(held.holds == 0),
@@ -80,7 +109,36 @@ mod tests {
     const M: LockKind = LockKind::Mutex;
 
     fn held(holds: usize, writer: bool) -> Held {
-        Held { holds, writer }
+        Held {
+            holds,
+            writer,
+            kind: None,
+        }
+    }
+
+    fn held_as(holds: usize, kind: LockKind) -> Held {
+        Held {
+            holds,
+            writer: kind == W,
+            kind: Some(kind),
+        }
+    }
+
+    #[test]
+    fn kinds_of_one_name_take_turns() {
+        assert_eq!(admitted([P3, P3, M, P3], held(0, false)), 2, "permits up to the mutex");
+        assert_eq!(admitted([M, P3], held_as(1, P3)), 0, "a mutex waits for the permits");
+        assert_eq!(admitted([R, R, P3], held_as(1, R)), 2, "readers join readers");
+        assert_eq!(admitted([P3, R], held_as(1, W)), 0, "permits wait for the writer");
+        assert_eq!(admitted([W, M], held_as(1, M)), 0);
+        assert_eq!(admitted([M, W], held(0, false)), 1, "the mutex, then the writer");
+        assert!(!admits_newcomer([], M, held_as(2, R)), "no mutex beside readers");
+        assert!(
+            !admits_newcomer([M], R, held(0, false)),
+            "a try does not pass a waiter of another kind"
+        );
+        assert!(admits_newcomer([], P3, held_as(1, P3)));
+        assert!(held_as(1, R).as_other(M) && !held_as(1, R).as_other(W) && !held(0, false).as_other(M));
     }
 
     #[test]

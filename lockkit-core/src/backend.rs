@@ -13,9 +13,14 @@ use tokio_util::sync::CancellationToken;
 use crate::LockError;
 use crate::lease::SessionDeadline;
 
-/// What kind of hold a request asks for. Each kind keeps its own names: a
-/// mutex, a semaphore and a read-write lock called `"x"` are three locks.
-/// Read and write holds of one name are one read-write lock.
+/// What kind of hold a request asks for. A name is one lock whatever the
+/// kind: while `"x"` is held as one kind (a mutex, a semaphore's permits,
+/// a read-write lock's read or write holds), a request of another kind
+/// waits (`try_lock`: busy) until those holds are gone, and
+/// [`LockInfo::kind`] names the kind that holds it
+/// ([the contract](crate::contract#one-name-one-lock)). Read and write
+/// holds of one name are one read-write lock: they follow its own rules
+/// ([`same_lock`](Self::same_lock)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LockKind {
@@ -59,6 +64,21 @@ impl LockKind {
             LockKind::Read => "read",
             LockKind::Write => "write",
         }
+    }
+
+    /// Whether holds of `self` and `other` on one name are of one lock, and
+    /// so follow that lock's rules (a mutex's one holder, a semaphore's
+    /// permits, a read-write lock's readers and writer): both mutex, both
+    /// permits (whatever their counts: a count that disagrees is a
+    /// [`LockError::Conflict`]), or both read or write. Holds of kinds for
+    /// which it is false never stand together on one name.
+    pub fn same_lock(self, other: LockKind) -> bool {
+        matches!(
+            (self, other),
+            (LockKind::Mutex, LockKind::Mutex)
+                | (LockKind::Permit { .. }, LockKind::Permit { .. })
+                | (LockKind::Read | LockKind::Write, LockKind::Read | LockKind::Write)
+        )
     }
 
     /// What a hold of this kind belongs to: `"lock"`, `"semaphore"` or
@@ -215,6 +235,11 @@ pub enum ExtendOutcome {
 }
 
 /// What the server knows about one held name.
+///
+/// [`LockBackend::inspect`] answers with the name's first hold whatever its
+/// kind, and [`kind`](Self::kind) says which: a caller whose `try_lock`
+/// was busy learns that way whether a mutex, a semaphore or a read-write
+/// lock holds the name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     /// The lock name.
@@ -227,6 +252,10 @@ pub struct LockInfo {
     pub token: u64,
     /// How long the lease still runs (`None`: session lease).
     pub remaining: Option<Duration>,
+    /// The kind of the hold: [`LockKind::Mutex`], a permit of a semaphore
+    /// of N ([`LockKind::Permit`]), or a read-write lock's
+    /// [`LockKind::Read`] or [`LockKind::Write`] hold.
+    pub kind: LockKind,
 }
 
 /// How a backend's leases end.
@@ -444,7 +473,9 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         futures_util::future::join_all(holds.iter().map(|(h, ttl)| self.extend(h, *ttl))).await
     }
 
-    /// Who holds `name`, if anybody.
+    /// Who holds `name`, if anybody, whatever the kind
+    /// ([`LockInfo::kind`]): the mutex's holder, or the first hold of the
+    /// semaphore or read-write lock that holds the name.
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError>;
 
     /// Every hold of `kind` on `name`: a semaphore's permits, a read-write
@@ -454,7 +485,12 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// implement more kinds override it.
     async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
         match kind {
-            LockKind::Mutex => Ok(self.inspect(name).await?.into_iter().collect()),
+            LockKind::Mutex => Ok(self
+                .inspect(name)
+                .await?
+                .into_iter()
+                .filter(|i| i.kind == LockKind::Mutex)
+                .collect()),
             _ => Err(LockError::Unsupported {
                 backend: self.name(),
                 operation: kind.family(),

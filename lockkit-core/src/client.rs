@@ -164,7 +164,9 @@ impl LockClient {
         self.acquire(name, LockKind::Mutex, options, true).await
     }
 
-    /// Who holds `name`, if anybody.
+    /// Who holds `name`, if anybody, whatever the kind: the mutex's holder,
+    /// or the first hold of the semaphore or read-write lock of that name
+    /// ([`LockInfo::kind`] says which).
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         validate_name(name)?;
         self.shared.backend.inspect(name).await

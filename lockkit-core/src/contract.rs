@@ -76,6 +76,53 @@
 //! throughput. `client.waiting(name)` counts the queue (on Redis the queued
 //! clients). A backend declares it with `Capabilities::fair`.
 //!
+//! ## One name, one lock
+//!
+//! A name is one lock whatever the kind: a mutex, a semaphore's permits
+//! ([`LockKind::Permit`](crate::LockKind::Permit)) and a read-write lock's
+//! read and write holds of one name never stand together (read and write
+//! holds follow the read-write lock's own rules; permits of one name follow
+//! the semaphore's, and a request with another permit count is a
+//! `Conflict` while the semaphore is in use). While the name is held as
+//! one kind, a request of another kind is busy (`try_lock`, `try_acquire`,
+//! `try_read`, `try_write`: `Ok(None)`), and a waiting one (`lock`,
+//! `acquire`, `read`, `write`) is granted once the other kind's holds are
+//! gone, or fails with `WaitTimeout` when its bound runs out. That holds
+//! for the owner of those holds too: a holder that asks for its own name
+//! as another kind waits for itself. `inspect(name)` answers whatever the
+//! kind, and `LockInfo::kind` names the kind that holds the name (the
+//! first hold of a semaphore or read-write lock). The shared rule is
+//! [`LockKind::same_lock`](crate::LockKind::same_lock) and, for backends
+//! that keep a line, [`raw::admitted`](crate::raw::admitted).
+//!
+//! How each backend makes it atomic, and how a waiter kept out by another
+//! kind learns that the name came free:
+//!
+//! - memory: one line per name for every kind, in arrival order (FIFO
+//!   across kinds); a release wakes the waiters it admits, whatever their
+//!   kind.
+//! - SQL table: a semaphore's or read-write lock's holds keep a guard row
+//!   in the lock table (the mutex's unique row of the name), taken in the
+//!   claim's transaction and freed by the last release under the name's
+//!   row lock, so the unique key orders a mutex's claim and a guard's take.
+//!   Each kind keeps its own line: a waiter kept out by another kind is
+//!   woken at once by a release in its own process; in another process the
+//!   head of its line looks again on its backoff (at most `max_backoff`,
+//!   250 ms; Postgres 1 s). A crashed holder's guard ends with the longest
+//!   of its holds' leases.
+//! - SQL session locks (`mode=session`), `file_lock`: the mutex is the only
+//!   kind; the others are `Unsupported`.
+//! - Redis and Redlock: each kind keeps its keys, and every acquisition
+//!   script reads the other kinds' keys of the name (one hash slot: the
+//!   same tag) and refuses a new hold while theirs stand. Each kind keeps
+//!   its own line and channels: a waiter kept out by another kind looks
+//!   again after at most 200 ms (or when the other holds' leases end).
+//! - ZooKeeper: one line per name for every kind (every contender node
+//!   under the name's one parent, in sequence order): a mutex or writer
+//!   holds when first, a permit when only fewer than N permits are ahead,
+//!   a reader when only readers are; each waiter watches the node ahead
+//!   that keeps it out, whatever its kind (FIFO across kinds, no herd).
+//!
 //! ## Attempts are idempotent
 //!
 //! Every `lock`/`try_lock` call carries an attempt id that the server

@@ -13,9 +13,34 @@ use crate::conn::{Conn, cluster_primaries};
 use crate::error::Fault;
 use crate::scripts;
 
+/// The first hold of a name (one lock whatever the kind): its mutex's
+/// holder `mutex`, else the first of the holds `holders` finds of a
+/// writer, readers, or a semaphore's permits.
+pub(crate) async fn first_hold<F, Fut>(mutex: Option<LockInfo>, holders: F) -> Result<Option<LockInfo>, LockError>
+where
+    F: Fn(LockKind) -> Fut,
+    Fut: Future<Output = Result<Vec<LockInfo>, LockError>>,
+{
+    if mutex.is_some() {
+        return Ok(mutex);
+    }
+    for kind in [LockKind::Write, LockKind::Read, LockKind::Permit { permits: 1 }] {
+        if let Some(first) = holders(kind).await?.into_iter().next() {
+            return Ok(Some(first));
+        }
+    }
+    Ok(None)
+}
+
 impl RedisBackend {
-    /// [`LockBackend::inspect`](lockkit_core::raw::LockBackend::inspect): who holds `name`'s mutex.
+    /// [`LockBackend::inspect`](lockkit_core::raw::LockBackend::inspect):
+    /// who holds `name`, whatever the kind.
     pub(crate) async fn inspect_name(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        first_hold(self.mutex_holder(name).await?, |kind| self.holders_of(name, kind)).await
+    }
+
+    /// Who holds `name`'s mutex.
+    async fn mutex_holder(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let stored = scripts::inspect(&mut self.inner.conn.clone(), &self.inner.keys, name)
             .await
             .map_err(|f| self.error("inspect", name, f))?;
@@ -26,7 +51,7 @@ impl RedisBackend {
     /// order granted.
     pub(crate) async fn holders_of(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
         match kind {
-            LockKind::Mutex => Ok(self.inspect_name(name).await?.into_iter().collect()),
+            LockKind::Mutex => Ok(self.mutex_holder(name).await?.into_iter().collect()),
             kind => match scripts::holders(&mut self.inner.conn.clone(), &self.inner.keys, name, kind).await {
                 Ok(holds) => Ok(holds.into_iter().map(|(info, _)| info).collect()),
                 Err(f) => Err(self.error("holders", name, f)),
@@ -45,7 +70,8 @@ impl RedisBackend {
         queued.map_err(|e| self.error("waiting", name, Fault::Redis(e)))
     }
 
-    /// The held locks whose names start with `prefix`, at most `limit`.
+    /// The held locks whose names start with `prefix`, at most `limit`
+    /// (the names with a mutex's lock key).
     pub(crate) async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
         let keys = self
             .lock_keys(prefix)

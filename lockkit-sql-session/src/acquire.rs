@@ -9,6 +9,7 @@ use lockkit_core::LockError;
 use lockkit_core::raw::{AcquireRequest, Joined, Lease, LockBackend, TryAcquire, detach_acquisition};
 use tokio::time::Instant;
 
+use crate::conn::driver::Tried;
 use crate::handle::{Inner, SessionBackend};
 use crate::layout::Key;
 use crate::line::{Turn, Waiter};
@@ -132,9 +133,16 @@ impl Inner {
             return Err((self.lost_error("acquire", name, &session), true));
         };
         let key = Key::of(self.config.dialect, name);
-        match conn.try_lock(&self.sql, &key).await {
-            Ok(Some(token)) => Ok(TryAcquire::Acquired(self.record(name, owner, attempt, token, &session))),
-            Ok(None) => Ok(TryAcquire::Busy { retry_in: None }),
+        match conn.try_lock(&self.sql, &key, session.id).await {
+            Ok(Tried::Granted(token)) => Ok(TryAcquire::Acquired(self.record(name, owner, attempt, token, &session))),
+            Ok(Tried::Busy) => Ok(TryAcquire::Busy { retry_in: None }),
+            // A pooler moved the connection's statements: nothing on it can
+            // be trusted (see `pooler.rs`).
+            Ok(Tried::OtherSession) => {
+                *guard = None;
+                self.forget_session(&session);
+                Err((crate::pooler::refused(None), false))
+            }
             Err(e) => {
                 let dropped = classify(&e) != Class::Permanent;
                 self.statement_failed(&session, &mut guard, &e);

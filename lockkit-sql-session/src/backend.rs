@@ -18,15 +18,17 @@ use crate::conn::sessions::Session;
 use crate::handle::{Inner, SessionBackend};
 use crate::sql::SessionSql;
 use crate::{pinger, wait};
-use lockkit_sql::raw::{Class, backend_error, classify};
+use lockkit_sql::raw::{Class, backend_error, classify, resolve_pooler};
 use lockkit_sql::{Dialect, SqlConfig};
 
 impl SessionBackend {
-    /// Connects: opens the primary connection, draws a token to check the
-    /// sequence (creating it first if that fails and `create_table`
-    /// allows), and starts the ping task. Fails with a configuration
-    /// error on SQLite, on MySQL without sequences, and when the sequence
-    /// is missing or not usable by this user.
+    /// Connects: probes for a connection pooler that shares server
+    /// sessions (Postgres, `?pooler=`), opens the primary connection, draws
+    /// a token to check the sequence (creating it first if that fails and
+    /// `create_table` allows), and starts the ping task. Fails with a
+    /// configuration error on SQLite, on MySQL without sequences, behind a
+    /// transaction or statement pooler (naming its pool mode), and when the
+    /// sequence is missing or not usable by this user.
     pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
         let kind = config.dialect.name();
         if config.dialect == Dialect::Sqlite {
@@ -34,6 +36,15 @@ impl SessionBackend {
                 "query parameter mode",
                 "SQLite has no session locks: mode=session needs mysql://, mariadb:// or postgres://",
             ));
+        }
+        // Before anything is locked: a pooler that shares server sessions
+        // would share the locks (see `pooler.rs`).
+        let pooler = resolve_pooler(&config).await.map_err(|e| match e {
+            sqlx::Error::Configuration(e) => LockError::config("url", e.to_string()),
+            e => backend_error(kind, "connect", None, e),
+        })?;
+        if pooler.shares_sessions() {
+            return Err(crate::pooler::refused(Some(pooler)));
         }
         let sql = SessionSql::new(config.dialect, &config.table);
         let mut conn = Conn::open(&config).await.map_err(|e| match e {

@@ -38,6 +38,7 @@ impl Entry {
             hold_count: u32::try_from(self.attempts.len()).unwrap_or(u32::MAX),
             token: self.token,
             remaining: None,
+            kind: lockkit_core::LockKind::Mutex,
         }
     }
 }

@@ -56,6 +56,7 @@ impl Inner {
             hold_count: 0,
             token: 0,
             remaining: None,
+            kind: lockkit_core::LockKind::Mutex,
         }))
     }
 

@@ -114,6 +114,17 @@
 //!   grow across clean restarts and client restarts. Not declared durable
 //!   on Postgres for that reason. MySQL (not MariaDB) has no sequences:
 //!   connecting fails with a configuration error.
+//! - **No pooler that shares server sessions.** PgBouncer in transaction
+//!   or statement mode hands a server session to other clients between
+//!   transactions, and a session lock stays on it, where another client's
+//!   `pg_try_advisory_lock` of the same key succeeds (a re-entry of the
+//!   session, to Postgres): two owners would hold one name. `connect`
+//!   probes for such a pooler (`?pooler=`, see
+//!   [`lockkit_sql::Pooler`]) and refuses it with a configuration error
+//!   naming the pool mode; and each try grants only on the server session
+//!   its connection opened on (`pg_backend_pid()` checked in the try's
+//!   statement), refusing the same way otherwise. The table mode works
+//!   behind such a pooler.
 //!
 //! # What it gives up against the table
 //!
@@ -167,6 +178,7 @@ mod inspect;
 mod layout;
 mod line;
 mod pinger;
+mod pooler;
 mod release;
 mod sql;
 mod wait;

@@ -9,7 +9,9 @@ use lockkit_sql::Dialect;
 pub(crate) struct SessionSql {
     /// Try the lock without waiting; the lock result (1/true: granted) and a
     /// token, drawn after the lock was decided (a token drawn for a refused
-    /// try is skipped: tokens only need to grow).
+    /// try is skipped: tokens only need to grow). Postgres takes the
+    /// connection's server session id as `$2` and tries only on that
+    /// session (NULL elsewhere: a pooler moved the statement).
     pub try_lock: String,
     /// Wait for the lock server-side, bounded: MySQL `GET_LOCK(key,
     /// seconds)` (0: timed out), Postgres `lock_timeout` (an error
@@ -39,7 +41,9 @@ impl SessionSql {
             Dialect::Postgres => {
                 let next = format!("nextval('\"{seq}\"')");
                 SessionSql {
-                    try_lock: format!("SELECT pg_try_advisory_lock($1), {next}"),
+                    try_lock: format!(
+                        "SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_try_advisory_lock($1) END, {next}"
+                    ),
                     // The FROM item runs first: the token is drawn after the
                     // grant. set_config applies to this statement's wait.
                     wait_lock: format!(

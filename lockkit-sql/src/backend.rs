@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Dialect, Mode, SqlConfig};
 use crate::conn::Db;
+use crate::conn::pooler::resolve_pooler;
 use crate::error::backend_error;
 use crate::extend::EXTEND_CHUNK;
 use crate::handle::{Inner, SqlBackend};
@@ -61,6 +62,12 @@ impl LockBackend for SqlBackend {
         if !matches!(released, ReleaseOutcome::Released { remaining } if remaining > 0) {
             let key = crate::wait::line_key(&hold.name, hold.kind);
             self.inner.waiters.set_holder(&key, &hold.owner, false);
+            // One name, one lock: this process's waiters of the other kinds
+            // may be let in now (other processes' look on their backoff).
+            let kinds = [LockKind::Mutex, LockKind::Permit { permits: 1 }, LockKind::Write];
+            for other in kinds.into_iter().filter(|k| !k.same_lock(hold.kind)) {
+                self.inner.waiters.wake(&crate::wait::line_key(&hold.name, other));
+            }
         }
         Ok(released)
     }
@@ -74,7 +81,7 @@ impl LockBackend for SqlBackend {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        self.inner.inspect(name).await
+        self.inner.inspect_any(name).await
     }
 
     async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
@@ -107,24 +114,33 @@ impl LockBackend for SqlBackend {
 impl SqlBackend {
     /// Opens the pool, creates or checks the tables ([`migrate`](Self::migrate)),
     /// and starts the sweeper (and on Postgres the release listener).
+    ///
+    /// On Postgres it first finds out whether a connection pooler that
+    /// shares server sessions (PgBouncer in transaction or statement
+    /// mode) stands in between (`?pooler=`, probed by default): then its
+    /// statements go with their arguments inlined in the simple protocol,
+    /// and it keeps nothing on a server session — no `LISTEN` and no wait
+    /// list, so waiters in other processes poll (`max_backoff`), and a
+    /// dead waiter's place lives out its `queue_lease`.
     pub async fn connect(config: SqlConfig) -> Result<Self, LockError> {
         let kind = config.dialect.name();
         check_config(&config)?;
+        // A direct connection first: the pool would report a refused
+        // connection or a bad password only as a timeout, this says why.
+        Db::probe(&config)
+            .await
+            .map_err(|e| backend_error(kind, "connect", None, e))?;
+        let config = behind_pooler(config).await?;
         let (db, line_db) = open_pools(&config)?;
         let backend = SqlBackend {
             inner: Arc::new(Inner::open(config, db, line_db)),
         };
-        // A direct connection first: the pool would report a refused
-        // connection or a bad password only as a timeout, this says why.
-        Db::probe(&backend.inner.config)
-            .await
-            .map_err(|e| backend_error(kind, "connect", None, e))?;
         backend.migrate().await?;
         let inner = &backend.inner;
         inner.start_sweeper();
         inner.start_renewer();
         #[cfg(feature = "postgres")]
-        if inner.config.dialect == Dialect::Postgres {
+        if inner.config.dialect == Dialect::Postgres && !inner.config.pooler.shares_sessions() {
             inner.start_wake_ups()?;
         }
         Ok(backend)
@@ -145,6 +161,27 @@ fn check_config(config: &SqlConfig) -> Result<(), LockError> {
         check_sqlite_dir(&config.database)?;
     }
     Ok(())
+}
+
+/// `config` with its pooler found out (`pooler=auto` probed). Behind
+/// one that shares server sessions no release is pushed to other
+/// processes, so Postgres's default `max_backoff` (1 s, for a fallback to
+/// `NOTIFY`) becomes MySQL's (250 ms), the pause of a backend that polls.
+async fn behind_pooler(mut config: SqlConfig) -> Result<SqlConfig, LockError> {
+    config.pooler = resolve_pooler(&config)
+        .await
+        .map_err(|e| backend_error(config.dialect.name(), "connect", None, e))?;
+    let postgres_default = SqlConfig::new(Dialect::Postgres, "").max_backoff;
+    if config.pooler.shares_sessions() && config.max_backoff == postgres_default {
+        config.max_backoff = SqlConfig::new(Dialect::Mysql, "").max_backoff;
+    }
+    if config.pooler.shares_sessions() {
+        tracing::debug!(
+            pooler = config.pooler.describe(),
+            "lockkit: a connection pooler shares server sessions"
+        );
+    }
+    Ok(config)
 }
 
 /// The backend's pool, and the fair line's (see [`Db::open_line`]).

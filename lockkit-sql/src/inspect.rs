@@ -4,6 +4,7 @@
 use lockkit_core::{LockError, LockInfo};
 
 use crate::handle::{Inner, SqlBackend};
+use crate::sql::is_guard_owner;
 use crate::value::{Arg, Col, Val, count, from_us, text};
 
 /// The smallest byte string above every name that starts with `prefix`
@@ -27,10 +28,31 @@ impl Inner {
             hold_count: count(hold_count.int()),
             token: token.int() as u64,
             remaining: Some(from_us(remaining.int())),
+            kind: lockkit_core::LockKind::Mutex,
         }
     }
 
+    /// The mutex's hold of `name`, if one stands (the guard row of a
+    /// semaphore or read-write lock is not one: see `kinds/guard.rs`).
     pub(crate) async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        Ok(self.inspect_row(name).await?.and_then(|(owner, info)| {
+            let guard = is_guard_owner(&owner);
+            (!guard).then_some(info)
+        }))
+    }
+
+    /// What holds `name`, whatever the kind: the mutex's hold, or the
+    /// first hold of the semaphore or read-write lock whose guard holds it.
+    pub(crate) async fn inspect_any(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        match self.inspect_row(name).await? {
+            Some((owner, _)) if is_guard_owner(&owner) => self.guarded_by(name, &owner).await,
+            row => Ok(row.map(|(_, info)| info)),
+        }
+    }
+
+    /// The live row of `name` in the lock table: its owner's bytes, and
+    /// the row as a mutex's hold.
+    async fn inspect_row(&self, name: &str) -> Result<Option<(Vec<u8>, LockInfo)>, LockError> {
         let args = [Arg::Bytes(name.as_bytes())];
         let cols = [Col::Bytes, Col::Int, Col::Int, Col::Int];
         let row = self
@@ -39,8 +61,9 @@ impl Inner {
             })
             .await?;
         Ok(row.map(|mut r| {
-            let owner = std::mem::replace(&mut r[0], Val::Int(0));
-            Self::info(name.to_owned(), owner, &r[1], &r[2], &r[3])
+            let owner = std::mem::replace(&mut r[0], Val::Int(0)).into_bytes();
+            let info = Self::info(name.to_owned(), Val::Bytes(owner.clone()), &r[1], &r[2], &r[3]);
+            (owner, info)
         }))
     }
 }
@@ -68,16 +91,21 @@ impl SqlBackend {
         let rows = inner
             .retry("list", None, || inner.db.fetch(&inner.sql.list, &args, &cols))
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                let mut r = r.into_iter();
-                let name = text(r.next().unwrap_or(Val::Int(0)));
-                let owner = r.next().unwrap_or(Val::Int(0));
-                let rest: Vec<Val> = r.collect();
-                Inner::info(name, owner, &rest[0], &rest[1], &rest[2])
-            })
-            .collect())
+        let mut held = Vec::with_capacity(rows.len());
+        for r in rows {
+            let mut r = r.into_iter();
+            let name = text(r.next().unwrap_or(Val::Int(0)));
+            let owner = r.next().unwrap_or(Val::Int(0)).into_bytes();
+            let rest: Vec<Val> = r.collect();
+            // A guard row stands for the semaphore's or read-write lock's
+            // holds of its name.
+            let info = match is_guard_owner(&owner) {
+                true => inner.guarded_by(&name, &owner).await?,
+                false => Some(Inner::info(name, Val::Bytes(owner), &rest[0], &rest[1], &rest[2])),
+            };
+            held.extend(info);
+        }
+        Ok(held)
     }
 }
 

@@ -51,7 +51,7 @@
 //! of a read-write lock live in two companion tables, created beside the
 //! others (the mutex's table and statements are not touched):
 //! `<table>_kinds`, one row per name of a kind family (1: semaphores, 2:
-//! read-write locks; each family keeps its own names) with the semaphore's
+//! read-write locks) with the semaphore's
 //! permit count, the name's token counter and its last write token; and
 //! `<table>_holds`, one row per hold (a permit, a reader's hold, the
 //! writer's hold: owner, token, shares in `attempts`, expiry by the
@@ -69,6 +69,18 @@
 //! wakes the next — one waiter per permit, not the line. Releases take no
 //! lock on the name (a share is taken out in place), so they never wait
 //! for a claim. The sweeper deletes expired rows of `<table>_holds`.
+//!
+//! One name is one lock whatever the kind: while a name has holds of a
+//! semaphore or a read-write lock, the lock table has a guard row for it
+//! (owner `0xFF` and the family: not an owner id), which the mutex's
+//! statements see as another owner's hold and the other family's claims as
+//! busy. A claim takes it in its transaction; the last release frees it
+//! under the name's `<table>_kinds` row lock; the watchdog's batch extends
+//! it with the holds. `inspect` and `list` show the kind's first hold in
+//! its place, and `force_release` (the mutex's override) spares it. A
+//! waiter kept out by another kind is woken by a release in its process;
+//! in another process the head of its line looks again within
+//! `max_backoff`.
 //!
 //! # Fencing tokens
 //!
@@ -282,7 +294,7 @@ use lockkit_core::raw::{BackendSchemes, ConnectUrl, LockBackend};
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIVE_LEASE, DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, DEFAULT_QUEUE_LEASE,
-    DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, Mode, SqlConfig,
+    DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, DEFAULT_TABLE, Dialect, MAX_TABLE_LEN, Mode, Pooler, SqlConfig,
     validate_table,
 };
 pub use handle::SqlBackend;

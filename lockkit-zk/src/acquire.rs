@@ -17,7 +17,7 @@ use crate::enqueue::{Contender, enqueue, enqueue_failed};
 use crate::error::{BACKEND, is_session_end, session_kept_ending, zk};
 use crate::hold::{HoldOf, count_after};
 use crate::join::Joined;
-use crate::layout::{Mark, kind_parent, node_name, owner_tag, parent_path};
+use crate::layout::{Mark, node_name, owner_tag, parent_path};
 use crate::lease::LeaseOf;
 use crate::leftover::Leftover;
 use crate::orphan::Orphan;
@@ -215,7 +215,7 @@ impl Inner {
             if let Some(outcome) = outcome {
                 return Ok(outcome);
             }
-            carried.0 = Some((session, Orphan::new(&kind_parent(name, want.kind), owner, attempt)));
+            carried.0 = Some((session, Orphan::new(&parent_path(name), owner, attempt)));
         }
         carried.hand_over().await;
         Err(session_kept_ending("acquire", name))
@@ -357,7 +357,7 @@ impl Inner {
                 Waited::TimedOut => return Ok(None),
                 Waited::Restart => {
                     restarts += 1;
-                    carried.0 = Some((session, Orphan::new(&kind_parent(name, req.kind), owner, attempt)));
+                    carried.0 = Some((session, Orphan::new(&parent_path(name), owner, attempt)));
                     tracing::debug!(backend = BACKEND, lock = %name, restarts, "queueing again in a new session");
                 }
             }

@@ -105,7 +105,7 @@ use crate::conn::session::Sessions;
 use crate::dead::Liveness;
 use crate::error::{BACKEND, zk};
 use crate::held::Held;
-use crate::layout::{parent_path, queue};
+use crate::layout::{Child, Mark, parent_path, queue};
 use crate::leftover::Leftover;
 use crate::queue::list;
 use crate::scheme::SCHEME_NAMES;
@@ -241,14 +241,20 @@ impl ZkBackend {
         self.inner.sessions.peek().map(|s| s.id)
     }
 
-    /// How many contenders are queued for `name`, the holder included.
+    /// How many contenders are queued for `name`, every kind, the
+    /// holders included.
     pub async fn contenders(&self, name: &str) -> Result<usize, LockError> {
+        Ok(self.line(name).await?.len())
+    }
+
+    /// The contenders queued for `name`, every kind, in line order.
+    async fn line(&self, name: &str) -> Result<Vec<Child>, LockError> {
         lockkit_core::raw::validate_name(name)?;
         let session = self.inner.sessions.get().await?;
         let children = list(&session.client, &parent_path(name))
             .await
             .map_err(|e| zk("list contenders", Some(name), e))?;
-        Ok(queue(&children).len())
+        Ok(queue(&children))
     }
 }
 
@@ -318,8 +324,10 @@ impl LockBackend for ZkBackend {
     }
 
     async fn waiting(&self, name: &str) -> Result<usize, LockError> {
-        // Every contender node but the first (the holder's) waits.
-        Ok(self.contenders(name).await?.saturating_sub(1))
+        // Every mutex contender but the first of the line (the holder's)
+        // waits.
+        let line = self.line(name).await?;
+        Ok(line.iter().skip(1).filter(|c| c.mark == Mark::Mutex).count())
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {

@@ -18,7 +18,9 @@ use crate::conn::counters::Counters;
 use crate::conn::reconnect::Reconnect;
 use crate::conn::session::Session;
 use crate::error::{BACKEND, is_connection_loss, is_session_end, zk};
-use crate::layout::{Child, Mark, NodeData, besides, child_prefix, child_stem, owner_tag, queue_of, shares};
+use crate::layout::{
+    Child, Mark, NodeData, besides, child_prefix, child_stem, owner_tag, queue, shares, write_record_path,
+};
 use crate::leftover::Leftover;
 use crate::queue::{ParentRead, Queued, list, read, sync};
 use crate::result::ZkResult;
@@ -127,7 +129,7 @@ impl<'a> Queueing<'a> {
             path: me.path(parent),
             me,
             node,
-            queue: queue_of(&children, self.contender.mark),
+            queue: queue(&children),
             shares: shares(&children),
             beside: besides(&children).into_iter().map(str::to_owned).collect(),
             epoch,
@@ -169,7 +171,8 @@ impl<'a> Queueing<'a> {
     /// (see [`Queued::last_write_from`]).
     fn last_write_read(&self) -> Option<ParentRead> {
         let (client, parent) = (&self.session.client, self.contender.parent);
-        (self.contender.mark == Mark::Read).then(|| Box::pin(client.get_data(parent)) as ParentRead)
+        let record = write_record_path(parent);
+        (self.contender.mark == Mark::Read).then(|| Box::pin(client.get_data(&record)) as ParentRead)
     }
 
     /// The create sent at `sent` was answered with the node at `path`: its
@@ -186,14 +189,14 @@ impl<'a> Queueing<'a> {
         (name, answered.then(|| Known::read(self.data.clone(), stat)), answered)
     }
 
-    /// Creates the missing parent (a read-write lock's persistent, any
-    /// other a container); Ok when the create may be tried again.
+    /// Creates the missing parent (a container, whatever the kind: the
+    /// last write token lives apart); Ok when the create may be tried again.
     async fn make_parent(&self, lost: &mut Reconnect<'_>) -> ZkResult<()> {
-        let Contender { parent, mark, .. } = self.contender;
+        let parent = self.contender.parent;
         match self
             .session
             .client
-            .create(parent, &[], &self.session.parent_options(mark))
+            .create(parent, &[], &self.session.parent_options(Mark::Mutex))
             .await
         {
             Ok(_) | Err(ZkError::NodeExists) => Ok(()),

@@ -11,7 +11,7 @@ use zookeeper_client::{Client, Error as ZkError, Stat};
 use crate::change::Known;
 use crate::conn::session::Session;
 use crate::error::is_connection_loss;
-use crate::layout::{Child, NodeData, Share, decode_name, parent_path, queue, shares};
+use crate::layout::{Child, Mark, NodeData, Share, decode_name, parent_path, queue, shares};
 use crate::queue::list;
 use crate::result::ZkResult;
 
@@ -71,6 +71,7 @@ impl HoldView {
             hold_count: self.count(),
             token: self.token as u64,
             remaining: None,
+            kind: lockkit_core::LockKind::Mutex,
         }
     }
 }
@@ -80,6 +81,10 @@ impl HoldView {
 pub(crate) enum View {
     Free,
     Held(HoldView),
+    /// The first contender asks for another kind (a permit, a read or a
+    /// write hold): no mutex hold stands, the name is held or awaited as
+    /// that kind (see `kinds`).
+    Kind,
     /// The first contender's data is not lockkit's.
     Foreign(String),
 }
@@ -91,13 +96,17 @@ type Reading<'a> = Pin<Box<dyn Future<Output = ZkResult<(Vec<u8>, Stat)>> + Send
 pub(crate) struct HoldReads<'a> {
     parent: String,
     first: Option<(Child, Reading<'a>)>,
+    /// The first contender asks for another kind (not read).
+    other: bool,
     shares: Vec<(Share, Reading<'a>)>,
 }
 
 /// Sends the reads of [`read_hold`] at once (requests go out when made), so
 /// that the reads of many holds share a round trip.
 pub(crate) fn start_read_hold<'a>(client: &'a Client, parent: &str, children: &[String]) -> HoldReads<'a> {
-    let first = queue(children).into_iter().next().map(|c| {
+    let head = queue(children).into_iter().next();
+    let other = head.as_ref().is_some_and(|c| c.mark != Mark::Mutex);
+    let first = head.filter(|_| !other).map(|c| {
         let read: Reading<'a> = Box::pin(client.get_data(&c.path(parent)));
         (c, read)
     });
@@ -111,6 +120,7 @@ pub(crate) fn start_read_hold<'a>(client: &'a Client, parent: &str, children: &[
     HoldReads {
         parent: parent.to_owned(),
         first,
+        other,
         shares,
     }
 }
@@ -129,7 +139,12 @@ pub(crate) async fn read_hold(client: &Client, parent: &str, children: &[String]
 impl HoldReads<'_> {
     /// The hold, once the reads are answered (see [`read_hold`]).
     pub(crate) async fn finish(self) -> ZkResult<Option<View>> {
-        let HoldReads { parent, first, shares } = self;
+        let HoldReads {
+            parent,
+            first,
+            other,
+            shares,
+        } = self;
         let parent = parent.as_str();
         let first = match first {
             Some((c, read)) => match read.await {
@@ -171,6 +186,7 @@ impl HoldReads<'_> {
             return Ok(Some(View::Held(HoldView { owner, token, nodes })));
         }
         Ok(Some(match first {
+            None if other => View::Kind,
             None => View::Free,
             Some((name, None, _)) => View::Foreign(format!("{parent}/{name}")),
             Some((name, Some(data), stat)) => View::Held(HoldView {

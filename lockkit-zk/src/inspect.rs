@@ -62,6 +62,12 @@ impl Inner {
             };
             match read.await {
                 Ok(View::Free) => return Ok(None),
+                // Held as another kind: its line names the first hold. Gone
+                // meanwhile: look again.
+                Ok(View::Kind) => match self.first_hold_kind(name).await? {
+                    Some(info) => return Ok(Some(info)),
+                    None => continue,
+                },
                 Ok(View::Held(view)) => return Ok(Some(view.info(name))),
                 Ok(View::Foreign(path)) => {
                     return Err(LockError::backend(

@@ -56,7 +56,7 @@ impl Inner {
             let view = match hold_of(&session.client, parent).await? {
                 View::Held(view) => view,
                 View::Foreign(path) => return Ok(Joined::Foreign(vec![node_name(&path).to_owned()])),
-                View::Free => return Ok(Joined::Again),
+                View::Free | View::Kind => return Ok(Joined::Again),
             };
             if view.owner != owner {
                 return Ok(Joined::Foreign(view.nodes.iter().map(|n| n.name.clone()).collect()));

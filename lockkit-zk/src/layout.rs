@@ -25,17 +25,31 @@
 //!                                                   ephemeral, one per session sharing a hold
 //! ```
 //!
-//! Semaphores and read-write locks keep their names apart from the
-//! mutexes' (each kind has its own names) under parents of their own, and
-//! mark each contender's kind after the attempt id ([`Mark`]):
+//! Every kind of lock of a name queues under that one parent — a name is
+//! one lock whatever the kind — and semaphores' and read-write locks'
+//! contenders mark their kind after the attempt id ([`Mark`]). One line
+//! in sequence order across kinds decides ([`admits`]):
 //!
 //! ```text
-//! <chroot>/semaphore-<encoded name>/<owner tag>-<attempt>-p<permits>-<sequence>
-//!                                                   container node; one permit (or waiter) per child
-//! <chroot>/rwlock-<encoded name>/<owner tag>-<attempt>-r-<sequence>   a reader
-//! <chroot>/rwlock-<encoded name>/<owner tag>-<attempt>-w-<sequence>   a writer
-//!                                                   persistent node: its data is the last write token
+//! <chroot>/lock-<encoded name>/<owner tag>-<attempt>-p<permits>-<sequence>   a permit (or its waiter)
+//! <chroot>/lock-<encoded name>/<owner tag>-<attempt>-r-<sequence>            a reader
+//! <chroot>/lock-<encoded name>/<owner tag>-<attempt>-w-<sequence>            a writer
+//! <chroot>/rwlock-<encoded name>         persistent node without children: its data is the
+//!                                        read-write lock's last write token
 //! ```
+//!
+//! The write record lives apart from the parent because the parent is a
+//! container the server deletes once its last child goes, and readers
+//! must carry the last write token also after that.
+//!
+//! Lockkit versions that queued semaphores and read-write locks under
+//! parents of their own (`semaphore-<name>`, and the children of
+//! `rwlock-<name>`) do not see these lines: their semaphores and
+//! read-write locks are other locks than these, and their mutexes skip
+//! marked contenders in the name's parent. Nothing in the layout refuses
+//! the mix, so while such a version runs against the same chroot, a name
+//! it uses as anything but a mutex must not be used by this one. Mutexes
+//! alone queue as before and interoperate.
 //!
 //! A *share node* carries one session's share of a hold whose contender
 //! node belongs to another session (a process with the same owner id): it
@@ -52,9 +66,8 @@ use lockkit_core::raw::is_attempt_id;
 
 /// The prefix of every lock's parent node.
 const PARENT_PREFIX: &str = "lock-";
-/// The prefix of every semaphore's parent node.
-const SEMAPHORE_PREFIX: &str = "semaphore-";
-/// The prefix of every read-write lock's parent node.
+/// The prefix of every read-write lock's write record (see
+/// [`write_record_path`]).
 const RWLOCK_PREFIX: &str = "rwlock-";
 
 /// The version tag of the node data format.
@@ -113,15 +126,13 @@ pub fn parent_path(name: &str) -> String {
     format!("/{}", encode_name(name))
 }
 
-/// The path of the parent node of `name` as a lock of `kind`: each kind
-/// keeps its own names (read and write share the read-write lock's).
-pub fn kind_parent(name: &str, kind: LockKind) -> String {
-    let prefix = match Mark::of(kind) {
-        Mark::Mutex => PARENT_PREFIX,
-        Mark::Permit(_) => SEMAPHORE_PREFIX,
-        Mark::Read | Mark::Write => RWLOCK_PREFIX,
-    };
-    format!("/{}", encode_with(prefix, name))
+/// The path of the read-write lock's last write token for the name whose
+/// parent is `parent` (see [`parent_path`]): a persistent node of its own,
+/// beside the parent.
+pub fn write_record_path(parent: &str) -> String {
+    let segment = parent.trim_start_matches('/');
+    let encoded = segment.strip_prefix(PARENT_PREFIX).unwrap_or(segment);
+    format!("/{RWLOCK_PREFIX}{encoded}")
 }
 
 /// What a contender node asks for, in its name after the attempt id.
@@ -169,6 +180,16 @@ impl Mark {
             _ => Mark::Permit(mark.strip_prefix('p')?.parse().ok()?),
         };
         Some((mark, seq))
+    }
+
+    /// The kind of lock a contender of this mark asks for.
+    pub fn kind(self) -> LockKind {
+        match self {
+            Mark::Mutex => LockKind::Mutex,
+            Mark::Permit(permits) => LockKind::Permit { permits },
+            Mark::Read => LockKind::Read,
+            Mark::Write => LockKind::Write,
+        }
     }
 
     /// Whether `other` is a contender of the same kind of lock (a reader
@@ -243,21 +264,27 @@ impl Child {
     }
 }
 
-/// The mutex contenders among a parent's children, in queue order.
+/// The contenders among a parent's children, every kind, in queue order.
 pub fn queue(children: &[String]) -> Vec<Child> {
-    queue_of(children, Mark::Mutex)
-}
-
-/// The contenders of the kind of lock of `mark` among a parent's children,
-/// in queue order.
-pub fn queue_of(children: &[String], mark: Mark) -> Vec<Child> {
-    let mut queue: Vec<Child> = children
-        .iter()
-        .filter_map(|c| Child::parse(c))
-        .filter(|c| mark.same_space(c.mark))
-        .collect();
+    let mut queue: Vec<Child> = children.iter().filter_map(|c| Child::parse(c)).collect();
     queue.sort_by_key(|c| c.seq);
     queue
+}
+
+/// Whether a contender asking for `mark` at `i` of a line, behind the
+/// contenders asking for `ahead`, comes to hold by the line's rule, from
+/// the names alone: a mutex or a writer when first; a permit of N when
+/// only permits come before it, fewer than N; a reader when only readers
+/// come before it. What the names do not show — share nodes of a mutex's
+/// hold that keep everyone out, a reader granted beside its owner's write
+/// hold, a writer waiting for such a reader — the callers that know it add
+/// (see `kinds::line`).
+pub fn admits(mark: Mark, i: usize, mut ahead: impl Iterator<Item = Mark>) -> bool {
+    match mark {
+        Mark::Mutex | Mark::Write => i == 0,
+        Mark::Permit(n) => i < n as usize && ahead.all(|m| matches!(m, Mark::Permit(_))),
+        Mark::Read => ahead.all(|m| m == Mark::Read),
+    }
 }
 
 /// The prefix of share nodes' names. Not a contender's name: [`Child::parse`]
@@ -483,7 +510,26 @@ mod tests {
         assert_eq!(Share::parse(&marker), None);
         let children = vec![marker, reader.clone()];
         assert_eq!(besides(&children), [reader.as_str()]);
-        assert_eq!(queue_of(&children, Mark::Read).len(), 1);
+        assert_eq!(queue(&children).len(), 1);
+    }
+
+    #[test]
+    fn one_line_for_every_kind() {
+        let name = |seq: i64, infix: &str| format!("{}{infix}{seq:010}", child_stem(7, &format!("{seq:016x}")));
+        let children = vec![name(3, "r-"), name(1, "p2-"), name(2, ""), name(4, "w-")];
+        let marks: Vec<Mark> = queue(&children).iter().map(|c| c.mark).collect();
+        assert_eq!(marks, [Mark::Permit(2), Mark::Mutex, Mark::Read, Mark::Write]);
+        let admitted = |marks: &[Mark]| -> Vec<bool> {
+            (0..marks.len())
+                .map(|i| admits(marks[i], i, marks[..i].iter().copied()))
+                .collect()
+        };
+        assert_eq!(admitted(&marks), [true, false, false, false]);
+        let (p, r) = (Mark::Permit(2), Mark::Read);
+        assert_eq!(admitted(&[p, p, p]), [true, true, false]);
+        assert_eq!(admitted(&[r, r, Mark::Write, r]), [true, true, false, false]);
+        assert_eq!(admitted(&[r, p]), [true, false]);
+        assert_eq!(write_record_path(&parent_path("a/b")), "/rwlock-a%2Fb");
     }
 
     #[test]

@@ -47,25 +47,33 @@
 //! dropped `lock` future leaves the delete to the background.
 //!
 //! **Semaphores and read-write locks** (`LockClient::semaphore`,
-//! `LockClient::rw_lock`) are queues of the same kind, under parents of
-//! their own (`semaphore-<name>`, `rwlock-<name>`: each kind keeps its own
-//! names), with the kind in each contender node's name. A permit is a node
-//! among the first N of its semaphore's line (its token its creation zxid;
-//! the count is in every node's name, and a request with another count
-//! than a node before it gets `LockError::Conflict`); the first waiting
-//! permit watches the parent's children, every one behind it its
+//! `LockClient::rw_lock`) queue in the same line as the mutex of their
+//! name, under its one parent, with the kind in each contender node's
+//! name: a name is one lock whatever the kind
+//! ([the contract](lockkit_core::contract#one-name-one-lock)). The line is
+//! in sequence order across kinds: a mutex or a writer holds when it is
+//! first, a permit when only permits of its semaphore come before it and
+//! fewer than N, a reader when only readers do. Each waiter watches the
+//! node right ahead of it that keeps it out, whatever its kind; `inspect`
+//! answers with the first hold of the line and its kind. A permit is a
+//! node among the first N of its semaphore's run (its token its creation
+//! zxid; the count is in every node's name, and a request with another
+//! count than a node before it gets `LockError::Conflict`); the first
+//! waiting permit watches the parent's children, every one behind it its
 //! predecessor's data, which that one's claim changes when it comes to
 //! hold (see below). A writer holds when it is first in the
-//! read-write lock's line and watches its predecessor; a reader holds when
-//! no writer comes before it and watches the last one that does, so a
-//! waiting writer keeps new readers out. A reader of the owner of the
-//! holding writer is granted beside it (a downgrade, marked by a node
-//! `beside-<reader>` so that a listing shows it), and the writer
+//! line and watches its predecessor; a reader holds when
+//! only readers come before it and watches the last node that does not
+//! read, so a waiting writer keeps new readers out. A reader of the owner
+//! of the holding writer is granted beside it (a downgrade, marked by a
+//! node `beside-<reader>` so that a listing shows it), and the writer
 //! coming first after it waits for it too. Each step of a waiter is one
 //! listing (and reads of its own owner's nodes only), and each release
-//! wakes only the waiters it admits. A writer records its token in
-//! the read-write lock's parent, which is persistent for that reason:
-//! readers carry the last write token, also once nobody holds the lock.
+//! wakes only the waiters it admits. A writer records its token in the
+//! read-write lock's write record (`rwlock-<name>`), which is persistent
+//! for that reason: readers carry the last write token, also once nobody
+//! holds the lock. Lockkit versions that kept each kind under parents of
+//! its own do not see these lines: see the `layout` module.
 //! Re-entry (a second read or write hold of an owner) and a repeated
 //! attempt add the attempt to the owner's holding node *of the same
 //! session*; another process with the same owner id is another contender

@@ -15,7 +15,7 @@ use crate::conn::counters::Counters;
 use crate::conn::reconnect::Reconnect;
 use crate::conn::session::Session;
 use crate::error::is_connection_loss;
-use crate::layout::{Child, Mark, NodeData, Share, besides, parse_last_write, queue_of, shares};
+use crate::layout::{Child, Mark, NodeData, Share, besides, parse_last_write, queue, shares, write_record_path};
 use crate::result::ZkResult;
 
 /// A contender's node, and the queue as last listed.
@@ -69,13 +69,16 @@ pub(crate) fn plan(q: &Queued, tag: u64, foreign: &[String]) -> Plan {
         return Plan::Gone;
     };
     let ours = |name: &String, t: u64| t == tag && !foreign.contains(name);
+    // Only a mutex hold is joined: the owner's hold of another kind of
+    // this name is waited for like anybody's.
+    let ours_queued = |c: &Child| c.mark == Mark::Mutex && ours(&c.name, c.owner_tag);
     if q.shares.iter().any(|s| ours(&s.name, s.owner_tag)) {
         return Plan::Join;
     }
     if let Some(share) = q.shares.first() {
         // Another owner's hold stands on its share nodes. The first
         // contender (or this owner's node, if it is first) waits for them.
-        return match q.queue[..me].iter().position(|c| ours(&c.name, c.owner_tag)) {
+        return match q.queue[..me].iter().position(ours_queued) {
             None if me == 0 => Plan::Wait(share.name.clone()),
             Some(0) => Plan::Wait(share.name.clone()),
             Some(i) => Plan::Wait(q.queue[i - 1].name.clone()),
@@ -85,17 +88,13 @@ pub(crate) fn plan(q: &Queued, tag: u64, foreign: &[String]) -> Plan {
     if me == 0 {
         return Plan::Holder;
     }
-    let lowest = &q.queue[0];
-    if ours(&lowest.name, lowest.owner_tag) {
+    if ours_queued(&q.queue[0]) {
         return Plan::Join;
     }
     // A node of this owner further ahead becomes the holder when its own
     // predecessor goes: watch that one, so re-entry is not missed.
     // Otherwise (always, unless one owner queues twice) the direct predecessor.
-    let watch = q.queue[1..me]
-        .iter()
-        .position(|c| ours(&c.name, c.owner_tag))
-        .unwrap_or(me - 1);
+    let watch = q.queue[1..me].iter().position(ours_queued).unwrap_or(me - 1);
     Plan::Wait(q.queue[watch].name.clone())
 }
 
@@ -197,7 +196,8 @@ impl Queued {
     /// now: right behind the listing, so it has seen the token every
     /// writer the listing shows gone recorded.
     fn last_write_read(&self, client: &Client) -> Option<ParentRead> {
-        (self.me.mark == Mark::Read).then(|| Box::pin(client.get_data(&self.parent)) as ParentRead)
+        let record = write_record_path(&self.parent);
+        (self.me.mark == Mark::Read).then(|| Box::pin(client.get_data(&record)) as ParentRead)
     }
 
     /// Takes the last write token `reading` read.
@@ -206,7 +206,7 @@ impl Queued {
         self.last_write = Some(match reading.await {
             Ok((data, _)) => parse_last_write(&data),
             Err(ZkError::NoNode) => 0,
-            Err(e) if is_connection_loss(&e) => get(client, &self.parent)
+            Err(e) if is_connection_loss(&e) => get(client, &write_record_path(&self.parent))
                 .await?
                 .map_or(0, |(data, _)| parse_last_write(&data)),
             Err(e) => return Err(e),
@@ -217,7 +217,7 @@ impl Queued {
     /// Takes a new listing of the parent's children.
     fn listed(&mut self, children: &[String]) {
         self.at_creation = false;
-        self.queue = queue_of(children, self.me.mark);
+        self.queue = queue(children);
         self.shares = shares(children);
         self.beside = besides(children).into_iter().map(str::to_owned).collect();
     }

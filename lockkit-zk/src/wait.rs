@@ -22,7 +22,7 @@ use crate::dead::{CHECK_EVERY, Suspects};
 use crate::enqueue::enqueue_bounded;
 use crate::error::{BACKEND, is_connection_loss};
 use crate::join::Joined;
-use crate::layout::{owner_tag, parent_path};
+use crate::layout::{admits, owner_tag, parent_path};
 use crate::lease::LeaseOf;
 use crate::leftover::Leftover;
 use crate::queue::{Plan, Queued, plan, refresh};
@@ -313,9 +313,13 @@ impl MutexWait<'_> {
     async fn wait_for(&mut self, node: &str) -> Result<(), Exit> {
         let session = self.steps.session;
         self.live.get_or_insert_with(|| session.live());
-        // Every contender but the first waits (the first may hold through
-        // share nodes: not counted as waiting).
-        self.suspects.saw_waiting(self.q.queue.get(1).map(|c| c.seq));
+        // The first contender the line's rule keeps out, and every one
+        // behind it, waits (the first may hold through share nodes: not
+        // counted as waiting; nor the readers or permits that hold beside
+        // it).
+        let queue = &self.q.queue;
+        let first_waiting = (0..queue.len()).find(|&i| !admits(queue[i].mark, i, queue[..i].iter().map(|c| c.mark)));
+        self.suspects.saw_waiting(first_waiting.map(|i| queue[i].seq));
         let ahead = self.q.queue.iter().find(|c| c.name == node);
         self.suspects.waiting_for(ahead.map(|c| (c.name.clone(), c.seq, None)));
         let path = format!("{}/{node}", self.q.parent);

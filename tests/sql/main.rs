@@ -15,6 +15,8 @@ mod kept;
 mod kinds;
 mod mysql_kit;
 mod mysql_session_kit;
+mod pgbouncer;
+mod pgbouncer_kit;
 mod postgres_kit;
 mod postgres_session_kit;
 mod privileges;

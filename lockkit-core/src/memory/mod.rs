@@ -26,7 +26,7 @@ use crate::backend::{
 };
 use crate::options::ttl_millis;
 use crate::{LockError, lease};
-use state::{Granted, Key, Space, State, key};
+use state::{Granted, Key, State, key};
 
 /// The backend's name in errors, traces and metrics.
 const KIND: &str = "memory";
@@ -122,7 +122,7 @@ impl MemoryBackend {
         let (ticket, notify) = self.state().enqueue(req, KIND)?;
         Ok(WaiterHandle {
             backend: self,
-            key: key(req.name, req.kind),
+            key: key(req.name),
             notify,
             ticket,
         })
@@ -221,7 +221,7 @@ impl LockBackend for MemoryBackend {
             entry.expires_at = entry.expires_at.max(now + ttl);
             entry.expires_at - now
         });
-        state.tidy(&key(&hold.name, hold.kind));
+        state.tidy(&key(&hold.name));
         Ok(match extended {
             Some(left) => ExtendOutcome::Extended {
                 valid_until: Some(lease::valid_until(now, left)),
@@ -239,7 +239,12 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        Ok(self.holders(name, LockKind::Mutex).await?.into_iter().next())
+        let now = Instant::now();
+        let key = key(name);
+        let mut state = self.state();
+        let first = state.live(&key, now).first().map(|e| e.info(name, now));
+        state.tidy(&key);
+        Ok(first)
     }
 
     async fn holders(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
@@ -252,8 +257,8 @@ impl LockBackend for MemoryBackend {
         let mut held: Vec<LockInfo> = state
             .names
             .iter()
-            .filter(|((space, name), _)| *space == Space::Mutex && name.starts_with(prefix))
-            .filter_map(|((_, name), holds)| holds.iter().find(|e| e.expires_at > now).map(|e| e.info(name, now)))
+            .filter(|(name, _)| name.starts_with(prefix))
+            .filter_map(|(name, holds)| holds.iter().find(|e| e.expires_at > now).map(|e| e.info(name, now)))
             .collect();
         held.sort_by(|a, b| a.name.cmp(&b.name));
         held.truncate(limit);
@@ -265,15 +270,17 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn waiting_for(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
-        let key = key(name, kind);
-        Ok(self.state().waiters.get(&key).map_or(0, |slot| slot.queue.len()))
+        let line = |slot: &state::WaitSlot| slot.queue.iter().filter(|w| w.kind.same_lock(kind)).count();
+        Ok(self.state().waiters.get(&key(name)).map_or(0, line))
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let now = Instant::now();
-        let key = key(name, LockKind::Mutex);
+        let key = key(name);
         let mut state = self.state();
-        let info = state.live(&key, now).drain(..).next().map(|e| e.info(name, now));
+        let holds = state.live(&key, now);
+        let mutex = holds.iter().position(|e| e.kind == LockKind::Mutex);
+        let info = mutex.map(|i| holds.remove(i).info(name, now));
         state.admit(&key);
         state.tidy(&key);
         self.store.changes.notify_waiters();
@@ -302,7 +309,7 @@ mod tests {
     use crate::{LockClient, LockOptions};
 
     fn queued(backend: &MemoryBackend, name: &str) -> usize {
-        let key = key(name, LockKind::Mutex);
+        let key = key(name);
         backend.state().waiters.get(&key).map_or(0, |s| s.queue.len())
     }
 
@@ -397,10 +404,15 @@ mod tests {
         let n = 100;
         let p3 = LockKind::Permit { permits: 3 };
         let rw = |i: usize| if i % 10 == 9 { LockKind::Write } else { LockKind::Read };
+        let mixed = |i: usize| [LockKind::Mutex, p3, LockKind::Read, LockKind::Write][i % 4];
         for (what, attempts) in [
             ("mutex", crowd_attempts(n, LockKind::Mutex, |_| LockKind::Mutex).await),
             ("semaphore", crowd_attempts(n, p3, |_| p3).await),
             ("read-write lock", crowd_attempts(n, LockKind::Write, rw).await),
+            (
+                "every kind on one name",
+                crowd_attempts(n, LockKind::Mutex, mixed).await,
+            ),
         ] {
             eprintln!("{what}: {n} waiters, {attempts} attempts after the gate opened");
             assert!(

@@ -11,42 +11,25 @@ use crate::LockError;
 use crate::admission::{self, Held};
 use crate::backend::{AcquireRequest, Hold, LockInfo, LockKind};
 
-/// Where a name lives: each kind keeps its own names (read and write holds
-/// share one read-write lock).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Space {
-    Mutex,
-    Semaphore,
-    RwLock,
-}
+/// A name: one lock whatever the kind (see
+/// [the contract](crate::contract#one-name-one-lock)), with one line.
+pub(super) type Key = String;
 
-impl Space {
-    pub(super) fn of(kind: LockKind) -> Space {
-        match kind {
-            LockKind::Mutex => Space::Mutex,
-            LockKind::Permit { .. } => Space::Semaphore,
-            LockKind::Read | LockKind::Write => Space::RwLock,
-        }
-    }
-}
-
-/// A name of one kind.
-pub(super) type Key = (Space, String);
-
-pub(super) fn key(name: &str, kind: LockKind) -> Key {
-    (Space::of(kind), name.to_owned())
+pub(super) fn key(name: &str) -> Key {
+    name.to_owned()
 }
 
 #[derive(Debug, Default)]
 pub(super) struct State {
-    /// The live holds of each name, in the order they were granted.
+    /// The live holds of each name, in the order they were granted: all of
+    /// one lock ([`LockKind::same_lock`]).
     pub(super) names: HashMap<Key, Vec<Entry>>,
     /// A semaphore's permit count, while it has holds or waiters.
     permits: HashMap<String, u32>,
     /// A read-write lock's last write token (readers carry it); kept for
     /// the life of the store, as a server keeps a name's token counter.
     last_write: HashMap<String, u64>,
-    /// One line per name somebody is waiting for.
+    /// One line per name somebody is waiting for, of every kind.
     pub(super) waiters: HashMap<Key, WaitSlot>,
     last_token: u64,
     last_ticket: u64,
@@ -63,8 +46,8 @@ pub(super) struct Entry {
     pub(super) attempts: Vec<String>,
     pub(super) token: u64,
     pub(super) expires_at: Instant,
-    /// A read-write lock's write hold.
-    write: bool,
+    /// What kind of hold it is.
+    pub(super) kind: LockKind,
 }
 
 impl Entry {
@@ -79,16 +62,20 @@ impl Entry {
             hold_count: self.count(),
             token: self.token,
             remaining: Some(self.expires_at - now),
+            kind: self.kind,
         }
     }
 
-    /// Whether this is a hold of `kind` (of its name's space).
+    /// Whether this is a hold of `kind` (a permit of any count).
     fn is(&self, kind: LockKind) -> bool {
         match kind {
-            LockKind::Read => !self.write,
-            LockKind::Write => self.write,
-            _ => true,
+            LockKind::Permit { .. } => matches!(self.kind, LockKind::Permit { .. }),
+            _ => self.kind == kind,
         }
+    }
+
+    fn write(&self) -> bool {
+        self.kind == LockKind::Write
     }
 }
 
@@ -103,7 +90,7 @@ pub(super) struct WaitSlot {
 #[derive(Debug)]
 pub(super) struct Waiter {
     ticket: u64,
-    kind: LockKind,
+    pub(super) kind: LockKind,
     notify: Arc<Notify>,
     /// Woken since its last attempt: not woken again until it tries.
     told: bool,
@@ -129,20 +116,26 @@ impl State {
         holds
     }
 
-    /// Drops the name's entry once it has no holds (and a semaphore's count
-    /// once nobody waits either).
+    /// Drops the name's entry once it has no holds, and a semaphore's count
+    /// once it has no permits held and none waited for.
     pub(super) fn tidy(&mut self, key: &Key) {
+        let permit = LockKind::Permit { permits: 1 };
         if self.names.get(key).is_some_and(Vec::is_empty) {
             self.names.remove(key);
-            if key.0 == Space::Semaphore && !self.waiters.contains_key(key) {
-                self.permits.remove(&key.1);
-            }
+        }
+        let held = self.names.get(key).is_some_and(|h| h.iter().any(|e| e.is(permit)));
+        let waited = self
+            .waiters
+            .get(key)
+            .is_some_and(|slot| slot.queue.iter().any(|w| w.kind.same_lock(permit)));
+        if !held && !waited {
+            self.permits.remove(key);
         }
     }
 
     /// The hold `hold` names, if it stands (the caller tidies the name).
     pub(super) fn held_by(&mut self, hold: &Hold, now: Instant) -> Option<&mut Entry> {
-        let key = key(&hold.name, hold.kind);
+        let key = key(&hold.name);
         self.live(&key, now)
             .iter_mut()
             .find(|e| e.owner == hold.owner && e.token == hold.token && e.is(hold.kind))
@@ -154,7 +147,8 @@ impl State {
         let holds = self.names.get(key).map_or(&[][..], Vec::as_slice);
         Held {
             holds: holds.len(),
-            writer: holds.iter().any(|e| e.write),
+            writer: holds.iter().any(Entry::write),
+            kind: holds.first().map(|e| e.kind),
         }
     }
 
@@ -219,7 +213,7 @@ impl State {
         self.last_ticket += 1;
         let ticket = self.last_ticket;
         let notify = Arc::new(Notify::new());
-        let slot = self.waiters.entry(key(req.name, req.kind)).or_default();
+        let slot = self.waiters.entry(key(req.name)).or_default();
         slot.queue.push_back(Waiter {
             ticket,
             kind: req.kind,
@@ -269,7 +263,7 @@ impl State {
             self.attempts += 1;
         }
         self.check_permits(req, backend)?;
-        let key = key(req.name, req.kind);
+        let key = key(req.name);
         self.live(&key, now);
         let turn = (!req.fair && req.kind != LockKind::Read) || self.my_turn(&key, ticket, req.kind);
         let holds = self.live(&key, now);
@@ -283,7 +277,7 @@ impl State {
                 return Ok(Granted::Busy(until));
             }
             Grant::Join(i) => join(&mut holds[i], req.attempt, now + ttl),
-            Grant::New { write } => self.add_hold(req, &key, write, now + ttl),
+            Grant::New => self.add_hold(req, &key, now + ttl),
         };
         match ticket {
             // Out of line; another permit or reader may go too.
@@ -295,7 +289,7 @@ impl State {
 
     /// A new hold of `req` on `key`, until `expires_at`, with its token:
     /// the next of the name's (a reader carries the last write's).
-    fn add_hold(&mut self, req: &AcquireRequest<'_>, key: &Key, write: bool, expires_at: Instant) -> Granted {
+    fn add_hold(&mut self, req: &AcquireRequest<'_>, key: &Key, expires_at: Instant) -> Granted {
         let token = match req.kind {
             LockKind::Read => self.last_write.get(req.name).copied().unwrap_or(0),
             _ => {
@@ -303,7 +297,7 @@ impl State {
                 self.last_token
             }
         };
-        if write {
+        if req.kind == LockKind::Write {
             self.last_write.insert(req.name.to_owned(), token);
         }
         let entry = Entry {
@@ -311,7 +305,7 @@ impl State {
             attempts: vec![req.attempt.to_owned()],
             token,
             expires_at,
-            write,
+            kind: req.kind,
         };
         self.names.entry(key.clone()).or_default().push(entry);
         Granted::Held {
@@ -324,7 +318,7 @@ impl State {
     /// Takes `attempt`'s share out of `hold`: `None` if the hold does not
     /// stand, else the holds left of it.
     pub(super) fn release(&mut self, hold: &Hold, attempt: &str, now: Instant) -> Option<u32> {
-        let key = key(&hold.name, hold.kind);
+        let key = key(&hold.name);
         let Some(entry) = self.held_by(hold, now) else {
             self.tidy(&key);
             return None;
@@ -342,7 +336,7 @@ impl State {
 
     /// Every hold of `kind` on `name`, in the order granted.
     pub(super) fn holders(&mut self, name: &str, kind: LockKind, now: Instant) -> Vec<LockInfo> {
-        let key = key(name, kind);
+        let key = key(name);
         let infos = self
             .live(&key, now)
             .iter()
@@ -354,38 +348,42 @@ impl State {
     }
 }
 
-/// What `req` gets against the live `holds` of its name and kind (`turn`:
-/// whether the line lets it go now): the rules every kind follows.
+/// What `req` gets against the live `holds` of its name (`turn`: whether
+/// the line lets it go now): busy while they are of another lock, else the
+/// rules of its kind.
 fn decide(holds: &[Entry], req: &AcquireRequest<'_>, turn: bool, backend: &'static str) -> Result<Grant, LockError> {
+    if holds.first().is_some_and(|e| !e.kind.same_lock(req.kind)) {
+        return Ok(Grant::Busy(holds.iter().map(|e| e.expires_at).min()));
+    }
     Ok(match req.kind {
         LockKind::Mutex => match holds.first() {
             Some(e) if e.owner == req.owner => Grant::Join(0),
             Some(e) => Grant::Busy(Some(e.expires_at)),
-            None if turn => Grant::New { write: false },
+            None if turn => Grant::New,
             None => Grant::Busy(None),
         },
         LockKind::Permit { permits } => {
             let repeated = holds.iter().position(|e| e.attempts.iter().any(|a| a == req.attempt));
             match repeated {
                 Some(i) => Grant::Join(i),
-                None if turn && holds.len() < permits as usize => Grant::New { write: false },
+                None if turn && holds.len() < permits as usize => Grant::New,
                 None => Grant::Busy(holds.iter().map(|e| e.expires_at).min()),
             }
         }
         LockKind::Read => {
-            let mine = holds.iter().position(|e| e.owner == req.owner && !e.write);
-            let writer = holds.iter().find(|e| e.write);
+            let mine = holds.iter().position(|e| e.owner == req.owner && !e.write());
+            let writer = holds.iter().find(|e| e.write());
             match (mine, writer) {
                 (Some(i), _) => Grant::Join(i),
-                (None, Some(w)) if w.owner == req.owner => Grant::New { write: false },
+                (None, Some(w)) if w.owner == req.owner => Grant::New,
                 (None, Some(w)) => Grant::Busy(Some(w.expires_at)),
-                (None, None) if turn => Grant::New { write: false },
+                (None, None) if turn => Grant::New,
                 (None, None) => Grant::Busy(None),
             }
         }
         LockKind::Write => {
-            let mine = holds.iter().position(|e| e.owner == req.owner && e.write);
-            let reading = holds.iter().any(|e| e.owner == req.owner && !e.write);
+            let mine = holds.iter().position(|e| e.owner == req.owner && e.write());
+            let reading = holds.iter().any(|e| e.owner == req.owner && !e.write());
             match mine {
                 Some(i) => Grant::Join(i),
                 None if reading => {
@@ -396,7 +394,7 @@ fn decide(holds: &[Entry], req: &AcquireRequest<'_>, turn: bool, backend: &'stat
                             .to_owned(),
                     });
                 }
-                None if holds.is_empty() && turn => Grant::New { write: true },
+                None if holds.is_empty() && turn => Grant::New,
                 None => Grant::Busy(holds.iter().map(|e| e.expires_at).min()),
             }
         }
@@ -424,6 +422,6 @@ enum Grant {
     Busy(Option<Instant>),
     /// Joins (re-enters or repeats) the hold at this index.
     Join(usize),
-    /// A new hold.
-    New { write: bool },
+    /// A new hold of the request's kind.
+    New,
 }

@@ -54,6 +54,7 @@ pub const CASES: &[&str] = &[
     "rw_writer_not_starved",
     "rw_reentry_and_downgrade",
     "rw_crash_release",
+    "one_name_one_lock",
     "election_one_leader",
     "election_never_two_leaders",
     "election_observe_sees_every_change",
@@ -64,6 +65,7 @@ pub const CASES: &[&str] = &[
     "crowd_mutex",
     "crowd_semaphore",
     "crowd_rwlock",
+    "crowd_one_name",
 ];
 
 /// Expands to one `#[tokio::test]` per conformance case. The argument is an
@@ -103,9 +105,10 @@ macro_rules! conformance_tests {
             fifo_order releaser_does_not_overtake dead_waiter_skipped unfair_still_correct
             semaphore_permits semaphore_crash_release semaphore_order_and_bound
             rw_exclusion_and_tokens rw_writer_not_starved rw_reentry_and_downgrade rw_crash_release
+            one_name_one_lock
             election_one_leader election_never_two_leaders election_observe_sees_every_change multi_lock_all_or_nothing multi_lock_no_deadlock
             job_runs_once_and_at_least_holds job_at_most_stops
-            crowd_mutex crowd_semaphore crowd_rwlock);
+            crowd_mutex crowd_semaphore crowd_rwlock crowd_one_name);
     };
     (@each $($case:ident)*) => {
         $( __lockkit_conformance_case!($case); )*

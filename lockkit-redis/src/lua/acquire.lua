@@ -1,8 +1,15 @@
 local ttl = tonumber(ARGV[2])
--- KEYS[5], with the restart guard on: its marker.
-if KEYS[5] then
-  local refused = guard(KEYS[5], ttl)
+-- KEYS[7], with the restart guard on: its marker.
+if KEYS[7] then
+  local refused = guard(KEYS[7], ttl)
   if refused then return refused end
+end
+-- A refusal while a semaphore's or read-write lock's holds (the lease ends
+-- in KEYS[5] and KEYS[6]) stand on the name, or nil.
+local function other_kind()
+  local left = other_kind_left('', {KEYS[5], KEYS[6]}, now_ms())
+  if left > 0 then return {0, '', 0, math.min(left, ONE_NAME_RECHECK)} end
+  return nil
 end
 -- The token, once drawn, and the server's TIME it was drawn at.
 local ts, now = nil, nil
@@ -10,6 +17,8 @@ if ARGV[5] == '' then
   -- Not in line (a first try): a name nobody holds or waits for is taken
   -- by one SET that fails when the key exists (held, or `FREE`: a line
   -- waits); else the rules below.
+  local refused = other_kind()
+  if refused then return refused end
   ts, now = next_token(KEYS[2], ARGV[4])
   if redis.call('SET', KEYS[1], '2|' .. ts .. '|1||' .. ARGV[3] .. ':1,|' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {1, ts, 1, ttl, 'n'}
@@ -65,6 +74,10 @@ if not h then
     end
     queued = q[1] ~= nil
     if q[1] and ARGV[7] == '' then after = {q[2], q[3]} end
+  end
+  if ARGV[5] ~= '' then
+    local refused = other_kind()
+    if refused then return refused end
   end
   if not ts then ts, now = next_token(KEYS[2], ARGV[4]) end
   -- Clients queued for the last hold still wait: mark this one for them.

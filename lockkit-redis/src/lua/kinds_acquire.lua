@@ -1,8 +1,8 @@
 local H, Z, Q, T = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local owner, ttl, att, waiter, kind = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[5], ARGV[11]
--- KEYS[6], with the restart guard on: its marker.
-if KEYS[6] then
-  local refused = guard(KEYS[6], ttl)
+-- KEYS[8], with the restart guard on: its marker.
+if KEYS[8] then
+  local refused = guard(KEYS[8], ttl)
   if refused then return refused end
 end
 local fair = string.find(ARGV[6], 'f', 1, true) ~= nil
@@ -143,6 +143,16 @@ else
     return {-2}
   else
     new = holds == 0 and turn
+  end
+end
+
+-- One name, one lock: a new hold waits while the name's mutex (KEYS[6])
+-- or the holds of its other kind (lease ends in KEYS[7]) stand.
+if new then
+  local left = other_kind_left(KEYS[6], {KEYS[7]}, now)
+  if left > 0 then
+    if joins then redis.call('PEXPIRE', Q, fmt(left + 60000)) end
+    return {0, kind == 'r' and (redis.call('HGET', H, 'lw') or '') or '', 0, math.min(left, ONE_NAME_RECHECK)}
   end
 end
 

@@ -6,15 +6,20 @@ use futures_util::future::join_all;
 use lockkit_core::{LockError, LockInfo, LockKind};
 
 use crate::error::{Fault, NodeTimeout};
-use crate::inspect::inspect_listed;
+use crate::inspect::{first_hold, inspect_listed};
 use crate::scripts;
 
 use super::nodes::{Inner, KIND, RedlockBackend};
 
 impl RedlockBackend {
     /// [`LockBackend::inspect`](lockkit_core::raw::LockBackend::inspect):
-    /// the mutex's holder a quorum of nodes agrees on.
+    /// the holder a quorum of nodes agrees on, whatever the kind.
     pub(super) async fn inspect_name(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        first_hold(self.mutex_holder(name).await?, |kind| self.holders_of(name, kind)).await
+    }
+
+    /// The mutex's holder a quorum of nodes agrees on.
+    async fn mutex_holder(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let inner = &self.inner;
         let results = inner
             .all(|_, mut c| async move { scripts::inspect(&mut c, &inner.keys, name).await })
@@ -26,7 +31,7 @@ impl RedlockBackend {
     /// the holds a quorum of nodes agrees on (see `kinds`).
     pub(super) async fn holders_of(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
         match kind {
-            LockKind::Mutex => Ok(self.inspect_name(name).await?.into_iter().collect()),
+            LockKind::Mutex => Ok(self.mutex_holder(name).await?.into_iter().collect()),
             kind => self.quorum_holders(name, kind).await,
         }
     }

@@ -250,6 +250,7 @@ impl RedlockBackend {
                 hold_count: nodes.iter().map(|s| s.count).max().unwrap_or(1),
                 token,
                 remaining: (rem >= 0).then(|| millis(rem)),
+                kind: lockkit_core::LockKind::Mutex,
             }));
         }
         if failures.len() > inner.n() - inner.quorum {

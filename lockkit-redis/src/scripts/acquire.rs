@@ -16,7 +16,9 @@ use crate::turn::{FALLBACK, Turn, TurnOf};
 
 /// Acquire, re-enter, or report the holder's remaining lease.
 ///
-/// KEYS: lock, counter, queue, turn. ARGV:
+/// KEYS: lock, counter, queue, turn, the lease ends of the name's
+/// semaphore and read-write lock holds (a name is one lock: refused while
+/// they stand, looked at again after 200 ms at most). ARGV:
 /// 1. owner, 2. ttl ms,
 /// 3. the attempt id (its share is recorded in the hold; a repeat
 ///    of the attempt is recognised by it and changes nothing),
@@ -49,7 +51,7 @@ use crate::turn::{FALLBACK, Turn, TurnOf};
 /// is the turn of the waiting client `HEAD` (fair only), with `BEHIND`
 /// clients queued between it and the caller (and, from the kinds' script,
 /// `{2, SLOT}`: see [`AcquireReply::OtherSlot`]). With the restart guard
-/// on, the marker is the last key, and `{-3, MS}` a refusal by it (see
+/// on, the marker is the last key (the 7th; the kinds' 8th), and `{-3, MS}` a refusal by it (see
 /// [`AcquireReply::Guarded`]).
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -59,6 +61,7 @@ pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../lua/token.lua"),
         include_str!("../lua/hold.lua"),
         include_str!("../lua/guard.lua"),
+        include_str!("../lua/one_name.lua"),
         include_str!("../lua/acquire.lua")
     ))
 });
@@ -340,6 +343,10 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
         LockKind::Mutex => {
             let mut inv = ACQUIRE.key(keys.lock(name));
             inv.key(keys.counter(name)).key(keys.queue(name)).key(keys.turn(name));
+            // One name, one lock: the lease ends of its other kinds' holds.
+            for other in [LockKind::Permit { permits: 1 }, LockKind::Read] {
+                inv.key(keys.expiries(&keys.holds(name, other)));
+            }
             inv
         }
         kind => kinds::acquire_call(keys, name, kind),

@@ -37,6 +37,7 @@ impl Stored {
             hold_count: self.count,
             token: self.token,
             remaining: (self.pttl >= 0).then(|| super::reply::millis(self.pttl)),
+            kind: lockkit_core::LockKind::Mutex,
         }
     }
 }

@@ -32,7 +32,9 @@ use crate::layout::Keys;
 /// process died) at once.
 ///
 /// KEYS: holds, their lease ends, counter, line, the entries told their
-/// turn. ARGV: 1–10 as for the mutex, 11. the kind
+/// turn, the name's mutex lock key and the lease ends of its other kind's
+/// holds (a name is one lock: a new hold is refused while they stand, and
+/// looks again after 200 ms at most). ARGV: 1–10 as for the mutex, 11. the kind
 /// (`p`, `r`, `w`), 12. a semaphore's permit count, 13. Redlock: the
 /// permit slot to take (`''`: any permit, `*`: the one the server assigns;
 /// see below), 14. the nonce of the turn messages it sends (the same on
@@ -61,6 +63,7 @@ pub(super) static KINDS_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../lua/token.lua"),
         include_str!("../lua/holds.lua"),
         include_str!("../lua/guard.lua"),
+        include_str!("../lua/one_name.lua"),
         include_str!("../lua/kinds_acquire.lua")
     ))
 });
@@ -143,7 +146,9 @@ pub(super) static KINDS_EXTEND: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// The live holds of one kind, in the order granted. KEYS: holds, lease
-/// ends. ARGV: kind. Returns `{owner, count, token, pttl}` per hold.
+/// ends. ARGV: kind. Returns `{owner, count, token, pttl, slot, permits}`
+/// per hold (`slot`: Redlock's permit slot, -1 none; `permits`: a
+/// semaphore's count, -1 for the other kinds).
 pub(super) static KINDS_HOLDERS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("../lua/clock.lua"),
@@ -166,11 +171,17 @@ pub(crate) fn flag(kind: LockKind) -> &'static str {
 /// keys (the arguments follow: see [`KINDS_ACQUIRE`]).
 pub(super) fn acquire_call(keys: &Keys, name: &str, kind: LockKind) -> ScriptInvocation<'static> {
     let holds = keys.holds(name, kind);
+    let other = match kind {
+        LockKind::Permit { .. } => LockKind::Read,
+        _ => LockKind::Permit { permits: 1 },
+    };
     let mut inv = KINDS_ACQUIRE.key(&holds);
     inv.key(keys.expiries(&holds))
         .key(keys.counter(name))
         .key(keys.queue_of_lock(&holds))
-        .key(keys.told(&holds));
+        .key(keys.told(&holds))
+        .key(keys.lock(name))
+        .key(keys.expiries(&keys.holds(name, other)));
     inv
 }
 
@@ -251,24 +262,28 @@ pub(crate) async fn holders<C: ConnectionLike + Send>(
         .arg(flag(kind))
         .invoke_async(conn)
         .await?;
-    Ok(parse_holders(name, &v)?)
+    Ok(parse_holders(name, kind, &v)?)
 }
 
 /// Parses the holders script's reply (see [`KINDS_HOLDERS`]).
-fn parse_holders(name: &str, v: &Value) -> Result<Vec<(LockInfo, Option<u32>)>, UnexpectedReply> {
+fn parse_holders(name: &str, kind: LockKind, v: &Value) -> Result<Vec<(LockInfo, Option<u32>)>, UnexpectedReply> {
     let bad = || unexpected("holders", v);
     let Value::Array(items) = v else { return Err(bad()) };
     items
         .iter()
         .map(|item| match item {
             Value::Array(f) => match f.as_slice() {
-                [owner, count, token, pttl, slot] => Ok((
+                [owner, count, token, pttl, slot, permits] => Ok((
                     LockInfo {
                         name: name.to_owned(),
                         owner: text(owner).ok_or_else(bad)?,
                         hold_count: int(count).and_then(|c| u32::try_from(c).ok()).ok_or_else(bad)?,
                         token: int(token).and_then(|t| u64::try_from(t).ok()).ok_or_else(bad)?,
                         remaining: Some(super::reply::millis(int(pttl).ok_or_else(bad)?)),
+                        kind: match (kind, int(permits).and_then(|n| u32::try_from(n).ok())) {
+                            (LockKind::Permit { .. }, Some(permits)) => LockKind::Permit { permits },
+                            _ => kind,
+                        },
                     },
                     int(slot).and_then(|k| u32::try_from(k).ok()),
                 )),

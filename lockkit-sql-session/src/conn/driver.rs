@@ -20,6 +20,18 @@ pub(crate) enum Conn {
     Postgres(sqlx::PgConnection),
 }
 
+/// What a try gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tried {
+    /// Granted, with this token.
+    Granted(u64),
+    /// Held by another connection.
+    Busy,
+    /// Not tried: the statement ran on another server session than the
+    /// connection's (a pooler that shares sessions).
+    OtherSession,
+}
+
 /// What a bounded wait for a lock gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Waited {
@@ -90,22 +102,29 @@ impl Conn {
         }
     }
 
-    /// Tries the lock without waiting: `Some(token)` if granted.
-    pub(crate) async fn try_lock(&mut self, sql: &SessionSql, key: &Key) -> Result<Option<u64>, sqlx::Error> {
+    /// Tries the lock without waiting, only on the server session `session`
+    /// (Postgres; this connection's id).
+    pub(crate) async fn try_lock(&mut self, sql: &SessionSql, key: &Key, session: i64) -> Result<Tried, sqlx::Error> {
         let (got, tok) = match self {
             #[cfg(feature = "mysql")]
             Conn::Mysql(c) => {
+                let _ = session;
                 let q = sqlx::query_as::<_, (Option<i64>, i64)>(sqlx::AssertSqlSafe(sql.try_lock.as_str()));
-                bind_key!(q, key).fetch_one(&mut *c).await?
+                let (got, tok) = bind_key!(q, key).fetch_one(&mut *c).await?;
+                (Some(got == Some(1)), tok)
             }
             #[cfg(feature = "postgres")]
             Conn::Postgres(c) => {
-                let q = sqlx::query_as::<_, (bool, i64)>(sqlx::AssertSqlSafe(sql.try_lock.as_str()));
-                let (got, tok) = bind_key!(q, key).fetch_one(&mut *c).await?;
-                (Some(i64::from(got)), tok)
+                let q = sqlx::query_as::<_, (Option<bool>, i64)>(sqlx::AssertSqlSafe(sql.try_lock.as_str()));
+                let session = i32::try_from(session).unwrap_or(0);
+                bind_key!(q, key).bind(session).fetch_one(&mut *c).await?
             }
         };
-        Ok((got == Some(1)).then(|| token(tok)))
+        Ok(match got {
+            Some(true) => Tried::Granted(token(tok)),
+            Some(false) => Tried::Busy,
+            None => Tried::OtherSession,
+        })
     }
 
     /// Waits server-side for the lock, at most `wait`.

@@ -59,6 +59,45 @@ pub enum Mode {
     Session,
 }
 
+/// Whether a connection pooler stands between lockkit and a Postgres
+/// server (`?pooler=`), and how it pools. A transaction or statement
+/// pooler (PgBouncer `pool_mode=transaction` / `statement`) hands a server
+/// session to other clients between transactions, so nothing tied to a
+/// server session survives a statement: session locks, `LISTEN`, named
+/// prepared statements.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Pooler {
+    /// Found out at connect (`pooler=auto`, the default; Postgres only):
+    /// a probe on two connections (see `lockkit_sql::raw::detect_pooler`).
+    #[default]
+    Auto,
+    /// No pooler, or one that keeps a client on one server session
+    /// (PgBouncer `pool_mode=session`) (`pooler=none`): no probe.
+    None,
+    /// A transaction pooler (`pooler=transaction`).
+    Transaction,
+    /// A statement pooler (`pooler=statement`).
+    Statement,
+}
+
+impl Pooler {
+    /// What a message calls this pooling: `transaction pooling`,
+    /// `statement pooling`, or `no pooling`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Pooler::Transaction => "transaction pooling",
+            Pooler::Statement => "statement pooling",
+            Pooler::Auto | Pooler::None => "no pooling",
+        }
+    }
+
+    /// Whether server sessions are shared between clients.
+    pub fn shares_sessions(self) -> bool {
+        matches!(self, Pooler::Transaction | Pooler::Statement)
+    }
+}
+
 /// The longest table name accepted: room for the `_tokens` / `_token_seq`
 /// / `_waiters` companions within every dialect's identifier limit.
 pub const MAX_TABLE_LEN: usize = 48;
@@ -82,6 +121,7 @@ pub const MAX_TABLE_LEN: usize = 48;
 /// | `live_lease` | `400ms` | SQLite: lease of a process's liveness row; a waiter whose process died is skipped within it |
 /// | `mode` | `table` | `table`: the lock table; `session`: session locks on server connections ([`Mode`]; MySQL/MariaDB, Postgres) |
 /// | `ping_interval` | `1s` | `mode=session`: pause between pings of each connection that carries holds |
+/// | `pooler` | `auto` | Postgres: `auto` (probe at connect), `none`, `transaction` or `statement`: a connection pooler in between ([`Pooler`]); the session mode refuses the last two, the table mode then keeps no state on server sessions |
 ///
 /// `Debug` hides the password of the database URL.
 #[derive(Clone)]
@@ -130,6 +170,9 @@ pub struct SqlConfig {
     /// `mode=session`: the pause between two pings of each connection that
     /// carries holds (a lost connection is noticed within about this long).
     pub ping_interval: Duration,
+    /// Postgres: the connection pooler in between, or [`Pooler::Auto`] to
+    /// probe for one at connect.
+    pub pooler: Pooler,
 }
 
 impl fmt::Debug for SqlConfig {
@@ -149,6 +192,7 @@ impl fmt::Debug for SqlConfig {
             .field("live_lease", &self.live_lease)
             .field("mode", &self.mode)
             .field("ping_interval", &self.ping_interval)
+            .field("pooler", &self.pooler)
             .finish()
     }
 }
@@ -178,6 +222,7 @@ impl SqlConfig {
             live_lease: DEFAULT_LIVE_LEASE,
             mode: Mode::Table,
             ping_interval: DEFAULT_PING_INTERVAL,
+            pooler: Pooler::Auto,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockkit_core::LockError;
 use lockkit_core::raw::{ConnectUrl, decode_component};
 
-use super::{Dialect, Mode, SqlConfig, validate_table};
+use super::{Dialect, Mode, Pooler, SqlConfig, validate_table};
 
 impl SqlConfig {
     /// Reads the settings from a parsed URL, taking this backend's query
@@ -60,6 +60,9 @@ impl SqlConfig {
         }
         if let Some(ping) = take_duration_in(url, "ping_interval", ms(10)..=s(300), "10ms and 300s")? {
             config.ping_interval = ping;
+        }
+        if let Some(pooler) = url.take("pooler") {
+            config.pooler = pooler_of(&pooler, dialect)?;
         }
         Ok(config)
     }
@@ -126,6 +129,29 @@ fn mode_of(mode: &str, dialect: Dialect) -> Result<Mode, LockError> {
             format!("{other:?} is not a mode: use table (the default) or session"),
         )),
     }
+}
+
+/// The pooler `?pooler=` names: only Postgres is probed for one.
+fn pooler_of(pooler: &str, dialect: Dialect) -> Result<Pooler, LockError> {
+    let parsed = match pooler {
+        "auto" => Pooler::Auto,
+        "none" => Pooler::None,
+        "transaction" => Pooler::Transaction,
+        "statement" => Pooler::Statement,
+        other => {
+            return Err(LockError::config(
+                "query parameter pooler",
+                format!("{other:?} is not a pooler: use auto (the default), none, transaction or statement"),
+            ));
+        }
+    };
+    if dialect != Dialect::Postgres && parsed != Pooler::Auto && parsed != Pooler::None {
+        return Err(LockError::config(
+            "query parameter pooler",
+            "transaction and statement pooling are handled on Postgres only (postgres://)",
+        ));
+    }
+    Ok(parsed)
 }
 
 /// The URL (or SQLite path) handed to the driver: the URL without its query.
@@ -284,6 +310,23 @@ mod tests {
             part(config("mysql://h/db?mode=session&ping_interval=1ms").unwrap_err()),
             "query parameter ping_interval"
         );
+    }
+
+    #[test]
+    fn poolers() {
+        assert_eq!(config("postgres://h/db").unwrap().pooler, Pooler::Auto);
+        assert_eq!(
+            config("postgres://h/db?pooler=transaction").unwrap().pooler,
+            Pooler::Transaction
+        );
+        assert_eq!(
+            config("postgres://h/db?pooler=statement").unwrap().pooler,
+            Pooler::Statement
+        );
+        assert_eq!(config("mysql://h/db?pooler=none").unwrap().pooler, Pooler::None);
+        for bad in ["postgres://h/db?pooler=yes", "mysql://h/db?pooler=transaction"] {
+            assert_eq!(part(config(bad).unwrap_err()), "query parameter pooler", "{bad}");
+        }
     }
 
     #[test]

@@ -65,6 +65,10 @@ impl LastId for sqlx::sqlite::SqliteQueryResult {
 pub(crate) struct Db {
     pub(super) pool: Pool,
     pub(super) lane: Lane,
+    /// Postgres behind a pooler that shares server sessions: statements
+    /// go with their arguments inlined, in the simple protocol (see
+    /// `inline.rs`).
+    pub(super) inline: bool,
 }
 
 /// The pool of one of the enabled drivers.
@@ -107,6 +111,10 @@ impl Db {
         Box::pin(async move {
             let _admitted = self.lane.admit().await?;
             let _turn = self.turn().await;
+            #[cfg(feature = "postgres")]
+            if let (true, Pool::Postgres(pool)) = (self.inline, &self.pool) {
+                return inline_exec(pool, super::inline::inline(sql, args)?).await;
+            }
             with_pool!(self, pool => {
                 let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
                 let mut conn = pool.acquire().await?;
@@ -139,6 +147,10 @@ impl Db {
         Box::pin(async move {
             let _admitted = self.lane.admit().await?;
             let _turn = self.turn().await;
+            #[cfg(feature = "postgres")]
+            if let (true, Pool::Postgres(pool)) = (self.inline, &self.pool) {
+                return inline_fetch(pool, super::inline::inline(sql, args)?, cols).await;
+            }
             with_pool!(self, pool => {
                 let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
                 let mut conn = pool.acquire().await?;
@@ -216,6 +228,9 @@ impl Db {
                 ));
             };
             let _admitted = self.lane.admit().await?;
+            if self.inline {
+                return inline_fetch(pool, super::inline::inline_lists(sql, int, &lists)?, cols).await;
+            }
             let mut conn = pool.acquire().await?;
             super::sent::mark();
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
@@ -245,4 +260,30 @@ impl Db {
     pub async fn close(&self) {
         with_pool!(self, pool => pool.close().await)
     }
+}
+
+/// Postgres behind a pooler: runs an inlined statement (see `inline.rs`);
+/// affected rows.
+#[cfg(feature = "postgres")]
+async fn inline_exec(pool: &Kept<sqlx::Postgres>, text: String) -> Result<Done, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    super::sent::mark();
+    let r = sqlx::raw_sql(sqlx::AssertSqlSafe(text)).execute(&mut *conn).await?;
+    conn.done();
+    Ok(Done {
+        rows: r.rows_affected(),
+        last_id: 0,
+    })
+}
+
+/// Postgres behind a pooler: runs an inlined query; every row decoded as
+/// `cols` says (the simple protocol's rows come as text, which sqlx
+/// decodes by the column types as it does binary rows).
+#[cfg(feature = "postgres")]
+async fn inline_fetch(pool: &Kept<sqlx::Postgres>, text: String, cols: &[Col]) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    super::sent::mark();
+    let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(text)).fetch_all(&mut *conn).await?;
+    conn.done();
+    decode_rows(&rows, cols)
 }

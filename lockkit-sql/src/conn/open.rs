@@ -54,6 +54,7 @@ impl Db {
         Db {
             pool: self.pool.clone(),
             lane: Lane::Renewals,
+            inline: self.inline,
         }
     }
 
@@ -68,6 +69,7 @@ impl Db {
         Ok(Db {
             pool,
             lane: Lane::ops(max, config.connect_timeout),
+            inline: config.dialect == Dialect::Postgres && config.pooler.shares_sessions(),
         })
     }
 
@@ -162,11 +164,18 @@ fn mysql_pool(config: &SqlConfig) -> Result<Pool, sqlx::Error> {
 /// no index to use). A disabled scan's estimate passes every JIT
 /// threshold, so each sweep would be compiled at a cost far above its
 /// work; no lockkit statement is long enough to gain from JIT.
+///
+/// Behind a pooler that shares server sessions the settings are not sent:
+/// they would be a startup parameter (`options`), which PgBouncer refuses,
+/// and a `SET` would stay on a server session other clients use.
 #[cfg(feature = "postgres")]
 fn postgres_pool(config: &SqlConfig) -> Result<Pool, sqlx::Error> {
-    let opts = sqlx::postgres::PgConnectOptions::from_str(&config.database)?
-        .application_name("lockkit")
-        .options([("enable_seqscan", "off"), ("jit", "off")]);
+    let opts = sqlx::postgres::PgConnectOptions::from_str(&config.database)?.application_name("lockkit");
+    let opts = if config.pooler.shares_sessions() {
+        opts
+    } else {
+        opts.options([("enable_seqscan", "off"), ("jit", "off")])
+    };
     Ok(Pool::Postgres(Arc::new(Kept::new(
         pool_options::<sqlx::Postgres>(config).connect_lazy_with(opts),
     ))))

@@ -15,6 +15,9 @@ use crate::value::{Arg, Col, Val};
 /// back (a connection lost mid-way rolls back on the server).
 pub(crate) struct Tx {
     conn: TxConn,
+    /// Postgres behind a pooler: arguments inlined (see `inline.rs`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    inline: bool,
     /// Its admission to the pool, for as long as it is open.
     _admitted: Admitted,
 }
@@ -83,6 +86,7 @@ impl Db {
         super::sent::mark();
         Ok(Tx {
             conn,
+            inline: self.inline,
             _admitted: admitted,
         })
     }
@@ -91,6 +95,15 @@ impl Db {
 impl Tx {
     /// Runs a statement; affected rows.
     pub async fn exec(&mut self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Done, sqlx::Error> {
+        #[cfg(feature = "postgres")]
+        if let (true, TxConn::Postgres(t)) = (self.inline, &mut self.conn) {
+            let text = super::inline::inline(sql, args)?;
+            let r = sqlx::raw_sql(sqlx::AssertSqlSafe(text)).execute(&mut **t).await?;
+            return Ok(Done {
+                rows: r.rows_affected(),
+                last_id: 0,
+            });
+        }
         with_tx!(self, conn => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
             let r = bind_all(query, args).execute(conn).await?;
@@ -108,6 +121,12 @@ impl Tx {
         args: &[Arg<'_>],
         cols: &[Col],
     ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
+        #[cfg(feature = "postgres")]
+        if let (true, TxConn::Postgres(t)) = (self.inline, &mut self.conn) {
+            let text = super::inline::inline(sql, args)?;
+            let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(text)).fetch_all(&mut **t).await?;
+            return decode_rows(&rows, cols);
+        }
         with_tx!(self, conn => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
             let rows = bind_all(query, args).fetch_all(conn).await?;

@@ -122,6 +122,16 @@ impl Inner {
             },
             Grant::New { write, room } => claim.grant_new(write, room).await?,
         };
+        // The guard after the hold's writes, so that its lease (from a
+        // later clock reading) covers the hold's.
+        if let Some(retry_in) = self.take_guard(&mut claim.tx, req).await? {
+            // Held as another kind: nothing of this claim stays.
+            claim.tx.rollback().await?;
+            return Ok(Some(Ok(Claimed::Busy {
+                retry_in: Some(retry_in),
+                head: true,
+            })));
+        }
         claim.commit(&granted).await?;
         if granted.room {
             self.waiters.remember(&key, granted.seq);

@@ -26,6 +26,17 @@
 //! deleting (a claim that finds the hold it joins gone, swept after its
 //! lease, looks again).
 //!
+//! # One name, one lock
+//!
+//! A name held as one kind refuses the others: a claim that would grant
+//! (or join) a hold first takes the name's guard row in the lock table, in
+//! the same transaction, and is busy while a mutex or the other family
+//! holds that row (`guard.rs`). The mutex's statements see the guard as
+//! another owner's hold. A waiter kept out by another kind is not told when
+//! that kind's holds go by the server (its line is its kind's); the head of
+//! its line looks again on its backoff (at most `max_backoff`), and a
+//! release in the same process wakes it at once.
+//!
 //! Every attempt is idempotent by its attempt id (a repeat finds its share
 //! in a hold's `attempts`), a release takes out exactly its share, so the
 //! transactions are sent again after a lost connection, as the mutex's
@@ -46,6 +57,7 @@
 //! it lets in, one after the other.
 
 mod claim;
+mod guard;
 mod hold;
 mod name;
 mod release;
@@ -79,22 +91,36 @@ pub(crate) mod tests {
         backend.try_acquire(req).await.unwrap().token()
     }
 
-    /// Each family keeps its own names; one watchdog batch extends holds
-    /// of every kind; a repeated release changes nothing.
+    /// The name "n" for a semaphore, "rw" for a read-write lock, "m" for a
+    /// mutex: names of their own, so that holds of every kind stand at once.
+    fn named<'a>(kind: LockKind, owner: &'a str, attempt: &'a str) -> AcquireRequest<'a> {
+        let name = match kind {
+            LockKind::Mutex => "m",
+            LockKind::Permit { .. } => "n",
+            _ => "rw",
+        };
+        AcquireRequest {
+            name,
+            ..req(kind, owner, attempt)
+        }
+    }
+
+    /// One watchdog batch extends holds of every kind; a repeated release
+    /// changes nothing.
     #[tokio::test]
     async fn kinds_beside_the_mutex() {
         let backend = SqlBackend::connect(SqlConfig::new(Dialect::Sqlite, ":memory:"))
             .await
             .unwrap();
         let permit = LockKind::Permit { permits: 1 };
-        let m = take(&backend, &req(LockKind::Mutex, "a", "0000000000000001"))
+        let m = take(&backend, &named(LockKind::Mutex, "a", "0000000000000001"))
             .await
             .unwrap();
         let p = take(&backend, &req(permit, "a", "0000000000000002")).await.unwrap();
-        let w = take(&backend, &req(LockKind::Write, "a", "0000000000000003"))
+        let w = take(&backend, &named(LockKind::Write, "a", "0000000000000003"))
             .await
             .unwrap();
-        let r = take(&backend, &req(LockKind::Read, "a", "0000000000000004"))
+        let r = take(&backend, &named(LockKind::Read, "a", "0000000000000004"))
             .await
             .unwrap();
         assert_eq!(r, w, "read under the own write carries its token");
@@ -106,7 +132,7 @@ pub(crate) mod tests {
             TryAcquire::Busy { .. }
         ));
         let hold = |kind, token| Hold {
-            name: "n".to_owned(),
+            name: named(kind, "", "").name.to_owned(),
             owner: "a".to_owned(),
             token,
             kind,
@@ -132,7 +158,7 @@ pub(crate) mod tests {
         let next = take(&backend, &req(permit, "b", "0000000000000005")).await.unwrap();
         assert!(next > p, "tokens grow per name");
         assert_eq!(backend.waiting_for("n", permit).await.unwrap(), 0);
-        assert_eq!(backend.holders("n", LockKind::Read).await.unwrap().len(), 1);
+        assert_eq!(backend.holders("rw", LockKind::Read).await.unwrap().len(), 1);
 
         // An abandoned permit: free at its lease end, and swept.
         let brief = AcquireRequest {
@@ -151,5 +177,70 @@ pub(crate) mod tests {
         let swept = inner.db.exec(&inner.ksql.sweep, &[Arg::Int(100)]).await.unwrap();
         assert!(swept.rows >= 1, "the expired permit is swept");
         assert!(backend.holders("n", permit).await.unwrap().is_empty());
+    }
+
+    /// One name, one lock: a mutex keeps a permit off its name and a
+    /// permit the mutex, whoever asks; inspect names the kind that holds
+    /// it; the last permit's release frees the name at once.
+    #[tokio::test]
+    async fn one_name_one_lock() {
+        let backend = SqlBackend::connect(SqlConfig::new(Dialect::Sqlite, ":memory:"))
+            .await
+            .unwrap();
+        let permit = LockKind::Permit { permits: 2 };
+        let m = take(&backend, &req(LockKind::Mutex, "a", "0000000000000001"))
+            .await
+            .unwrap();
+        assert_eq!(take(&backend, &req(permit, "b", "0000000000000002")).await, None);
+        assert_eq!(
+            take(&backend, &req(LockKind::Read, "a", "0000000000000003")).await,
+            None
+        );
+        let held = backend.inspect("n").await.unwrap().unwrap();
+        assert_eq!((held.kind, held.owner.as_str()), (LockKind::Mutex, "a"));
+        let mutex = |token| Hold {
+            name: "n".to_owned(),
+            owner: "a".to_owned(),
+            token,
+            kind: LockKind::Mutex,
+        };
+        backend.release(&mutex(m), "0000000000000001").await.unwrap();
+        let p = take(&backend, &req(permit, "b", "0000000000000002")).await.unwrap();
+        assert_eq!(
+            take(&backend, &req(LockKind::Mutex, "a", "0000000000000004")).await,
+            None
+        );
+        assert_eq!(
+            take(&backend, &req(LockKind::Write, "a", "0000000000000005")).await,
+            None
+        );
+        let held = backend.inspect("n").await.unwrap().unwrap();
+        assert_eq!((held.kind, held.owner.as_str(), held.token), (permit, "b", p));
+        let listed = backend.list("", 10).await.unwrap();
+        assert_eq!(
+            listed.iter().map(|i| i.kind).collect::<Vec<_>>(),
+            [permit],
+            "{listed:?}"
+        );
+        assert_eq!(
+            backend.force_release("n").await.unwrap(),
+            None,
+            "the mutex's override spares the permit"
+        );
+        let of_b = Hold {
+            owner: "b".to_owned(),
+            kind: permit,
+            ..mutex(p)
+        };
+        backend.release(&of_b, "0000000000000002").await.unwrap();
+        assert!(
+            backend.inspect("n").await.unwrap().is_none(),
+            "the guard went with the last permit"
+        );
+        assert!(
+            take(&backend, &req(LockKind::Mutex, "a", "0000000000000004"))
+                .await
+                .is_some()
+        );
     }
 }

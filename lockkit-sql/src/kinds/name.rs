@@ -28,7 +28,11 @@ pub(super) struct NameState {
 /// (`(family, name)`); its `(permits, last_token, last_write)`, or `None`
 /// when the name has no row. Claims and releases of a name take it first,
 /// so they change the name's holds one at a time.
-async fn lock_name(tx: &mut Tx, k: &KindStatements, args: &[Arg<'_>]) -> Result<Option<Vec<Val>>, sqlx::Error> {
+pub(super) async fn lock_name(
+    tx: &mut Tx,
+    k: &KindStatements,
+    args: &[Arg<'_>],
+) -> Result<Option<Vec<Val>>, sqlx::Error> {
     Ok(tx.fetch(&k.lock_name, args, &[Col::Int; 3]).await?.pop())
 }
 

@@ -19,7 +19,8 @@ impl Inner {
     /// hold) by the rounds of a mutex's release ([`Inner::release_rounds`]):
     /// at none left the hold goes, and the first waiter of the name's line
     /// in this process looks again (Postgres: of every process), which
-    /// wakes the next if there is room for it too.
+    /// wakes the next if there is room for it too; the last hold of the
+    /// name's family frees the name's guard (`guard.rs`).
     pub(crate) async fn kind_release(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
         let k = &self.ksql;
         let key = line_key(&hold.name, hold.kind);
@@ -42,7 +43,11 @@ impl Inner {
             returns_rows: k.returns_rows,
             share: (&k.share, &one_args[..6]),
         };
-        self.release_rounds(&hold.name, steps).await
+        let released = self.release_rounds(&hold.name, steps).await?;
+        if released == (ReleaseOutcome::Released { remaining: 0 }) {
+            self.free_guard(&hold.name, hold.kind).await;
+        }
+        Ok(released)
     }
 
     /// The first step of [`kind_release`](Self::kind_release): deletes the
@@ -90,6 +95,17 @@ impl Inner {
         let found = self
             .retry("extend", None, || self.renew_db.fetch(&select, &tuples, &cols))
             .await?;
+        // The guards of the names whose holds stand last as long.
+        let live: Vec<(i64, &str)> = holds
+            .iter()
+            .filter(|h| {
+                found
+                    .iter()
+                    .any(|r| r[0].int() == family(h.kind) && r[1] == Val::Bytes(h.name.as_bytes().to_vec()))
+            })
+            .map(|h| (family(h.kind), h.name.as_str()))
+            .collect();
+        self.extend_guards(ttl, &live).await?;
         Ok(holds
             .iter()
             .map(|h| {
@@ -143,6 +159,7 @@ impl Inner {
                     hold_count: share_count(&attempts),
                     token: r.next().map_or(0, |v| v.int() as u64),
                     remaining: Some(from_us(r.next().map_or(0, |v| v.int()))),
+                    kind,
                 }
             })
             .collect())

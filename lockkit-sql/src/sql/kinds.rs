@@ -15,10 +15,13 @@ use std::sync::Arc;
 
 use lockkit_core::LockKind;
 
+use super::guard::GuardStatements;
 use super::kinds_text::{KindText, Words, placeholders, plus, remaining};
 use crate::config::Dialect;
 
-/// A kind family's code in the tables: each family keeps its own names.
+/// A kind family's code in the tables (a name's holds of one family share
+/// its rows; the families and the mutex exclude each other through the
+/// guard row, `guard.rs`).
 pub(crate) fn family(kind: LockKind) -> i64 {
     match kind {
         LockKind::Permit { .. } => 1,
@@ -97,6 +100,9 @@ pub(crate) struct KindStatements {
     pub grant: Option<Arc<str>>,
     /// `(batch)`: deletes at most `batch` expired rows; counts rows.
     pub sweep: Arc<str>,
+    /// The guard rows that keep the mutex and the other family off a
+    /// name with holds (see `guard.rs`).
+    pub guard: GuardStatements,
     dialect: Dialect,
     holds: String,
     /// The two tables' names, unquoted.
@@ -162,6 +168,7 @@ impl KindStatements {
             notify: (dialect == Dialect::Postgres).then(|| x.notify()),
             grant: (dialect == Dialect::Postgres).then(|| x.grant()),
             sweep: x.sweep(),
+            guard: GuardStatements::new(dialect, table),
             dialect,
             holds: x.h,
             tables: [format!("{table}_kinds"), format!("{table}_holds")],

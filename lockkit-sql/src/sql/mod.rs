@@ -16,10 +16,12 @@
 //! which also holds the [`ClaimShape`] and the builders that differ by a
 //! line per dialect; `fragments.rs` holds the pieces of SQL text they
 //! share, and `kinds.rs` the statements of semaphores and read-write
-//! locks (their text written in `kinds_text.rs`). This file picks a
+//! locks (their text written in `kinds_text.rs`; their guard rows in the
+//! lock table, `guard.rs`). This file picks a
 //! database's builder ([`Statements::new`]).
 
 mod fragments;
+mod guard;
 mod kinds;
 mod kinds_text;
 mod mysql;
@@ -29,6 +31,7 @@ mod sqlite;
 mod statements;
 
 use crate::config::Dialect;
+pub(crate) use guard::{guard_owner, is_guard_owner};
 pub(crate) use kinds::{KindStatements, family};
 #[cfg(feature = "mysql")]
 pub(crate) use mysql::MysqlTokens;

@@ -32,7 +32,7 @@ use crate::conn::session::Session;
 use crate::dead::Suspects;
 use crate::enqueue::enqueue_bounded;
 use crate::error::{BACKEND, is_connection_loss};
-use crate::layout::{Child, Mark, kind_parent, node_name};
+use crate::layout::{Child, Mark, node_name, parent_path};
 use crate::leftover::Leftover;
 use crate::queue::{Queued, refresh, refresh_watching, sync};
 use crate::result::ZkResult;
@@ -72,7 +72,7 @@ impl Inner {
         deadline: Option<Instant>,
         try_only: bool,
     ) -> Result<Waited, LockError> {
-        let parent = kind_parent(want.name, want.kind);
+        let parent = parent_path(want.name);
         let q = match enqueue_bounded(session, want, &parent, deadline).await {
             Ok(q) => q,
             Err(exit) => return exit.waited(),
@@ -179,6 +179,7 @@ impl KindWait<'_> {
         };
         let listed = Listed {
             queue: &q.queue,
+            shares: &q.shares,
             beside: &q.beside,
             mark: self.mark,
             own: Some((&q.me, &own)),
@@ -222,7 +223,7 @@ impl KindWait<'_> {
         if self.mark == Mark::Write
             && !self
                 .steps
-                .bounded(record_write(client, &q.parent, &q.path, token))
+                .bounded(record_write(session, &q.parent, &q.path, token))
                 .await?
         {
             return Err(self.steps.restart());

@@ -8,7 +8,7 @@ use std::task::Poll;
 use zookeeper_client::{Client, OneshotWatcher, WatchedEvent};
 
 use super::plan::Watch;
-use crate::layout::{Child, queue_of};
+use crate::layout::{Child, queue};
 use crate::result::ZkResult;
 
 /// An arming of one watch: its watcher, or `None` when what it waits
@@ -44,7 +44,7 @@ pub(super) async fn arm(
                     let armed = client.list_and_watch_children(parent);
                     Box::pin(async move {
                         let (children, watcher) = armed.await?;
-                        let now = seen.first().map(|me| queue_of(&children, me.mark)).unwrap_or_default();
+                        let now = queue(&children);
                         let same = now.len() == seen.len() && now.iter().zip(seen).all(|(a, b)| a.name == b.name);
                         Ok(same.then_some(watcher))
                     })

@@ -2,16 +2,17 @@
 //! recorded in the lock's parent ([`record_write`]), and a reader granted
 //! beside its owner's write hold ([`go_beside`]).
 //!
-//! A writer records its token in the read-write lock's parent (persistent,
-//! so the last write token outlives the holds: readers carry it) before its
-//! lease is handed out, in one `multi` with a check that its node stands;
-//! the record only grows.
+//! A writer records its token in the read-write lock's write record (a
+//! persistent node beside the name's parent, see
+//! `layout::write_record_path`: the last write token outlives the holds,
+//! readers carry it) before its lease is handed out, in one `multi` with a
+//! check that its node stands; the record only grows.
 
 use zookeeper_client::{Client, Error as ZkError, MultiWriteError, MultiWriteResult};
 
 use crate::conn::session::Session;
 use crate::error::is_connection_loss;
-use crate::layout::{beside_name, node_name, parse_last_write};
+use crate::layout::{Mark, beside_name, node_name, parse_last_write, write_record_path};
 use crate::queue::{get, sync};
 use crate::result::ZkResult;
 
@@ -34,19 +35,28 @@ async fn set_while(client: &Client, check: &str, path: &str, data: &[u8], versio
     }
 }
 
-/// Records `token` as the last write token in the read-write lock's parent
-/// while the writer's node `node` stands. False: that node is gone.
-pub(super) async fn record_write(client: &Client, parent: &str, node: &str, token: i64) -> ZkResult<bool> {
+/// Records `token` as the last write token of the read-write lock whose
+/// parent is `parent` while the writer's node `node` stands, making the
+/// record if it is missing. False: that node is gone.
+pub(super) async fn record_write(session: &Session, parent: &str, node: &str, token: i64) -> ZkResult<bool> {
+    let client = &session.client;
+    let record = write_record_path(parent);
     loop {
-        let Some((data, stat)) = get(client, parent).await? else {
-            return Ok(false);
+        let Some((data, stat)) = get(client, &record).await? else {
+            match client.create(&record, b"0", &session.parent_options(Mark::Write)).await {
+                Ok(_) | Err(ZkError::NodeExists) => {}
+                Err(e) if is_connection_loss(&e) => sync(client, parent).await?,
+                Err(e) => return Err(e),
+            }
+            continue;
         };
         if parse_last_write(&data) >= token {
             return Ok(true);
         }
-        match set_while(client, node, parent, token.to_string().as_bytes(), stat.version).await {
+        match set_while(client, node, &record, token.to_string().as_bytes(), stat.version).await {
             Ok(Some(_)) => return Ok(true),
-            // The node is gone, or the parent changed: the next read says.
+            // The node is gone, or the record changed: the next read says.
+            Ok(None) if get(client, node).await?.is_none() => return Ok(false),
             Ok(None) => {}
             Err(e) if is_connection_loss(&e) => sync(client, parent).await?,
             Err(e) => return Err(e),

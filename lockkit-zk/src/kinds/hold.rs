@@ -14,7 +14,7 @@ use crate::backend::Inner;
 use crate::change::{Change, Edit, change};
 use crate::conn::session::{SESSION_RESTARTS, Session};
 use crate::error::{is_session_end, session_kept_ending, zk};
-use crate::layout::{beside_name, kind_parent, node_name, owner_tag};
+use crate::layout::{beside_name, node_name, owner_tag, parent_path};
 use crate::result::ZkResult;
 
 /// Deletes the beside marker of the released reader `reader` under
@@ -54,7 +54,7 @@ impl Inner {
     /// back, deleting its node with the last share; a share already gone
     /// changes nothing and reports the shares left.
     pub(crate) async fn release_kind(&self, hold: &Hold, attempt: &str) -> Result<ReleaseOutcome, LockError> {
-        let parent = kind_parent(&hold.name, hold.kind);
+        let parent = parent_path(&hold.name);
         let tag = owner_tag(&hold.owner);
         let key = (
             parent.clone(),
@@ -126,7 +126,7 @@ impl Inner {
 
     /// Whether `hold` still stands: its node does (and so its session).
     pub(crate) async fn extend_kind(&self, hold: &Hold) -> Result<ExtendOutcome, LockError> {
-        let parent = kind_parent(&hold.name, hold.kind);
+        let parent = parent_path(&hold.name);
         let tag = owner_tag(&hold.owner);
         self.in_sessions("extend", &hold.name, |session| {
             let parent = &parent;
@@ -143,7 +143,7 @@ impl Inner {
 
     /// The holds of `kind` on `name`, in the order granted.
     pub(crate) async fn holders_kind(&self, name: &str, kind: LockKind) -> Result<Vec<LockInfo>, LockError> {
-        let parent = kind_parent(name, kind);
+        let parent = parent_path(name);
         self.in_sessions("holders", name, |session| {
             let parent = &parent;
             Box::pin(async move {
@@ -155,15 +155,30 @@ impl Inner {
         .await
     }
 
+    /// The first hold on `name` of a semaphore or read-write lock, whatever
+    /// its kind (`None`: none stands now).
+    pub(crate) async fn first_hold_kind(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let parent = parent_path(name);
+        self.in_sessions("inspect", name, |session| {
+            let parent = &parent;
+            Box::pin(async move {
+                Ok(line_synced(&session.client, parent, LockKind::Write, Scope::All)
+                    .await?
+                    .first_hold(name))
+            })
+        })
+        .await
+    }
+
     /// How many wait in the line of `name` of `kind`.
     pub(crate) async fn waiting_kind(&self, name: &str, kind: LockKind) -> Result<usize, LockError> {
-        let parent = kind_parent(name, kind);
+        let parent = parent_path(name);
         self.in_sessions("waiting", name, |session| {
             let parent = &parent;
             Box::pin(async move {
                 Ok(line_synced(&session.client, parent, kind, Scope::Grants)
                     .await?
-                    .waiting())
+                    .waiting(kind))
             })
         })
         .await

@@ -1,39 +1,45 @@
-//! The line of a semaphore or a read-write lock ([`Line`]): its contender
-//! nodes in listing order, the data of the few a step needs, and which of
-//! them hold. The next step of a contender on it is planned in
-//! [`plan`](super::plan).
+//! The line of a name as a semaphore's or a read-write lock's contender
+//! sees it ([`Line`]): every contender node of the name, whatever its kind,
+//! in listing order, the data of the few a step needs, and which of them
+//! hold. A name is one lock whatever the kind: a node of another lock
+//! (a mutex, another kind than a read-write lock's read and write) keeps
+//! everyone behind it out until it goes, and share nodes of a mutex's hold
+//! keep the whole line out (see `layout::admits`). The next step of a
+//! contender on it is planned in [`plan`](super::plan).
 //!
 //! Every step costs O(1) requests whatever the length of the line: one
 //! listing, and beside it reads of this owner's nodes only (for re-entry
-//! and repeated attempts) and of a read-write lock's parent (the last
-//! write token) — the kind, the permit count, the owner's tag and a
+//! and repeated attempts) and of a read-write lock's write record (the
+//! last write token) — the kind, the permit count, the owner's tag and a
 //! reader's grant beside a writer are all in names. Each waiter watches one
 //! node (a reader behind its owner's queued writer: two), so a release wakes
 //! only the waiters it admits.
 //!
-//! **Semaphore** of N permits: a contender holds when fewer than N nodes
-//! come before it (each node one permit, with its creation zxid as token).
-//! The first waiter (N nodes before it) watches the parent's children: any
-//! of the N that goes lets it in. Every waiter behind it watches its
-//! predecessor's data: that one's claim (see below) or its going moves it
-//! up. The count is in every node's name: a contender with another count
-//! than a node before it is refused (`Conflict`). A node of the same
-//! attempt that holds is the same permit.
+//! **Semaphore** of N permits: a contender holds when only permits come
+//! before it, fewer than N (each node one permit, with its creation zxid as
+//! token). The first waiter (N permits before it) watches the parent's
+//! children: any of the N that goes lets it in. A waiter right behind
+//! another lock's node watches that node's going; every other waiter
+//! watches its predecessor's data: that one's claim (see below) or its
+//! going moves it up. The count is in every node's name: a contender with
+//! another count than a node before it is refused (`Conflict`). A node of
+//! the same attempt that holds is the same permit.
 //!
 //! **Read-write lock** (Curator's `InterProcessReadWriteLock` recipe): a
 //! writer holds when it is first and no reader granted beside another
 //! owner's write hold stands (below); it watches its predecessor. A reader
-//! holds when no writer comes before it; it watches the last writer before
-//! it. A reader of the owner of the first, holding, writer is granted
-//! beside it (and so downgrades): its node records that writer's token in
-//! its data (`NodeData::token`), written only while that writer's node
-//! stands (a `multi` with a check) and with a beside marker (see
-//! `layout::beside_name`), and a later writer that comes first waits for
-//! such readers of other owners too. Re-entry (and a repeated attempt) adds
-//! the attempt to the owner's holding node of this session. A reader's
-//! token is the last write token, kept in the parent's data (see
-//! [`crate::kinds`]). Readers and writers watch for their nodes' going
-//! only (a children watch of the node, which has none), not for claims.
+//! holds when only readers come before it; it watches the last node before
+//! it that does not read. A reader of the owner of the first, holding,
+//! writer is granted beside it (and so downgrades): its node records that
+//! writer's token in its data (`NodeData::token`), written only while that
+//! writer's node stands (a `multi` with a check) and with a beside marker
+//! (see `layout::beside_name`), and a later writer that comes first waits
+//! for such readers of other owners too. Re-entry (and a repeated attempt)
+//! adds the attempt to the owner's holding node of this session. A reader's
+//! token is the last write token, kept in the write record (see
+//! `layout::write_record_path`). Readers and writers watch for their nodes'
+//! going only (a children watch of the node, which has none), not for
+//! claims.
 //!
 //! **Claims**: a contender that comes to hold after it queued writes its
 //! node (version 0 to 1) before it takes the hold (see [`crate::claim`]);
@@ -47,7 +53,9 @@ use zookeeper_client::{Client, Error as ZkError, Stat};
 
 use crate::change::Known;
 use crate::error::is_connection_loss;
-use crate::layout::{Child, Mark, NodeData, besides, parse_last_write, queue_of};
+use crate::layout::{
+    Child, Mark, NodeData, Share, admits, besides, parse_last_write, queue, shares, write_record_path,
+};
 use crate::queue::{get, list, read, sync};
 use crate::result::ZkResult;
 
@@ -103,12 +111,15 @@ impl Entry {
     }
 }
 
-/// The contenders of one name of one kind, in line order.
+/// The contenders of one name, every kind, in line order.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Line {
     pub(crate) entries: Vec<Entry>,
     /// A read-write lock's last write token (0: never written).
     pub(crate) last_write: i64,
+    /// The share nodes of a mutex's hold that outlived its contender node:
+    /// while one stands nobody of the line holds (see [`crate::hold`]).
+    pub(crate) shares: Vec<String>,
     /// How many nodes were read for it.
     pub(crate) reads: usize,
 }
@@ -132,8 +143,10 @@ type Reading<'a> = std::pin::Pin<Box<dyn Future<Output = ZkResult<(Vec<u8>, Stat
 /// A listing of a line's parent, as a contender knows it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Listed<'a> {
-    /// The contenders of the kind of `mark`, in line order.
+    /// The contenders of every kind, in line order.
     pub(crate) queue: &'a [Child],
+    /// The share nodes of a mutex's hold.
+    pub(crate) shares: &'a [Share],
     /// The readers granted beside a writer (see `layout::beside_name`).
     pub(crate) beside: &'a [String],
     pub(crate) mark: Mark,
@@ -151,16 +164,19 @@ pub(crate) struct Listed<'a> {
 pub(crate) async fn read_line(client: &Client, parent: &str, listed: Listed<'_>, scope: Scope) -> ZkResult<Line> {
     let Listed {
         queue,
+        shares,
         beside,
         mark,
         own,
         last_write,
     } = listed;
     let rw = matches!(mark, Mark::Read | Mark::Write);
+    let record = write_record_path(parent);
     let parent_read: Option<Reading<'_>> =
-        (rw && last_write.is_none()).then(|| Box::pin(client.get_data(parent)) as Reading<'_>);
+        (rw && last_write.is_none()).then(|| Box::pin(client.get_data(&record)) as Reading<'_>);
     let mut line = Line {
         last_write: last_write.unwrap_or(0),
+        shares: shares.iter().map(|s| s.name.clone()).collect(),
         ..Line::default()
     };
     let mut reads = Vec::new();
@@ -197,7 +213,7 @@ pub(crate) async fn read_line(client: &Client, parent: &str, listed: Listed<'_>,
         line.last_write = match reading.await {
             Ok((data, _)) => parse_last_write(&data),
             Err(ZkError::NoNode) => 0,
-            Err(e) if is_connection_loss(&e) => get(client, parent).await?.map_or(0, |(d, _)| parse_last_write(&d)),
+            Err(e) if is_connection_loss(&e) => get(client, &record).await?.map_or(0, |(d, _)| parse_last_write(&d)),
             Err(e) => return Err(e),
         };
     }
@@ -225,9 +241,11 @@ pub(crate) async fn line_of(client: &Client, parent: &str, kind: LockKind, scope
     let children = list(client, parent).await?;
     let mark = Mark::of(kind);
     let beside: Vec<String> = besides(&children).into_iter().map(str::to_owned).collect();
-    let queue = queue_of(&children, mark);
+    let queue = queue(&children);
+    let shares = shares(&children);
     let listed = Listed {
         queue: &queue,
+        shares: &shares,
         beside: &beside,
         mark,
         own: None,
@@ -252,12 +270,14 @@ impl Line {
     /// Whether the contender at `i` holds (or, unclaimed, may take its
     /// hold: see [`crate::claim`]).
     pub(crate) fn granted(&self, i: usize) -> bool {
+        if !self.shares.is_empty() {
+            return false;
+        }
         let e = &self.entries[i];
         match e.child.mark {
-            Mark::Permit(n) => i < n as usize,
             Mark::Write => i == 0 && self.entries.iter().all(|x| !x.beside || x.same_holder(e)),
-            Mark::Read => e.beside || !self.entries[..i].iter().any(|x| x.is(Mark::Write)),
-            Mark::Mutex => i == 0,
+            Mark::Read if e.beside => true,
+            mark => admits(mark, i, self.entries[..i].iter().map(|x| x.child.mark)),
         }
     }
 
@@ -278,22 +298,37 @@ impl Line {
         (0..self.entries.len())
             .filter(|&i| self.granted(i) && mark.same_space(self.entries[i].child.mark))
             .filter(|&i| !matches!(mark, Mark::Read | Mark::Write) || self.entries[i].is(mark))
-            .filter_map(|i| {
-                let node = self.entries[i].node.as_ref()?;
-                Some(LockInfo {
-                    name: name.to_owned(),
-                    owner: node.known.data.owner.clone(),
-                    hold_count: node.known.data.count(),
-                    token: self.token(i)? as u64,
-                    remaining: None,
-                })
-            })
+            .filter_map(|i| self.info(i, name, kind))
             .collect()
     }
 
-    /// How many contenders wait (readers and writers share one line).
-    pub(crate) fn waiting(&self) -> usize {
-        (0..self.entries.len()).filter(|&i| !self.granted(i)).count()
+    /// The first hold of the line (as read), whatever its kind.
+    pub(crate) fn first_hold(&self, name: &str) -> Option<LockInfo> {
+        (0..self.entries.len())
+            .filter(|&i| self.granted(i))
+            .find_map(|i| self.info(i, name, self.entries[i].child.mark.kind()))
+    }
+
+    /// The hold at `i` as a hold of `kind`, if its node was read.
+    fn info(&self, i: usize, name: &str, kind: LockKind) -> Option<LockInfo> {
+        let node = self.entries[i].node.as_ref()?;
+        Some(LockInfo {
+            name: name.to_owned(),
+            owner: node.known.data.owner.clone(),
+            hold_count: node.known.data.count(),
+            token: self.token(i)? as u64,
+            remaining: None,
+            kind,
+        })
+    }
+
+    /// How many contenders of the lock of `kind` wait (a read-write
+    /// lock's readers and writers together).
+    pub(crate) fn waiting(&self, kind: LockKind) -> usize {
+        let mark = Mark::of(kind);
+        (0..self.entries.len())
+            .filter(|&i| mark.same_space(self.entries[i].child.mark) && !self.granted(i))
+            .count()
     }
 
     /// Where the hold `hold` is in the line: its node (a reader's of

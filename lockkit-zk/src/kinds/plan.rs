@@ -3,7 +3,7 @@
 //! [`line`](super::line)): hold, join the owner's hold, go beside the
 //! owner's write hold, or wait — and for which nodes ([`Watch`]).
 
-use super::line::Line;
+use super::line::{Entry, Line};
 use crate::layout::{Child, Mark};
 
 /// A node a waiter watches, and for what.
@@ -87,10 +87,12 @@ impl Planning<'_> {
         (0..self.line.entries.len()).find(|&i| self.ours(i, mark) && also(i))
     }
 
-    /// A permit of a semaphore of `n`: the same count as every node before
-    /// it, the same attempt's permit if the owner holds one, held among
-    /// the first `n`; else the first waiter watches the children, every
-    /// one behind it its predecessor's claim.
+    /// A permit of a semaphore of `n`: the same count as every permit
+    /// before it, the same attempt's permit if the owner holds one, held
+    /// among the first `n` when only permits come before it; else a waiter
+    /// right behind another lock's node watches its going, the first
+    /// waiter of the semaphore's run the children, every other one its
+    /// predecessor's claim.
     fn permit(&self, n: u32) -> Step {
         let (entries, p) = (&self.line.entries, self.p);
         let other = entries[..p].iter().find_map(|e| match e.child.mark {
@@ -107,9 +109,26 @@ impl Planning<'_> {
         if self.line.granted(p) {
             return Step::Holder(p);
         }
-        match p == n as usize {
-            true => Step::Wait(vec![Watch::Children]),
-            false => Step::Wait(vec![Watch::Claim(entries[p - 1].child.name.clone())]),
+        let is_permit = |e: &Entry| matches!(e.child.mark, Mark::Permit(_));
+        match entries[..p].iter().rposition(|e| !is_permit(e)) {
+            // Another lock's node right ahead: its going moves this one up.
+            Some(b) if b + 1 == p => Step::Wait(vec![Watch::Gone(entries[b].child.name.clone())]),
+            // Permits ahead wait for it too: the one right ahead claims
+            // its permit (or goes) first.
+            Some(_) => Step::Wait(vec![Watch::Claim(entries[p - 1].child.name.clone())]),
+            None if p < n as usize => self.behind_shares(),
+            None if p == n as usize => Step::Wait(vec![Watch::Children]),
+            None => Step::Wait(vec![Watch::Claim(entries[p - 1].child.name.clone())]),
+        }
+    }
+
+    /// Kept out by the share nodes of a mutex's hold alone (see
+    /// [`Line::shares`]): waits for the first to go.
+    fn behind_shares(&self) -> Step {
+        match self.line.shares.first() {
+            Some(share) => Step::Wait(vec![Watch::Gone(share.clone())]),
+            // Not granted, nothing ahead: cannot be; look again.
+            None => Step::Wait(vec![Watch::Children]),
         }
     }
 
@@ -135,7 +154,7 @@ impl Planning<'_> {
         let mut on: Vec<Watch> = entries[..p]
             .iter()
             .rev()
-            .find(|e| e.is(Mark::Write))
+            .find(|e| !e.is(Mark::Read))
             .map(|e| Watch::Gone(e.child.name.clone()))
             .into_iter()
             .collect();
@@ -149,6 +168,9 @@ impl Planning<'_> {
             };
             let ahead = ahead.map(|e| Watch::Gone(e.child.name.clone()));
             on.extend(ahead.filter(|w| !on.contains(w)));
+        }
+        if on.is_empty() {
+            return self.behind_shares();
         }
         Step::Wait(on)
     }
@@ -175,8 +197,7 @@ impl Planning<'_> {
         };
         match ahead {
             Some(e) => Step::Wait(vec![Watch::Gone(e.child.name.clone())]),
-            // Not granted, nobody ahead: cannot be; look again.
-            None => Step::Wait(vec![Watch::Children]),
+            None => self.behind_shares(),
         }
     }
 }
@@ -185,7 +206,7 @@ impl Planning<'_> {
 mod tests {
     use lockkit_core::LockKind;
 
-    use super::super::line::{Entry, Node};
+    use super::super::line::Node;
     use super::*;
     use crate::change::Known;
     use crate::layout::{NodeData, child_stem};
@@ -227,6 +248,7 @@ mod tests {
             .collect();
         Line {
             entries,
+            shares: Vec::new(),
             last_write: 50,
             reads: 0,
         }
@@ -243,7 +265,7 @@ mod tests {
         let l = line(&[(p, "a", ME, None), (p, "b", 2, None), (p, "c", 3, None)]);
         assert_eq!(step(&l, 1, "b"), Step::Holder(1));
         assert_eq!(step(&l, 2, "c"), Step::Wait(vec![Watch::Children]));
-        assert_eq!(l.waiting(), 1);
+        assert_eq!(l.waiting(LockKind::Permit { permits: 2 }), 1);
         // Behind the first waiter: its predecessor's claim moves it up.
         let l = line(&[
             (p, "a", 2, None),
@@ -272,10 +294,57 @@ mod tests {
         let gone = |i: usize| Watch::Gone(l.entries[i].child.name.clone());
         assert_eq!(step(&l, 2, "c"), Step::Wait(vec![gone(1)]));
         assert_eq!(step(&l, 3, "d"), Step::Wait(vec![gone(2)]));
-        assert_eq!(l.waiting(), 2);
+        assert_eq!(l.waiting(LockKind::Write), 2);
         let l = line(&[(w, "c", ME, None), (r, "a", 2, None)]);
         assert_eq!(step(&l, 0, "c"), Step::Holder(0));
         assert_eq!(l.token(0), Some(101));
+    }
+
+    #[test]
+    fn kinds_of_one_name_share_one_line() {
+        let (m, p, r, w) = (Mark::Mutex, Mark::Permit(2), Mark::Read, Mark::Write);
+        let gone = |l: &Line, i: usize| Watch::Gone(l.entries[i].child.name.clone());
+        // A mutex first: nobody behind it holds; each waits for the node
+        // right ahead that keeps it out.
+        let l = line(&[
+            (m, "a", 2, None),
+            (p, "b", 3, None),
+            (p, "c", ME, None),
+            (r, "d", ME, None),
+        ]);
+        assert!(l.granted(0) && !l.granted(1) && !l.granted(2) && !l.granted(3));
+        assert_eq!(step(&l, 1, "b"), Step::Wait(vec![gone(&l, 0)]));
+        let claim = Watch::Claim(l.entries[1].child.name.clone());
+        assert_eq!(step(&l, 2, "c"), Step::Wait(vec![claim]));
+        assert_eq!(step(&l, 3, "d"), Step::Wait(vec![gone(&l, 2)]));
+        assert_eq!(l.waiting(LockKind::Permit { permits: 2 }), 2);
+        assert_eq!(l.waiting(LockKind::Read), 1);
+        assert_eq!(l.first_hold("x").map(|h| h.kind), Some(LockKind::Mutex));
+        // Permits hold together; a writer behind them waits, and so does
+        // a reader behind the writer.
+        let l = line(&[
+            (p, "a", 2, None),
+            (p, "b", 3, None),
+            (w, "c", ME, None),
+            (r, "d", ME, None),
+        ]);
+        assert!(l.granted(0) && l.granted(1));
+        assert_eq!(step(&l, 2, "c"), Step::Wait(vec![gone(&l, 1)]));
+        assert_eq!(step(&l, 3, "d"), Step::Wait(vec![gone(&l, 2)]));
+        let first = l.first_hold("x").unwrap();
+        assert_eq!(
+            (first.kind, first.owner.as_str()),
+            (LockKind::Permit { permits: 2 }, "a")
+        );
+        // The owner of a read hold waits for it as a mutex's or permit's
+        // owner: no join across kinds.
+        let l = line(&[(r, "a", ME, None), (p, "a", ME, None)]);
+        assert_eq!(step(&l, 1, "a"), Step::Wait(vec![gone(&l, 0)]));
+        // Share nodes of a mutex's hold keep the whole line out.
+        let mut l = line(&[(p, "a", ME, None)]);
+        l.shares = vec!["share-x".into()];
+        assert!(!l.granted(0));
+        assert_eq!(step(&l, 0, "a"), Step::Wait(vec![Watch::Gone("share-x".into())]));
     }
 
     #[test]

@@ -106,12 +106,12 @@ pub async fn rw_exclusion_and_tokens(kit: &Kit) {
     let writer = ra.writer().await.unwrap().map(|i| (i.owner, i.token));
     assert_eq!(writer, Some((c.owner().to_owned(), w2.fencing_token())));
     must_unlock(w2).await;
-    // Each kind keeps its own names: the read-write lock is not the mutex.
+    // Every hold of the read-write lock gone, the name is free for any kind.
     let mutex = a
         .try_lock(&name)
         .await
         .unwrap()
-        .expect("the mutex of the same name is another lock");
+        .expect("a name no read-write hold holds is free for a mutex");
     must_unlock(mutex).await;
 }
 

@@ -100,9 +100,17 @@ pub(crate) fn connector(scheme: &str) -> Result<Connector, LockError> {
             }),
         };
     }
-    let table = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
-    match table.iter().find(|(name, _)| name.eq_ignore_ascii_case(scheme)) {
-        Some((_, connect)) => Ok(*connect),
+    // The read guard ends before `known` reads the table again: a second
+    // read while a registration waits for the first would wait forever.
+    let found = {
+        let table = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+        table
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(scheme))
+            .map(|(_, connect)| *connect)
+    };
+    match found {
+        Some(connect) => Ok(connect),
         None => Err(LockError::config(
             "url scheme",
             format!("unknown scheme {scheme:?}; lockkit knows {}", known().join(", ")),
@@ -175,6 +183,37 @@ mod tests {
         all.sort();
         all.dedup();
         assert_eq!(all.len(), n, "a scheme served twice");
+    }
+
+    /// The error for an unknown scheme lists the known ones while
+    /// registrations run: it must not read the table twice at once (a
+    /// registration queued between the two reads waits for the first, the
+    /// second for the registration — the hang seen when the facade's unit
+    /// tests ran beside each other on a loaded machine).
+    #[test]
+    fn an_unknown_scheme_beside_registrations_does_not_hang() {
+        const PROBE: BackendSchemes = BackendSchemes {
+            names: &["hang-probe"],
+            connect: |_| Box::pin(async { Err(LockError::config("url scheme", "never connected")) }),
+        };
+        let _ = register_backend(PROBE);
+        let (done, finished) = std::sync::mpsc::channel();
+        for _ in 0..2 {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20_000 {
+                    assert!(connector("no-such-scheme").is_err());
+                    // Taken already: refused, but under the write lock.
+                    assert!(register_backend(PROBE).is_err());
+                }
+                let _ = done.send(());
+            });
+        }
+        for _ in 0..2 {
+            finished
+                .recv_timeout(std::time::Duration::from_secs(120))
+                .expect("connector and register_backend hung on the scheme table");
+        }
     }
 
     #[test]

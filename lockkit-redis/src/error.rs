@@ -18,6 +18,10 @@ pub(crate) fn is_retryable(e: &RedisError) -> bool {
         | ErrorKind::UnexpectedReturnType
         | ErrorKind::Client => false,
         ErrorKind::Server(ServerErrorKind::NoPerm) => false,
+        // Scripts are loaded on `NOSCRIPT` and sent again; a second one
+        // means the connection reached another server meanwhile (a
+        // failover): the next try loads them there.
+        ErrorKind::Server(ServerErrorKind::NoScript) => true,
         ErrorKind::Server(ServerErrorKind::ResponseError) | ErrorKind::Extension => {
             // `BUSY` (a long script), `OOM`, `LOADING` and friends pass; an
             // `ERR` from our own scripts does not.
@@ -216,5 +220,12 @@ mod tests {
         )
             .into();
         assert!(is_replica_refusal(&demoted) && is_retryable(&demoted));
+        let noscript: RedisError = (
+            ErrorKind::Server(ServerErrorKind::NoScript),
+            "An error was signalled by the server",
+            "No matching script. Please use EVAL.".to_owned(),
+        )
+            .into();
+        assert!(is_retryable(&noscript), "a script cache emptied by a failover");
     }
 }

@@ -102,6 +102,15 @@ async fn permit_and_read_attempts_count_once() {
     );
     assert_eq!(backend.release(&hold, first).await.unwrap(), ReleaseOutcome::NotHeld);
     assert_eq!(backend.holders("counted", permit).await.unwrap().len(), 1);
+    // The name is one lock: the read below waits for the last permit.
+    let last = Hold {
+        kind: permit,
+        ..Hold::mutex("counted", client.owner(), other.0)
+    };
+    assert_eq!(
+        backend.release(&last, second).await.unwrap(),
+        ReleaseOutcome::Released { remaining: 0 }
+    );
 
     // A read hold counts each attempt once, and takes each share back once.
     let read = lease(backend.try_acquire(&request(LockKind::Read, first)).await.unwrap());
@@ -255,6 +264,8 @@ const KINDS_ACQUIRE_SCRIPT: &str = concat!(
     include_str!("../../lockkit-redis/src/lua/waiter_channel.lua"),
     include_str!("../../lockkit-redis/src/lua/token.lua"),
     include_str!("../../lockkit-redis/src/lua/holds.lua"),
+    include_str!("../../lockkit-redis/src/lua/guard.lua"),
+    include_str!("../../lockkit-redis/src/lua/one_name.lua"),
     include_str!("../../lockkit-redis/src/lua/kinds_acquire.lua")
 );
 
@@ -269,12 +280,16 @@ fn assigned_permit(server: &Server, name: &str, waiter: &str) -> Vec<String> {
         .cli(&[
             "EVAL",
             KINDS_ACQUIRE_SCRIPT,
-            "5",
+            "7",
             &holds,
             &family_key(&lock, "es"),
             &redis::counter_key(name),
             &family_key(&lock, "qs"),
             &family_key(&lock, "ts"),
+            // One name, one lock: the mutex's key, the read-write lock's
+            // lease ends.
+            &lock,
+            &family_key(&lock, "er"),
             &format!("owner-{waiter}"),
             "60000",
             &attempt,

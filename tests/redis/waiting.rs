@@ -408,6 +408,8 @@ const ACQUIRE_SCRIPT: &str = concat!(
     include_str!("../../lockkit-redis/src/lua/announce.lua"),
     include_str!("../../lockkit-redis/src/lua/token.lua"),
     include_str!("../../lockkit-redis/src/lua/hold.lua"),
+    include_str!("../../lockkit-redis/src/lua/guard.lua"),
+    include_str!("../../lockkit-redis/src/lua/one_name.lua"),
     include_str!("../../lockkit-redis/src/lua/acquire.lua")
 );
 
@@ -423,11 +425,15 @@ fn attempt_dropping(server: &Server, name: &str, waiter: &str, stale: &str) -> S
     server.cli(&[
         "EVAL",
         ACQUIRE_SCRIPT,
-        "4",
+        "6",
         &lock,
         &counter,
         &queue,
         &turn,
+        // One name, one lock: the semaphore's and read-write lock's lease
+        // ends.
+        &lock.replacen("}:", "}es:", 1),
+        &lock.replacen("}:", "}er:", 1),
         "owner-w",
         "60000",
         "a0a0a0a0a0a0a0a0",

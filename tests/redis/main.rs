@@ -8,6 +8,7 @@ mod common;
 
 mod auth;
 mod cluster_kit;
+mod failover;
 mod harness;
 mod kinds;
 mod kit;

@@ -22,6 +22,10 @@ use crate::handle::Inner;
 use crate::sql::{family, guard_owner, is_guard_owner};
 use crate::value::{Arg, Col, from_us, us};
 
+/// How often a claim makes the name's row again when it went before the
+/// claim could lock it.
+const GUARD_ROUNDS: usize = 3;
+
 impl Inner {
     /// Takes the guard of `req`'s name for its family in `tx` (which holds
     /// the lock on the name's row in `<table>_kinds`): `Some(remaining)` of
@@ -34,17 +38,25 @@ impl Inner {
         let g = &self.ksql.guard;
         let owner = guard_owner(family(req.kind));
         let (mine, name) = (Arg::Bytes(&owner), Arg::Bytes(req.name.as_bytes()));
-        tx.exec(&g.ensure, &[name, mine]).await?;
-        let row = tx.fetch(&g.lock, &[name], &[Col::Bytes, Col::Int]).await?.pop();
-        if let Some(mut row) = row {
+        // The row `ensure` found (a mutex's hold, say) may be deleted before
+        // `lock` reads it: the lock then finds none (Postgres reads the row
+        // anew once its deleter commits), and `take` would change nothing
+        // while the claim goes on unguarded. So the row is made again.
+        for _ in 0..GUARD_ROUNDS {
+            tx.exec(&g.ensure, &[name, mine]).await?;
+            let Some(mut row) = tx.fetch(&g.lock, &[name], &[Col::Bytes, Col::Int]).await?.pop() else {
+                continue;
+            };
             let remaining = row[1].int();
             let holder = std::mem::replace(&mut row[0], crate::value::Val::Int(0)).into_bytes();
             if remaining > 0 && holder != owner {
                 return Ok(Some(from_us(remaining)));
             }
+            tx.exec(&g.take, &[mine, Arg::Int(us(req.ttl)), mine, name]).await?;
+            return Ok(None);
         }
-        tx.exec(&g.take, &[mine, Arg::Int(us(req.ttl)), mine, name]).await?;
-        Ok(None)
+        // The name's row kept going: busy, and soon tried again.
+        Ok(Some(Duration::from_millis(10)))
     }
 
     /// Frees the guard of `name` for `kind`'s family unless a live hold of

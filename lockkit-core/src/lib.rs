@@ -63,6 +63,7 @@ mod name;
 mod options;
 pub mod raw;
 mod recipes;
+mod server_clock;
 pub mod telemetry;
 mod undo;
 mod url;

@@ -26,7 +26,9 @@
 //!   in-process behind that wait;
 //! - lease arithmetic: [`valid_until`] turns a server's remaining lease
 //!   into a local deadline (with the clock-drift allowance);
-//!   [`SessionDeadline`] for session leases;
+//!   [`SessionDeadline`] for session leases; [`ServerClock`] tells a
+//!   step of a server's wall clock (which ends its stored leases early)
+//!   from its readings against this process's monotonic clock;
 //! - names, owners and attempt ids: [`validate_name`], [`random_owner`],
 //!   [`new_attempt_id`], [`check_attempt_id`];
 //! - configuration: [`ConnectUrl`] parses a backend's URL, [`redact`]
@@ -46,6 +48,7 @@ pub use crate::name::{
     validate_name, validate_owner,
 };
 pub use crate::options::ttl_millis;
+pub use crate::server_clock::{ClockStep, ServerClock};
 pub use crate::url::{
     BackendSchemes, ConnectUrl, Connecting, Connector, HostPort, decode_component, is_scheme, redact,
 };

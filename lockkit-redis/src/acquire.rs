@@ -7,7 +7,8 @@ use lockkit_core::LockError;
 use lockkit_core::raw::{AcquireRequest, Hold, Lease, LockBackend, TryAcquire, detach_acquisition, ttl_millis};
 
 use crate::backend::RedisBackend;
-use crate::replicas::acquire_replicated;
+use crate::error::Fault;
+use crate::replicas::short_of;
 use crate::scripts::{self, AcquireReply, Claim, Queueing, millis};
 use crate::turn::{Turn, TurnOf};
 use crate::wait::{Attempt, UNKNOWN_LEASE_RECHECK, wait_loop};
@@ -50,6 +51,46 @@ impl RedisBackend {
         .await
     }
 
+    /// One acquisition on the server, with what the restart guard and
+    /// `wait_replicas` make of its answer: a refusal of the guard, a grant
+    /// made just after the server's clock stepped forward, or a grant too
+    /// few replicas acknowledged is an error (the grant taken back, by this
+    /// attempt's id).
+    async fn claim(&self, claim: &Claim<'_>) -> Result<AcquireReply, Fault> {
+        let inner = &self.inner;
+        let answer = scripts::acquire(&mut inner.conn.clone(), &inner.keys, claim, inner.replicas).await?;
+        let stepped = inner.clock_stepped(answer.clock, claim.ttl_ms).await;
+        let fault = match answer.reply {
+            AcquireReply::Guarded { left_ms } => {
+                return Err(match stepped {
+                    Some(f) => f,
+                    None => inner.quarantined(left_ms, claim.ttl_ms).await,
+                });
+            }
+            AcquireReply::Acquired { .. } => match stepped.or_else(|| short_of(answer.acked, inner.replicas)) {
+                Some(f) => f,
+                None => return Ok(answer.reply),
+            },
+            _ => return Ok(answer.reply),
+        };
+        let AcquireReply::Acquired { token, .. } = answer.reply else {
+            return Err(fault);
+        };
+        let hold = Hold {
+            name: claim.name.to_owned(),
+            owner: claim.owner.to_owned(),
+            token,
+            kind: claim.kind,
+        };
+        match self.release(&hold, claim.attempt).await {
+            Ok(_) => tracing::debug!(lock = %claim.name, error = %fault, "took back a grant"),
+            Err(e) => {
+                tracing::warn!(lock = %claim.name, error = %e, "taking back a grant failed; it expires with its ttl")
+            }
+        }
+        Err(fault)
+    }
+
     pub(crate) fn queueing(&self, turn: Option<Turn>, fair: bool) -> Queueing {
         let waiter = self.inner.waiters.waiter_id();
         Queueing::new(waiter, turn, fair, self.inner.publish, false)
@@ -67,7 +108,7 @@ impl RedisBackend {
         let ttl_ms = ttl_millis(req.ttl);
         let (name, owner, attempt) = (req.name.to_owned(), req.owner.to_owned(), req.attempt.to_owned());
         let kind = req.kind;
-        let inner = self.inner.clone();
+        let backend = self.clone();
         let releaser = (self.clone(), attempt.clone());
         let work = async move {
             let sent_at = Instant::now();
@@ -81,17 +122,9 @@ impl RedisBackend {
                 kind,
                 slot: scripts::Slot::Any,
                 nonce: &scripts::nonce(),
-                guarded: inner.config.guard_floor().is_some(),
+                guarded: backend.inner.config.guard_floor().is_some(),
             };
-            let r = match inner.replicas {
-                None => scripts::acquire(&mut inner.conn.clone(), &inner.keys, &claim).await,
-                Some(replicas) => acquire_replicated(&inner, &claim, replicas).await,
-            };
-            let r = match r {
-                Ok(AcquireReply::Guarded { left_ms }) => Err(inner.quarantined(left_ms, ttl_ms).await),
-                other => other,
-            };
-            (sent_at, r)
+            (sent_at, backend.claim(&claim).await)
         };
         let token_of = |(_, reply): &(Instant, Result<AcquireReply, _>)| match reply {
             Ok(AcquireReply::Acquired { token, .. }) => Some(*token),

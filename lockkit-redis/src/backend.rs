@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::raw::{AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, TryAcquire};
+use lockkit_core::raw::{
+    AcquireRequest, ExtendOutcome, Hold, Lease, LockBackend, ReleaseOutcome, ServerClock, TryAcquire,
+};
 use lockkit_core::{Capabilities, LockError, LockInfo, LockKind};
 
 use crate::config::{Mode, RedisConfig};
@@ -40,6 +42,8 @@ pub(crate) struct Inner {
     /// `WAIT` after acquisitions and extensions (`wait_replicas` above 0).
     pub(crate) replicas: Option<Replicas>,
     pub(crate) config: RedisConfig,
+    /// The server's clock as last read (with the restart guard on).
+    pub(crate) clock: ServerClock,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -99,7 +103,7 @@ impl RedisBackend {
                 .unwrap_or(u64::MAX)
                 .max(1),
         });
-        Ok(RedisBackend {
+        let backend = RedisBackend {
             inner: Arc::new(Inner {
                 kind,
                 conn,
@@ -109,8 +113,15 @@ impl RedisBackend {
                 durable_tokens,
                 replicas,
                 config,
+                clock: ServerClock::new(),
             }),
-        })
+        };
+        // With the guard on, the clock is read once now, so that the first
+        // acquisition's reading already has one to be compared with.
+        if backend.inner.config.guard_floor().is_some() {
+            backend.inner.first_clock_reading().await;
+        }
+        Ok(backend)
     }
 
     pub(crate) fn error(&self, operation: &'static str, name: &str, f: Fault) -> LockError {

@@ -42,8 +42,14 @@ impl RedisBackend {
         let replicas = self.inner.replicas;
         if !matches!(conn, Conn::Cluster(_)) {
             let guard = self.inner.config.guard_floor().map(|_| &self.inner.keys);
-            return match replicated(scripts::extend(&mut conn, guard, items, replicas).await, replicas) {
-                Ok(v) => v,
+            return match scripts::extend(&mut conn, guard, items, replicas).await {
+                Ok(extended) => {
+                    // The holds extended stand; a step quarantines the
+                    // server for the others' sake.
+                    let longest = items.iter().map(|i| i.ttl_ms).max().unwrap_or(0);
+                    self.inner.clock_stepped(extended.clock, longest).await;
+                    replicated(extended, replicas)
+                }
                 Err(f) => items.iter().map(|_| Err(f.clone())).collect(),
             };
         }
@@ -59,10 +65,8 @@ impl RedisBackend {
             let mut conn = conn.clone();
             async move {
                 let group: Vec<ExtendItem<'_>> = indices.iter().map(|&i| items[i].clone()).collect();
-                (
-                    indices,
-                    replicated(scripts::extend(&mut conn, None, &group, replicas).await, replicas),
-                )
+                let extended = scripts::extend(&mut conn, None, &group, replicas).await;
+                (indices, extended.map(|e| replicated(e, replicas)))
             }
         });
         let mut out: Vec<Result<Option<i64>, Fault>> = items.iter().map(|_| Ok(None)).collect();

@@ -7,6 +7,7 @@
 mod common;
 
 mod auth;
+mod clock_step;
 mod cluster_kit;
 mod failover;
 mod harness;

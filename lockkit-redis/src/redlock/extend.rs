@@ -24,8 +24,15 @@ impl RedlockBackend {
         let sent_at = Instant::now();
         let items = &items;
         let guard = inner.config.guard_floor().map(|_| &inner.keys);
+        let longest = items.iter().map(|i| i.ttl_ms).max().unwrap_or(0);
         let per_node = inner
-            .all(|_, mut c| async move { scripts::extend(&mut c, guard, items, None).await.map(|(v, _)| v) })
+            .all(|i, mut c| async move {
+                let extended = scripts::extend(&mut c, guard, items, None).await?;
+                // The holds extended stand; a step quarantines the node
+                // for the others' sake.
+                inner.node_clock_stepped(i, c, extended.clock, longest).await;
+                Ok(extended.leases)
+            })
             .await;
         holds
             .iter()

@@ -6,8 +6,10 @@
 //!
 //! [`RestartGuard`]: crate::RestartGuard
 
+use redis::aio::ConnectionManager;
+
 use crate::error::Fault;
-use crate::scripts::{self, AcquireReply, Marker};
+use crate::scripts::{self, AcquireReply, ClockReading, Marker};
 
 use super::nodes::Inner;
 
@@ -61,7 +63,9 @@ impl Inner {
         let set = self
             .all(|i, mut c| async move {
                 match missing.contains(&i) {
-                    true => scripts::set_quarantine(&mut c, keys, quarantine_ms).await.map(Some),
+                    true => scripts::set_quarantine(&mut c, keys, quarantine_ms, None)
+                        .await
+                        .map(Some),
                     false => Ok(None),
                 }
             })
@@ -75,6 +79,23 @@ impl Inner {
             }
         }
         set.iter().all(|r| matches!(r, Ok(None | Some(0))))
+    }
+
+    /// Checks node `i`'s clock reading (`None`: not read), see
+    /// [`scripts::check_clock`]: the fault to count instead of the node's
+    /// answer after a step forward (a grant it made is undone as a failed
+    /// node's is).
+    pub(super) async fn node_clock_stepped(
+        &self,
+        i: usize,
+        mut conn: ConnectionManager,
+        reading: Option<ClockReading>,
+        ttl_ms: u64,
+    ) -> Option<Fault> {
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let quarantine = ttl_ms.max(ms(self.config.guard_floor().unwrap_or_default()));
+        let node = &self.nodes[i];
+        scripts::check_clock(&mut conn, &self.keys, &node.clock, reading?, quarantine, &node.addr).await
     }
 
     /// The quarantine (ms) of nodes without a marker, from the lease bounds

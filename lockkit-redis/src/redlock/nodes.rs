@@ -10,6 +10,7 @@ use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use lockkit_core::LockError;
+use lockkit_core::raw::ServerClock;
 use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;
@@ -157,6 +158,8 @@ pub(super) struct Node {
     /// Its command connection (pub/sub has a connection of its own, in
     /// the waiters).
     pub(super) conn: ConnectionManager,
+    /// Its clock as last read (with the restart guard on).
+    pub(super) clock: ServerClock,
 }
 
 /// What the clones of one [`RedlockBackend`] share.
@@ -312,6 +315,7 @@ fn open_nodes(config: &RedisConfig, waiters: &Waiters) -> Result<Vec<Node>, Lock
         nodes.push(Node {
             addr: node.to_string(),
             conn,
+            clock: ServerClock::new(),
         });
         pubsubs.push(PubSubConn::Manager(pubsub));
     }

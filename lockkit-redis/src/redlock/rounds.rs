@@ -218,8 +218,14 @@ impl Inner {
             nonce,
             guarded: self.config.guard_floor().is_some(),
         };
-        self.all(|_, mut c| async move { scripts::acquire(&mut c, keys, claim).await })
-            .await
+        self.all(|i, mut c| async move {
+            let answer = scripts::acquire(&mut c, keys, claim, None).await?;
+            match self.node_clock_stepped(i, c, answer.clock, claim.ttl_ms).await {
+                Some(stepped) => Err(stepped),
+                None => Ok(answer.reply),
+            }
+        })
+        .await
     }
 
     /// After a grant: shares this attempt may have left on nodes that did

@@ -7,7 +7,7 @@ use lockkit_core::LockKind;
 use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation, Value};
 
-use super::call::{Publish, Replicas, pipelined};
+use super::call::{ClockReading, Publish, Replicas, Tail, pipelined};
 use super::kinds;
 use super::reply::{int, text, unexpected};
 use crate::error::{Fault, UnexpectedReply};
@@ -387,29 +387,48 @@ fn acquire_call(keys: &Keys, claim: &Claim<'_>) -> ScriptInvocation<'static> {
     inv
 }
 
-/// One acquire attempt on one server.
+/// One acquire attempt's answer from one server.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub reply: AcquireReply,
+    /// How many replicas acknowledged the connection's writes up to it
+    /// (with `replicas`).
+    pub acked: Option<u32>,
+    /// The server's clock right after (with the restart guard on).
+    pub clock: Option<ClockReading>,
+}
+
+/// One acquire attempt on one server, followed in the same round trip by
+/// `TIME` when the claim is guarded (the restart guard also watches the
+/// server's clock) and by `WAIT` for `replicas`. Without either, a single
+/// `EVALSHA`.
 pub(crate) async fn acquire<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &Keys,
     claim: &Claim<'_>,
-) -> Result<AcquireReply, Fault> {
-    let v: Value = acquire_call(keys, claim).invoke_async(conn).await?;
-    Ok(parse_acquire(&v)?)
-}
-
-/// One acquire attempt on one server followed by `WAIT` for `replicas`, in
-/// one round trip: the reply, and how many replicas acknowledged the
-/// connection's writes up to it.
-pub(crate) async fn acquire_replicated<C: ConnectionLike + Send>(
-    conn: &mut C,
-    keys: &Keys,
-    claim: &Claim<'_>,
-    replicas: Replicas,
-) -> Result<(AcquireReply, u32), Fault> {
+    replicas: Option<Replicas>,
+) -> Result<Answer, Fault> {
     let call = acquire_call(keys, claim);
-    let (replies, acked) = pipelined(conn, &[claim.script()], std::slice::from_ref(&call), Some(replicas)).await?;
-    let reply = replies
+    let tail = Tail {
+        clock: claim.guarded,
+        replicas,
+    };
+    if !tail.clock && tail.replicas.is_none() {
+        let v: Value = call.invoke_async(conn).await?;
+        return Ok(Answer {
+            reply: parse_acquire(&v)?,
+            acked: None,
+            clock: None,
+        });
+    }
+    let piped = pipelined(conn, &[claim.script()], std::slice::from_ref(&call), tail).await?;
+    let reply = piped
+        .replies
         .first()
         .ok_or_else(|| UnexpectedReply("no reply to acquire".into()))?;
-    Ok((parse_acquire(reply)?, acked.unwrap_or(0)))
+    Ok(Answer {
+        reply: parse_acquire(reply)?,
+        acked: piped.acked,
+        clock: piped.clock,
+    })
 }

@@ -8,8 +8,8 @@ use lockkit_core::raw::{Hold, ttl_millis};
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 
-use super::call::{Replicas, pipelined};
-use super::guard::{MARKER, marker_call};
+use super::call::{ClockReading, Replicas, Tail, pipelined};
+use super::guard::{MARKER, MarkerChange, marker_call};
 use super::kinds;
 use super::reply::{int, unexpected};
 use crate::error::{Fault, UnexpectedReply};
@@ -83,24 +83,27 @@ impl<'a> ExtendItem<'a> {
 /// Extends holds on one server (or one cluster slot): one `EVALSHA` per
 /// [`EXTEND_CHUNK`] holds (mutexes with [`EXTEND`], the other kinds with
 /// [`KINDS_EXTEND`](super::kinds::KINDS_EXTEND)), all in one pipeline, so
-/// one round trip; with `replicas`, a `WAIT` ends that pipeline. Returns
-/// the remaining lease per hold, `None` where it is not held, and how many
-/// replicas acknowledged (`None` without `replicas`).
+/// one round trip; with `guard` (the restart guard's marker), the server's
+/// clock is read after them; with `replicas`, a `WAIT` ends that pipeline.
 pub(crate) async fn extend<C: ConnectionLike + Send>(
     conn: &mut C,
     guard: Option<&Keys>,
     items: &[ExtendItem<'_>],
     replicas: Option<Replicas>,
-) -> Result<(Vec<Option<i64>>, Option<u32>), Fault> {
+) -> Result<Extended, Fault> {
     if items.is_empty() {
-        return Ok((Vec::new(), None));
+        return Ok(Extended::default());
     }
     let mut invocations = Vec::new();
     // The restart guard's lease bound covers the extensions before they
     // are made (see `guard`); its reply is not needed.
     if let Some(keys) = guard {
         let longest = items.iter().map(|i| i.ttl_ms).max().unwrap_or(0);
-        invocations.push(marker_call(keys, None, Some(longest)));
+        let change = MarkerChange {
+            extend_ms: Some(longest),
+            ..MarkerChange::default()
+        };
+        invocations.push(marker_call(keys, change));
     }
     let skip = invocations.len();
     let (mutexes, others): (Vec<usize>, Vec<usize>) = (0..items.len()).partition(|&i| items[i].kind == LockKind::Mutex);
@@ -126,9 +129,16 @@ pub(crate) async fn extend<C: ConnectionLike + Send>(
         invocations.push(inv);
         chunks.push(chunk);
     }
-    let (replies, acked) = match (invocations.as_slice(), replicas) {
-        ([one], None) => (vec![one.invoke_async(conn).await?], None),
-        _ => pipelined(conn, &[&MARKER, &EXTEND, &kinds::KINDS_EXTEND], &invocations, replicas).await?,
+    let tail = Tail {
+        clock: guard.is_some(),
+        replicas,
+    };
+    let (replies, acked, clock) = match (invocations.as_slice(), tail.clock || replicas.is_some()) {
+        ([one], false) => (vec![one.invoke_async(conn).await?], None, None),
+        _ => {
+            let piped = pipelined(conn, &[&MARKER, &EXTEND, &kinds::KINDS_EXTEND], &invocations, tail).await?;
+            (piped.replies, piped.acked, piped.clock)
+        }
     };
     let mut out = vec![None; items.len()];
     let mut answered = 0;
@@ -141,5 +151,20 @@ pub(crate) async fn extend<C: ConnectionLike + Send>(
     if answered != items.len() {
         return Err(UnexpectedReply(format!("{answered} replies to extend {} holds", items.len())).into());
     }
-    Ok((out, acked))
+    Ok(Extended {
+        leases: out,
+        acked,
+        clock,
+    })
+}
+
+/// One server's answer to [`extend`].
+#[derive(Debug, Default)]
+pub(crate) struct Extended {
+    /// The remaining lease per hold (ms), `None` where it is not held.
+    pub leases: Vec<Option<i64>>,
+    /// How many replicas acknowledged (with `replicas`).
+    pub acked: Option<u32>,
+    /// The server's clock after the extensions (with `guard`).
+    pub clock: Option<ClockReading>,
 }

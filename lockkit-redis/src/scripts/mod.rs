@@ -37,10 +37,10 @@ mod release;
 mod reply;
 mod take_back;
 
-pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, Slot, acquire, acquire_replicated};
-pub(crate) use call::{Publish, Replicas};
-pub(crate) use extend::{ExtendItem, extend};
-pub(crate) use guard::{Marker, read_marker, set_quarantine};
+pub(crate) use acquire::{AcquireReply, Claim, Queueing, Share, Slot, acquire};
+pub(crate) use call::{ClockReading, Publish, Replicas, read_clock};
+pub(crate) use extend::{ExtendItem, Extended, extend};
+pub(crate) use guard::{Marker, check_clock, read_marker, set_quarantine};
 pub(crate) use inspect::{Stored, inspect, scan};
 pub(crate) use kinds::{holders, nonce};
 pub(crate) use leave::{Leaving, leave_line};

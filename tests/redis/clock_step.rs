@@ -1,0 +1,206 @@
+//! Steps of a Redis server's wall clock, on the `redis-clock` service (a
+//! `redis-server` whose clock the file `LOCKKIT_REDIS_CLOCK_SHIFT_FILE`
+//! shifts; see `scripts/services`). Redis stores every expiry as a time of
+//! its own clock, so a step forward ends leases early and a step back
+//! makes them last longer. Without the restart guard a step forward gives
+//! a second owner at once, while the first still counts on its lease; with
+//! it (`?restart_guard=on`), a client that read the server's clock before
+//! the step sees it in the next reading, takes back the grant that came
+//! with it and quarantines the server until the leases it cut short would
+//! have ended.
+//!
+//! The tests share the one server's clock, so they run one at a time.
+#![cfg(feature = "redis")]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lockkit::{LockClient, LockError, LockOptions};
+use lockkit_core::testkit::server_url;
+use lockkit_redis::Quarantined;
+
+const NAME: &str = "stepped";
+
+/// One test at a time on the server's clock.
+static CLOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The server and its clock shift; the shift goes back to 0 when dropped.
+struct SteppedServer {
+    url: String,
+    shift_file: PathBuf,
+    /// A key prefix of this test's own.
+    prefix: String,
+}
+
+impl SteppedServer {
+    fn from_env(test: &str) -> Option<SteppedServer> {
+        let url = server_url("LOCKKIT_REDIS_CLOCK_URL")?;
+        let shift_file = std::env::var("LOCKKIT_REDIS_CLOCK_SHIFT_FILE").expect(
+            "LOCKKIT_REDIS_CLOCK_SHIFT_FILE comes with LOCKKIT_REDIS_CLOCK_URL (scripts/services up redis-clock)",
+        );
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let server = SteppedServer {
+            url,
+            shift_file: shift_file.into(),
+            prefix: format!("clock-{test}-{}-{nanos}:", std::process::id()),
+        };
+        server.shift(0);
+        Some(server)
+    }
+
+    /// Sets the server's clock `ms` away from the real time.
+    fn shift(&self, ms: i64) {
+        let tmp = self.shift_file.with_extension("new");
+        std::fs::write(&tmp, ms.to_string()).expect("write the shift");
+        std::fs::rename(&tmp, &self.shift_file).expect("set the shift");
+    }
+
+    async fn client(&self, query: &str) -> LockClient {
+        let sep = if query.is_empty() { "" } else { "&" };
+        lockkit::connect(&format!("{}?prefix={}{sep}{query}", self.url, self.prefix))
+            .await
+            .expect("connect")
+    }
+
+    /// Gives this test's keys the restart guard's marker a server in
+    /// service has, so the first use is not quarantined.
+    fn mark(&self) {
+        let port = self.url.rsplit(':').next().expect("a port").trim_end_matches('/');
+        let marker = format!("{}node", self.prefix);
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", port, "HSET", &marker, "q", "0", "e", "0"])
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success(), "{out:?}");
+    }
+}
+
+impl Drop for SteppedServer {
+    fn drop(&mut self) {
+        self.shift(0);
+    }
+}
+
+/// A lease of `ttl`, extended by the watchdog.
+fn held(ttl: Duration) -> LockOptions {
+    LockOptions::new().ttl(ttl).wait(Duration::from_secs(30))
+}
+
+/// The quarantine a refused acquisition reports.
+fn quarantine_of(e: &LockError) -> Duration {
+    assert!(matches!(e, LockError::Backend { retryable: true, .. }), "{e:?}");
+    let q = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<Quarantined>())
+        .unwrap_or_else(|| panic!("not a quarantine: {e:?}"));
+    q.left.expect("the quarantine set")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_forward_ends_a_lease_early_and_grants_it_again() {
+    let Some(server) = SteppedServer::from_env("forward") else {
+        return;
+    };
+    let _one = CLOCK.lock().await;
+    let (a, b) = (server.client("").await, server.client("").await);
+    let ga = a
+        .lock_with(NAME, &held(Duration::from_secs(20)))
+        .await
+        .expect("A locks");
+    // 30 s later on the server's clock: A's lease (20 s, extended every
+    // third of it) ended there, while A counts on it for 20 s more.
+    server.shift(30_000);
+    let gb = b
+        .try_lock_with(NAME, &held(Duration::from_secs(20)))
+        .await
+        .expect("B's try")
+        .expect("the step ended A's lease: B is granted the name at once");
+    assert!(!ga.is_lost(), "A has not been told: its own lease stands");
+    assert!(
+        gb.fencing_token() > ga.fencing_token(),
+        "the second owner's token is larger"
+    );
+    // A hears of it at its next extension, which finds B's hold.
+    tokio::time::timeout(Duration::from_secs(30), ga.lost())
+        .await
+        .expect("A's lost signal at its next extension");
+    gb.unlock().await.expect("B unlocks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_back_makes_a_lease_last_longer() {
+    let Some(server) = SteppedServer::from_env("back") else {
+        return;
+    };
+    let _one = CLOCK.lock().await;
+    let a = server.client("").await;
+    let fixed = LockOptions::new().ttl(Duration::from_secs(4)).auto_extend(false);
+    let ga = a.lock_with(NAME, &fixed).await.expect("A locks");
+    server.shift(-30_000);
+    let info = a.inspect(NAME).await.expect("inspect").expect("held");
+    let left = info.remaining.expect("a ttl lease");
+    assert!(
+        left > Duration::from_secs(30),
+        "the server's lease outlasts the 4 s asked by the step: {left:?}"
+    );
+    // The holder's own deadline does not move: it is measured here.
+    let until = ga.valid_until().expect("a ttl lease");
+    assert!(until <= Instant::now() + Duration::from_secs(4), "{until:?}");
+    ga.unlock().await.expect("A unlocks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_guard_a_step_forward_grants_nothing_until_cut_leases_end() {
+    let Some(server) = SteppedServer::from_env("guarded") else {
+        return;
+    };
+    let _one = CLOCK.lock().await;
+    server.mark();
+    let (a, b) = (
+        server.client("restart_guard=on").await,
+        server.client("restart_guard=on").await,
+    );
+    let ttl = Duration::from_secs(6);
+    let ga = a.lock_with(NAME, &held(ttl)).await.expect("A locks");
+    let a_since = Instant::now();
+    // Past A's whole lease on the server's clock.
+    server.shift(10_000);
+    let refused = b
+        .try_lock_with(NAME, &held(ttl))
+        .await
+        .expect_err("B read the clock before the step: its grant is taken back");
+    let left = quarantine_of(&refused);
+    assert!(
+        Instant::now() + left >= a_since + ttl,
+        "the quarantine ({left:?}) lasts until A's lease would have ended"
+    );
+    assert!(
+        b.inspect(NAME).await.expect("inspect").is_none(),
+        "nobody holds the name: B's grant was taken back"
+    );
+    // A client that never read the clock before the step is kept out by
+    // the server's quarantine all the same.
+    let c = server.client("restart_guard=on").await;
+    let refused = c
+        .try_lock_with(NAME, &held(ttl))
+        .await
+        .expect_err("quarantined for every client");
+    quarantine_of(&refused);
+    // A's extension finds its hold gone.
+    tokio::time::timeout(Duration::from_secs(30), ga.lost())
+        .await
+        .expect("A's lost signal at its next extension");
+    // A waiting lock waits the quarantine out.
+    let gb = b
+        .lock_with(NAME, &held(ttl))
+        .await
+        .expect("B locks after the quarantine");
+    assert!(
+        a_since.elapsed() >= ttl,
+        "B granted {:?} after A, within A's lease of {ttl:?}",
+        a_since.elapsed()
+    );
+    gb.unlock().await.expect("B unlocks");
+}

@@ -146,6 +146,32 @@ async fn three_of_five_down_fails_cleanly_within_the_wait() {
     }
 }
 
+/// A `lock` whose first attempt finds no quorum (three of five nodes
+/// stopped for a moment) waits for one within its bound, as it rides out
+/// any retryable failure: a crowd whose first attempts time out on a busy
+/// machine is served, not failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_rides_out_a_quorum_lost_for_a_moment() {
+    if !redis::available("a_lock_rides_out_a_quorum_lost_for_a_moment") {
+        return;
+    }
+    let nodes = five();
+    let a = client(&nodes).await;
+    nodes[..3].iter().for_each(Server::freeze);
+    let waiter = tokio::spawn({
+        let a = a.clone();
+        async move { a.lock_with("job", &long()).await }
+    });
+    // Past the node timeout (1 s): the first attempt has failed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    nodes[..3].iter().for_each(Server::thaw);
+    let g = waiter
+        .await
+        .expect("task")
+        .expect("granted once the nodes answer again, within the wait");
+    g.unlock().await.expect("unlock");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_loses_its_keys_does_not_admit_a_second_owner() {
     if !redis::available("a_node_that_loses_its_keys_does_not_admit_a_second_owner") {

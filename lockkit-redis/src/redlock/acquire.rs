@@ -28,8 +28,9 @@ impl RedlockBackend {
         }
     }
 
-    /// [`LockBackend::acquire`]: one attempt, then the wait loop. A quorum
-    /// that cannot be reached at the start fails at once.
+    /// [`LockBackend::acquire`]: one attempt, then the wait loop. A
+    /// retryable failure of the first attempt (no quorum answered in time)
+    /// is ridden out within the wait, as the wait loop rides out later ones.
     pub(super) async fn acquire_waiting(
         &self,
         req: &AcquireRequest<'_>,
@@ -38,11 +39,13 @@ impl RedlockBackend {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
         let splits = AtomicU32::new(0);
         let step = |outcome: Outcome| self.waiting_step(req.name, &splits, outcome);
-        if let Attempt::Done(lease) = step(self.attempt(req, self.queueing(None, req.fair)).await?)? {
-            return Ok(Some(lease));
-        }
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-            return Ok(None);
+        let first = self.attempt(req, self.queueing(None, req.fair)).await.and_then(step);
+        let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        match first {
+            Ok(Attempt::Done(lease)) => return Ok(Some(lease)),
+            Err(e) if expired || !e.is_retryable() => return Err(e),
+            Ok(_) if expired => return Ok(None),
+            Ok(_) | Err(_) => {}
         }
         let channel = self.inner.keys.holds(req.name, req.kind);
         // Every node queues this client at the same place: the client's

@@ -273,7 +273,7 @@ impl Inner {
 impl RedlockBackend {
     /// Connects to every node of a `redlock://` configuration. Nodes connect
     /// lazily and may be down; connecting fails only when fewer than a
-    /// quorum answer `PING` within `connect_timeout`.
+    /// quorum answer within `connect_timeout`.
     pub async fn connect(config: RedisConfig) -> Result<Self, LockError> {
         config.check_wait_replicas()?;
         config.check_restart_guard()?;
@@ -349,16 +349,20 @@ fn leave_on_every_node(nodes: &[Node], keys: Keys, id: &str) -> Leave {
 }
 
 impl Inner {
-    /// Checks that a quorum of nodes answers `PING` within
-    /// `connect_timeout`: a backend that starts without one would fail
-    /// every operation. Nodes that do not answer are logged and used once
-    /// they do.
+    /// Checks that a quorum of nodes answers within `connect_timeout`: a
+    /// backend that starts without one would fail every operation. Nodes
+    /// that do not answer are logged and used once they do. The request
+    /// reads each node's clock, so that the first acquisition's reading
+    /// (with the restart guard on) has one to be compared with.
     async fn ping_quorum(&self) -> Result<(), LockError> {
         let ct = self.config.connect_timeout;
         let pings = join_all(self.nodes.iter().map(|node| async {
-            match tokio::time::timeout(ct, redis::cmd("PING").query_async::<()>(&mut node.conn.clone())).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(Fault::Redis(e)),
+            match tokio::time::timeout(ct, scripts::read_clock(&mut node.conn.clone())).await {
+                Ok(Ok(r)) => {
+                    node.clock.observe(r.sent, r.received, r.server_ms);
+                    Ok(())
+                }
+                Ok(Err(f)) => Err(f),
                 Err(_) => Err(Fault::Timeout(NodeTimeout {
                     node: node.addr.clone(),
                     timeout: ct,

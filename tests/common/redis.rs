@@ -53,6 +53,20 @@ pub struct Server {
     extra: Vec<String>,
 }
 
+/// The quarantine a refused acquisition reports: the error is a
+/// retryable backend error whose source is the restart guard's
+/// [`Quarantined`](lockkit_redis::Quarantined), with the time left.
+pub fn quarantine_of(e: &lockkit::LockError) -> Duration {
+    assert!(
+        matches!(e, lockkit::LockError::Backend { retryable: true, .. }),
+        "{e:?}"
+    );
+    let q = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<lockkit_redis::Quarantined>())
+        .unwrap_or_else(|| panic!("not a quarantine: {e:?}"));
+    q.left.expect("the quarantine set")
+}
+
 /// A loopback port nobody listens on now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -16,9 +16,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lockkit::{LockClient, LockError, LockOptions};
+use lockkit::{LockClient, LockOptions};
 use lockkit_core::testkit::server_url;
-use lockkit_redis::Quarantined;
+
+use crate::common::redis::quarantine_of;
 
 const NAME: &str = "stepped";
 
@@ -87,15 +88,6 @@ impl Drop for SteppedServer {
 /// A lease of `ttl`, extended by the watchdog.
 fn held(ttl: Duration) -> LockOptions {
     LockOptions::new().ttl(ttl).wait(Duration::from_secs(30))
-}
-
-/// The quarantine a refused acquisition reports.
-fn quarantine_of(e: &LockError) -> Duration {
-    assert!(matches!(e, LockError::Backend { retryable: true, .. }), "{e:?}");
-    let q = std::error::Error::source(e)
-        .and_then(|s| s.downcast_ref::<Quarantined>())
-        .unwrap_or_else(|| panic!("not a quarantine: {e:?}"));
-    q.left.expect("the quarantine set")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

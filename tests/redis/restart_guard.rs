@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lockkit::{LockClient, LockError, LockOptions};
 use lockkit_redis::Quarantined;
-use redis::Server;
+use redis::{Server, quarantine_of};
 
 const NAME: &str = "guarded";
 
@@ -29,15 +29,6 @@ fn fixed() -> LockOptions {
         .ttl(Duration::from_secs(4))
         .auto_extend(false)
         .wait(Duration::from_secs(30))
-}
-
-/// The quarantine a refused acquisition reports.
-fn quarantine_of(e: &LockError) -> Duration {
-    assert!(matches!(e, LockError::Backend { retryable: true, .. }), "{e:?}");
-    let q = std::error::Error::source(e)
-        .and_then(|s| s.downcast_ref::<Quarantined>())
-        .unwrap_or_else(|| panic!("not a quarantine: {e:?}"));
-    q.left.expect("the quarantine set")
 }
 
 /// `client`'s `try_lock` of `NAME`, tried again while it fails for want of

@@ -26,17 +26,20 @@ const NAME: &str = "stepped";
 /// One test at a time on the server's clock.
 static CLOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The server and its clock shift; the shift goes back to 0 when dropped.
+/// The server and its clock shift, this test's alone while it lives; the
+/// shift goes back to 0 when dropped.
 struct SteppedServer {
     url: String,
     shift_file: PathBuf,
     /// A key prefix of this test's own.
     prefix: String,
+    _one: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl SteppedServer {
-    fn from_env(test: &str) -> Option<SteppedServer> {
+    async fn from_env(test: &str) -> Option<SteppedServer> {
         let url = server_url("LOCKKIT_REDIS_CLOCK_URL")?;
+        let one = CLOCK.lock().await;
         let shift_file = std::env::var("LOCKKIT_REDIS_CLOCK_SHIFT_FILE").expect(
             "LOCKKIT_REDIS_CLOCK_SHIFT_FILE comes with LOCKKIT_REDIS_CLOCK_URL (scripts/services up redis-clock)",
         );
@@ -47,6 +50,7 @@ impl SteppedServer {
             url,
             shift_file: shift_file.into(),
             prefix: format!("clock-{test}-{}-{nanos}:", std::process::id()),
+            _one: one,
         };
         server.shift(0);
         Some(server)
@@ -92,10 +96,9 @@ fn held(ttl: Duration) -> LockOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_forward_ends_a_lease_early_and_grants_it_again() {
-    let Some(server) = SteppedServer::from_env("forward") else {
+    let Some(server) = SteppedServer::from_env("forward").await else {
         return;
     };
-    let _one = CLOCK.lock().await;
     let (a, b) = (server.client("").await, server.client("").await);
     let ga = a
         .lock_with(NAME, &held(Duration::from_secs(20)))
@@ -123,10 +126,9 @@ async fn a_step_forward_ends_a_lease_early_and_grants_it_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_back_makes_a_lease_last_longer() {
-    let Some(server) = SteppedServer::from_env("back") else {
+    let Some(server) = SteppedServer::from_env("back").await else {
         return;
     };
-    let _one = CLOCK.lock().await;
     let a = server.client("").await;
     let fixed = LockOptions::new().ttl(Duration::from_secs(4)).auto_extend(false);
     let ga = a.lock_with(NAME, &fixed).await.expect("A locks");
@@ -145,10 +147,9 @@ async fn a_step_back_makes_a_lease_last_longer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_guard_a_step_forward_grants_nothing_until_cut_leases_end() {
-    let Some(server) = SteppedServer::from_env("guarded") else {
+    let Some(server) = SteppedServer::from_env("guarded").await else {
         return;
     };
-    let _one = CLOCK.lock().await;
     server.mark();
     let (a, b) = (
         server.client("restart_guard=on").await,

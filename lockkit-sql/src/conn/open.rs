@@ -174,12 +174,17 @@ fn postgres_pool(config: &SqlConfig) -> Result<Pool, sqlx::Error> {
     let opts = if config.pooler.shares_sessions() {
         opts
     } else {
-        opts.options([("enable_seqscan", "off"), ("jit", "off")])
+        opts.options(POSTGRES_SETTINGS)
     };
     Ok(Pool::Postgres(Arc::new(Kept::new(
         pool_options::<sqlx::Postgres>(config).connect_lazy_with(opts),
     ))))
 }
+
+/// The session settings of [`postgres_pool`], sent as the `options` startup
+/// parameter.
+#[cfg(feature = "postgres")]
+pub(crate) const POSTGRES_SETTINGS: [(&str, &str); 2] = [("enable_seqscan", "off"), ("jit", "off")];
 
 /// SQLite: a file in WAL mode, flushed at every commit (`synchronous=FULL`)
 /// or, for the line's pool (`soft`), at checkpoints (`NORMAL`), with at

@@ -16,8 +16,10 @@
 //! could and gave it back before A's next statement — then the session's
 //! last statement is that client's, not the probe's (A's statements carry
 //! the probe's mark). A statement pooler refuses B's `BEGIN`. A pooler that
-//! hides through all of that in a few rounds is taken for none; the session
-//! mode also checks every grant's session (see `lockkit-sql-session`).
+//! hides through all of that in a few rounds is taken for none, unless it
+//! refuses a connection with the table mode's settings as a startup
+//! parameter, as PgBouncer does; the session mode also checks every
+//! grant's session (see `lockkit-sql-session`).
 //! Only the simple protocol is used: it works through any pooler.
 
 #[cfg(feature = "postgres")]
@@ -52,7 +54,34 @@ async fn detect(database: &str) -> Result<Pooler, sqlx::Error> {
     // A statement pooler closes B after refusing its BEGIN.
     let _ = a.close().await;
     let _ = b.close().await;
-    found
+    match found? {
+        Pooler::None if refuses_settings(database).await => Ok(Pooler::Transaction),
+        found => Ok(found),
+    }
+}
+
+/// Whether the server refuses a connection that carries the table mode's
+/// session settings ([`POSTGRES_SETTINGS`](super::open::POSTGRES_SETTINGS))
+/// as a startup parameter, as PgBouncer does: a pooler the rounds missed
+/// (every round can look direct under load) is found there, before the
+/// pool's connections would fail. A pooler that passes or ignores them is
+/// not found this way; a statement pooler always is, by its refusal of
+/// `BEGIN`, so what is found here pools transactions.
+#[cfg(feature = "postgres")]
+async fn refuses_settings(database: &str) -> bool {
+    use std::str::FromStr;
+
+    use sqlx::ConnectOptions;
+    let Ok(opts) = sqlx::postgres::PgConnectOptions::from_str(database) else {
+        return false;
+    };
+    match opts.options(super::open::POSTGRES_SETTINGS).connect().await {
+        Ok(conn) => {
+            let _ = sqlx::Connection::close(conn).await;
+            false
+        }
+        Err(e) => e.to_string().contains("unsupported startup parameter"),
+    }
 }
 
 /// Up to [`ROUNDS`] rounds of the probe (see the module docs).
@@ -221,5 +250,23 @@ mod tests {
             assert_eq!(detect(&pooled).await.unwrap(), Pooler::Transaction);
             assert_eq!(detect(&straight).await.unwrap(), Pooler::None);
         }
+    }
+
+    /// PgBouncer refuses the table mode's settings as a startup parameter
+    /// (the backstop of a probe whose rounds all looked direct); Postgres
+    /// takes them.
+    #[tokio::test]
+    async fn the_tables_settings_are_refused_by_the_pooler_only() {
+        let (Some(pooled), Some(straight)) = (
+            lockkit_core::testkit::server_url("LOCKKIT_PGBOUNCER_URL"),
+            lockkit_core::testkit::server_url("LOCKKIT_POSTGRES_URL"),
+        ) else {
+            return;
+        };
+        assert!(
+            refuses_settings(&pooled).await,
+            "PgBouncer refuses the options parameter"
+        );
+        assert!(!refuses_settings(&straight).await, "Postgres takes it");
     }
 }

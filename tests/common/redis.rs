@@ -51,6 +51,8 @@ pub struct Server {
     dir: PathBuf,
     child: Option<Child>,
     extra: Vec<String>,
+    /// The server's environment on top of this process's.
+    env: Vec<(String, String)>,
 }
 
 /// The quarantine a refused acquisition reports: the error is a
@@ -86,10 +88,16 @@ impl Server {
     /// free port before the server binds it; then the server starts again
     /// on other ports.
     pub fn start_with(extra: &[&str]) -> Server {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// [`start_with`](Self::start_with), the server's environment also
+    /// holding `env`.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut tries = 0;
         loop {
             tries += 1;
-            match Self::try_start_on(free_port(), extra) {
+            match Self::try_start_on(free_port(), extra, env) {
                 Ok(server) => return server,
                 Err(e) if e.contains("Address already in use") && tries < 10 => continue,
                 Err(e) => panic!("{e}"),
@@ -99,10 +107,10 @@ impl Server {
 
     /// Starts a server on `port`.
     pub fn start_on(port: u16, extra: &[&str]) -> Server {
-        Self::try_start_on(port, extra).unwrap_or_else(|e| panic!("{e}"))
+        Self::try_start_on(port, extra, &[]).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn try_start_on(port: u16, extra: &[&str]) -> Result<Server, String> {
+    fn try_start_on(port: u16, extra: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
@@ -120,6 +128,7 @@ impl Server {
             dir,
             child: None,
             extra,
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         };
         server.launch()?;
         Ok(server)
@@ -137,6 +146,7 @@ impl Server {
             .arg("--logfile")
             .arg(self.dir.join("redis.log"))
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -419,5 +429,84 @@ where
         }
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One test at a time on the `redis-clock` service's clock (per test
+/// binary; cargo runs the binaries one after another).
+static CLOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The `redis-clock` service (`scripts/services up redis-clock`): a
+/// `redis-server` whose wall clock the file `LOCKKIT_REDIS_CLOCK_SHIFT_FILE`
+/// shifts. This test's alone while the value lives; the shift goes back to
+/// 0 when it is dropped.
+pub struct SteppedClock {
+    /// `redis://127.0.0.1:PORT`.
+    pub url: String,
+    port: u16,
+    shift_file: PathBuf,
+    _one: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl SteppedClock {
+    /// The service, once no other test of this binary steps it (`None`:
+    /// not configured, and not required).
+    pub async fn from_env() -> Option<SteppedClock> {
+        let url = lockkit_core::testkit::server_url("LOCKKIT_REDIS_CLOCK_URL")?;
+        let shift_file = std::env::var("LOCKKIT_REDIS_CLOCK_SHIFT_FILE").expect(
+            "LOCKKIT_REDIS_CLOCK_SHIFT_FILE comes with LOCKKIT_REDIS_CLOCK_URL (scripts/services up redis-clock)",
+        );
+        let port = url
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("LOCKKIT_REDIS_CLOCK_URL ends with a port");
+        let one = CLOCK.lock().await;
+        let clock = SteppedClock {
+            url,
+            port,
+            shift_file: shift_file.into(),
+            _one: one,
+        };
+        clock.shift(0);
+        Some(clock)
+    }
+
+    /// Sets the server's clock `ms` away from the real time.
+    pub fn shift(&self, ms: i64) {
+        let tmp = self.shift_file.with_extension("new");
+        std::fs::write(&tmp, ms.to_string()).expect("write the shift");
+        std::fs::rename(&tmp, &self.shift_file).expect("set the shift");
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A private server whose clock this value steps too: the service's
+    /// shim (built beside the shift file) preloaded, reading the same file.
+    pub fn start_server(&self) -> Server {
+        let shim = self.shift_file.with_file_name("clock_shift.so");
+        let (shim, file) = (shim.display().to_string(), self.shift_file.display().to_string());
+        Server::start_with_env(&[], &[("LD_PRELOAD", &shim), ("LOCKKIT_CLOCK_SHIFT_FILE", &file)])
+    }
+
+    /// Runs one `redis-cli` command on the server and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for SteppedClock {
+    fn drop(&mut self) {
+        self.shift(0);
     }
 }

@@ -9,63 +9,42 @@
 //! with it and quarantines the server until the leases it cut short would
 //! have ended.
 //!
-//! The tests share the one server's clock, so they run one at a time.
+//! The tests share the one server's clock, so they run one at a time
+//! ([`SteppedClock`]).
 #![cfg(feature = "redis")]
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::redis::{SteppedClock, quarantine_of};
 use lockkit::{LockClient, LockOptions};
-use lockkit_core::testkit::server_url;
-
-use crate::common::redis::quarantine_of;
 
 const NAME: &str = "stepped";
 
-/// One test at a time on the server's clock.
-static CLOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The server and its clock shift, this test's alone while it lives; the
-/// shift goes back to 0 when dropped.
+/// The stepped server, with a key prefix of this test's own.
 struct SteppedServer {
-    url: String,
-    shift_file: PathBuf,
-    /// A key prefix of this test's own.
+    clock: SteppedClock,
     prefix: String,
-    _one: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl SteppedServer {
     async fn from_env(test: &str) -> Option<SteppedServer> {
-        let url = server_url("LOCKKIT_REDIS_CLOCK_URL")?;
-        let one = CLOCK.lock().await;
-        let shift_file = std::env::var("LOCKKIT_REDIS_CLOCK_SHIFT_FILE").expect(
-            "LOCKKIT_REDIS_CLOCK_SHIFT_FILE comes with LOCKKIT_REDIS_CLOCK_URL (scripts/services up redis-clock)",
-        );
+        let clock = SteppedClock::from_env().await?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let server = SteppedServer {
-            url,
-            shift_file: shift_file.into(),
+        Some(SteppedServer {
+            clock,
             prefix: format!("clock-{test}-{}-{nanos}:", std::process::id()),
-            _one: one,
-        };
-        server.shift(0);
-        Some(server)
+        })
     }
 
-    /// Sets the server's clock `ms` away from the real time.
     fn shift(&self, ms: i64) {
-        let tmp = self.shift_file.with_extension("new");
-        std::fs::write(&tmp, ms.to_string()).expect("write the shift");
-        std::fs::rename(&tmp, &self.shift_file).expect("set the shift");
+        self.clock.shift(ms);
     }
 
     async fn client(&self, query: &str) -> LockClient {
         let sep = if query.is_empty() { "" } else { "&" };
-        lockkit::connect(&format!("{}?prefix={}{sep}{query}", self.url, self.prefix))
+        lockkit::connect(&format!("{}?prefix={}{sep}{query}", self.clock.url, self.prefix))
             .await
             .expect("connect")
     }
@@ -73,19 +52,8 @@ impl SteppedServer {
     /// Gives this test's keys the restart guard's marker a server in
     /// service has, so the first use is not quarantined.
     fn mark(&self) {
-        let port = self.url.rsplit(':').next().expect("a port").trim_end_matches('/');
-        let marker = format!("{}node", self.prefix);
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", port, "HSET", &marker, "q", "0", "e", "0"])
-            .output()
-            .expect("redis-cli");
-        assert!(out.status.success(), "{out:?}");
-    }
-}
-
-impl Drop for SteppedServer {
-    fn drop(&mut self) {
-        self.shift(0);
+        self.clock
+            .cli(&["HSET", &format!("{}node", self.prefix), "q", "0", "e", "0"]);
     }
 }
 

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod clock_step;
 mod kit;
 mod processes;
 mod restart_guard;

@@ -358,12 +358,7 @@ impl Sentinel {
 
     /// Runs one `redis-cli` command against the sentinel.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        String::from_utf8_lossy(&cli_on(self.port, args).stdout).into_owned()
     }
 
     /// The port of the master the sentinel names for `m`.
@@ -495,11 +490,7 @@ impl SteppedClock {
 
     /// Runs one `redis-cli` command on the server and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
+        let out = cli_on(self.port, args);
         assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -509,4 +500,13 @@ impl Drop for SteppedClock {
     fn drop(&mut self) {
         self.shift(0);
     }
+}
+
+/// One `redis-cli` command against the server on `port`.
+fn cli_on(port: u16, args: &[&str]) -> std::process::Output {
+    Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli")
 }

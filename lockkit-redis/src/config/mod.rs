@@ -185,6 +185,16 @@ pub struct RedisConfig {
 ///   least `floor` — give the longest ttl of the server's clients. The
 ///   cost: after an empty restart (and on first use), no acquisition for
 ///   the quarantine; a waiting `lock` waits it out.
+///
+/// A server whose clock steps forward ends its leases early the same way.
+/// With the guard on, every acquisition and extension also reads the
+/// server's clock (`TIME`, in the same round trip) and compares it with
+/// this process's monotonic clock
+/// ([`ServerClock`](lockkit_core::raw::ServerClock)): after a step forward
+/// the server is quarantined until the leases it granted before the step
+/// would have ended (its marker's lease bound plus the step), and the grant
+/// that came with the reading is taken back. `docs/clocks.md` in the
+/// repository says what each backend does on a clock step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum RestartGuard {

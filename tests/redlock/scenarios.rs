@@ -903,3 +903,45 @@ async fn an_entry_that_moves_back_lets_the_writer_behind_it_in() {
     assert_eq!(read.fencing_token(), token, "the reader carries the writer's token");
     read.unlock().await.expect("unlock");
 }
+
+/// A write attempt that missed its quorum leaves its share, and its token
+/// as the last write, on the nodes it reached until its undo lands there.
+/// Those nodes refuse a reader in the meantime; the last write they tell it
+/// must be the one before the stray share, or the reader carries the token
+/// of a write that never stood (above the last writer's, which a crowd of
+/// child processes once saw). The stray share is a write taken by a client
+/// of nodes 0 and 1 alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_does_not_carry_the_token_of_a_stray_write_share() {
+    if !redis::available("a_reader_does_not_carry_the_token_of_a_stray_write_share") {
+        return;
+    }
+    let nodes = five();
+    let all = client(&nodes).await;
+    let name = "stray-write";
+    let written = all.rw_lock(name).unwrap().write_with(&long()).await.expect("write");
+    let token = written.fencing_token();
+    written.unlock().await.expect("unlock");
+    let two = client(&nodes[..2]).await;
+    let stray = two
+        .rw_lock(name)
+        .unwrap()
+        .write_with(&long())
+        .await
+        .expect("write on two nodes");
+    assert!(stray.fencing_token() > token);
+    let read = all
+        .rw_lock(name)
+        .unwrap()
+        .read_with(&long())
+        .await
+        .expect("read on nodes 2, 3, 4");
+    assert_eq!(
+        read.fencing_token(),
+        token,
+        "the reader carries the last write that stood, not the stray's {}",
+        stray.fencing_token()
+    );
+    read.unlock().await.expect("unlock");
+    stray.unlock().await.expect("unlock");
+}

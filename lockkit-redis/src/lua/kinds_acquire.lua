@@ -125,6 +125,18 @@ end
 -- What to do: `new` hold, join hold `x`, or busy.
 local new, x = false, nil
 local writer = redis.call('ZSCORE', Z, 'w') and redis.call('HGET', H, 'o|w')
+
+-- The last write token a refused reader learns (Redlock: a reader's token
+-- is the greatest any answering node has). A writer's share here whose
+-- quorum a reader can still get elsewhere never stood: it is a failed
+-- attempt's, not yet undone, so the reader learns the write before it.
+local function told_last_write()
+  if writer then
+    local before = redis.call('HGET', H, 'p|w')
+    if before then return before end
+  end
+  return redis.call('HGET', H, 'lw') or ''
+end
 if kind == 'p' then
   if assigned then slot = (turn and holds < permits and entitled_slot()) or '*' end
   new = turn and holds < permits and slot ~= '*' and (slot == '' or slot_free(slot))
@@ -152,7 +164,7 @@ if new then
   local left = other_kind_left(KEYS[6], {KEYS[7]}, now)
   if left > 0 then
     if joins then redis.call('PEXPIRE', Q, fmt(left + 60000)) end
-    return {0, kind == 'r' and (redis.call('HGET', H, 'lw') or '') or '', 0, math.min(left, ONE_NAME_RECHECK)}
+    return {0, kind == 'r' and told_last_write() or '', 0, math.min(left, ONE_NAME_RECHECK)}
   end
 end
 
@@ -167,9 +179,7 @@ if not new and not x then
     local first = redis.call('ZRANGE', Z, 0, 0, 'WITHSCORES')
     reply = {0, '', 0, first[1] and (tonumber(first[2]) - now) or -1}
   end
-  -- A reader refused here still learns this node's last write token
-  -- (Redlock: a reader's token is the greatest any answering node has).
-  if kind == 'r' then reply[2] = redis.call('HGET', H, 'lw') or '' end
+  if kind == 'r' then reply[2] = told_last_write() end
   if joins then
     local keep = fmt(math.max(reply[4], 0) + 60000)
     redis.call('PEXPIRE', Q, keep)

@@ -945,3 +945,35 @@ async fn a_reader_does_not_carry_the_token_of_a_stray_write_share() {
     read.unlock().await.expect("unlock");
     stray.unlock().await.expect("unlock");
 }
+
+/// Contenders that race `try_lock` for a free name can split the nodes so
+/// that none has a quorum; each then undoes its shares, and with nothing
+/// more `try_lock` answered busy to all of them, for a name nobody held.
+/// Sixteen clients race for a free name, many times over: exactly one
+/// wins every race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_many_racing_try_locks_wins_a_free_name() {
+    if !redis::available("one_of_many_racing_try_locks_wins_a_free_name") {
+        return;
+    }
+    let nodes = five();
+    let mut clients = Vec::new();
+    for _ in 0..16 {
+        clients.push(client(&nodes).await);
+    }
+    let opts = long();
+    for race in 0..40 {
+        let name = format!("race-{race}");
+        let tries = clients.iter().map(|c| c.try_lock_with(&name, &opts));
+        let won: Vec<lockkit::LockGuard> = futures_util::future::join_all(tries)
+            .await
+            .into_iter()
+            .map(|r| r.expect("try_lock"))
+            .flatten()
+            .collect();
+        assert_eq!(won.len(), 1, "race {race}: one of 16 wins a free name");
+        for g in won {
+            g.unlock().await.expect("unlock");
+        }
+    }
+}

@@ -17,14 +17,29 @@ use super::nodes::{KIND, RedlockBackend};
 use super::quorum::Outcome;
 use super::rounds::AttemptOf;
 
+/// How many times `try_lock` makes its attempt again after a split vote.
+const TRY_SPLITS: u32 = 4;
+
 impl RedlockBackend {
-    /// [`LockBackend::try_acquire`]: one attempt, no wait.
+    /// [`LockBackend::try_acquire`]: no wait for a holder. Contenders that
+    /// came at once may split the nodes so that none has a quorum, and
+    /// all undo: nobody holds the name then, so each makes its attempt
+    /// again after a short random delay (up to [`TRY_SPLITS`] times, a few
+    /// ms in all), or none of them would get a free name.
     pub(super) async fn try_acquire_once(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
-        match self.attempt(req, self.queueing(None, req.fair)).await? {
-            Outcome::Acquired(lease) => Ok(TryAcquire::Acquired(lease)),
-            Outcome::Busy { retry_in, .. } => Ok(TryAcquire::Busy { retry_in }),
-            Outcome::Failed(e) => Err(self.failed("acquire", req.name, e)),
-            Outcome::Conflict(reason) => Err(self.conflict(req.name, reason)),
+        let mut splits = 0;
+        loop {
+            return match self.attempt(req, self.queueing(None, req.fair)).await? {
+                Outcome::Busy { split: true, .. } if splits < TRY_SPLITS => {
+                    splits += 1;
+                    tokio::time::sleep(self.backoff(splits)).await;
+                    continue;
+                }
+                Outcome::Acquired(lease) => Ok(TryAcquire::Acquired(lease)),
+                Outcome::Busy { retry_in, .. } => Ok(TryAcquire::Busy { retry_in }),
+                Outcome::Failed(e) => Err(self.failed("acquire", req.name, e)),
+                Outcome::Conflict(reason) => Err(self.conflict(req.name, reason)),
+            };
         }
     }
 

@@ -25,9 +25,9 @@ use crate::common::spawn_child;
 use crate::common::unique;
 use crate::kinds::until_waiting;
 
-const ROLE: &str = "LOCKKIT_SQL_DEAD_CHILD";
-const URL: &str = "LOCKKIT_SQL_DEAD_CHILD_URL";
-const NAME: &str = "LOCKKIT_SQL_DEAD_CHILD_NAME";
+pub(crate) const ROLE: &str = "LOCKKIT_SQL_DEAD_CHILD";
+pub(crate) const URL: &str = "LOCKKIT_SQL_DEAD_CHILD_URL";
+pub(crate) const NAME: &str = "LOCKKIT_SQL_DEAD_CHILD_NAME";
 
 /// The release-to-grant delay asserted (the kit's `dead_waiter_bound`).
 const BOUND: Duration = Duration::from_millis(1500);

@@ -64,6 +64,19 @@ impl Inner {
         }
     }
 
+    /// A waiter's look whether the line moved (see [`Inner::peek_name`]):
+    /// `Some((retry_in, head))` when the name is busy for `req`, as its
+    /// claim would find it; `None` when a claim may grant it (or the look
+    /// failed): then the claim decides.
+    pub(crate) async fn kind_look(&self, req: &AcquireRequest<'_>) -> Option<(Option<Duration>, bool)> {
+        let key = line_key(req.name, req.kind);
+        let state = self.peek_name(req, &key).await.ok()??;
+        match decide(req, state.permits, &state.holds, &state.line) {
+            Grant::Busy { retry_in, turn } => Some((retry_in, turn)),
+            _ => None,
+        }
+    }
+
     fn conflict(&self, name: &str, reason: String) -> LockError {
         LockError::Conflict {
             backend: self.kind,

@@ -36,6 +36,38 @@ pub(super) async fn lock_name(
     Ok(tx.fetch(&k.lock_name, args, &[Col::Int; 3]).await?.pop())
 }
 
+impl NameState {
+    /// The state from the name's row `(permits, last_token, last_write)`
+    /// and the `rows` statement's rows, sorted (see [`KindStatements::rows`]).
+    fn of(found: &[Val], rows: Vec<Vec<Val>>) -> Self {
+        let mut rows = rows.into_iter();
+        let line = rows.next().map(Line::from_vals).unwrap_or_default();
+        NameState {
+            permits: found[0].int(),
+            last_token: found[1].int(),
+            last_write: found[2].int(),
+            holds: rows.map(Row::from_vals).collect(),
+            line,
+        }
+    }
+}
+
+/// The arguments of the `rows` statement for `req` in line `key`, and its
+/// columns.
+fn rows_args<'a>(req: &AcquireRequest<'a>, key: &'a [u8]) -> ([Arg<'a>; 7], [Col; 6]) {
+    let (key, attempt) = (Arg::Bytes(key), Arg::Text(Some(req.attempt)));
+    let [fam, name] = name_args(req);
+    let cols = [Col::Int, Col::Bytes, Col::Int, Col::Int, Col::Text, Col::Int];
+    ([key, attempt, key, attempt, key, fam, name], cols)
+}
+
+/// Sorted here: a sorted UNION makes MariaDB write a temporary table per
+/// read (on disk, for the TEXT column).
+fn sorted(mut rows: Vec<Vec<Val>>) -> Vec<Vec<Val>> {
+    rows.sort_by_key(|r| r.first().map_or(0, Val::int));
+    rows
+}
+
 impl Inner {
     /// Opens the transaction and reads the name (making its row if it is
     /// missing) and its line (`key`).
@@ -52,34 +84,28 @@ impl Inner {
             tx.exec(&k.ensure_name, &args).await?;
         }
         let found = found.ok_or(sqlx::Error::RowNotFound)?;
-        let mut rows = self.line_and_holds(&mut tx, req, key).await?.into_iter();
-        let line = rows.next().map(Line::from_vals).unwrap_or_default();
-        let state = NameState {
-            permits: found[0].int(),
-            last_token: found[1].int(),
-            last_write: found[2].int(),
-            holds: rows.map(Row::from_vals).collect(),
-            line,
-        };
-        Ok((tx, state))
+        let (args, cols) = rows_args(req, key);
+        let rows = sorted(tx.fetch(&k.rows, &args, &cols).await?);
+        Ok((tx, NameState::of(&found, rows)))
     }
 
-    /// The rows of `req`'s name in `tx`: its line's (`key`) first (`seq`
-    /// -1), then the holds. Sorted here: a sorted UNION makes MariaDB write
-    /// a temporary table per read (on disk, for the TEXT column).
-    async fn line_and_holds(
+    /// The same reads without a transaction or a lock (`None`: the name
+    /// has no row yet): what a waiter's look finds, possibly a moment
+    /// old. A look that finds the name busy ends there, so that waiters
+    /// that only look do not queue on the name's row, which its releases
+    /// and its head's claims take.
+    pub(super) async fn peek_name(
         &self,
-        tx: &mut Tx,
         req: &AcquireRequest<'_>,
         key: &[u8],
-    ) -> Result<Vec<Vec<Val>>, sqlx::Error> {
-        let (key, attempt) = (Arg::Bytes(key), Arg::Text(Some(req.attempt)));
-        let [fam, name] = name_args(req);
-        let args = [key, attempt, key, attempt, key, fam, name];
-        let cols = [Col::Int, Col::Bytes, Col::Int, Col::Int, Col::Text, Col::Int];
-        let mut rows = tx.fetch(&self.ksql.rows, &args, &cols).await?;
-        rows.sort_by_key(|r| r.first().map_or(0, Val::int));
-        Ok(rows)
+    ) -> Result<Option<NameState>, sqlx::Error> {
+        let k = &self.ksql;
+        let Some(found) = self.db.fetch_one(&k.peek_name, &name_args(req), &[Col::Int; 3]).await? else {
+            return Ok(None);
+        };
+        let (args, cols) = rows_args(req, key);
+        let rows = sorted(self.db.fetch(&k.rows, &args, &cols).await?);
+        Ok(Some(NameState::of(&found, rows)))
     }
 }
 
@@ -130,9 +156,13 @@ mod tests {
         let (mut tx, state) = inner.read_name(&req, &key).await.unwrap();
         assert_eq!(state.holds.len(), 1, "the permit taken is read back");
         let before = temporary_tables(&mut tx).await;
-        let rows = inner.line_and_holds(&mut tx, &req, &key).await.unwrap();
+        let (args, cols) = super::rows_args(&req, &key);
+        let rows = tx.fetch(&inner.ksql.rows, &args, &cols).await.unwrap();
         assert_eq!(rows.len(), 2, "the line's row and the hold");
         assert_eq!(temporary_tables(&mut tx).await, before, "no temporary table per read");
         tx.rollback().await.unwrap();
+        let peeked = inner.peek_name(&req, &key).await.unwrap().expect("the name's row");
+        assert_eq!(peeked.holds.len(), 1, "a look without a lock reads the same");
+        assert_eq!(peeked.holds[0].token, state.holds[0].token);
     }
 }

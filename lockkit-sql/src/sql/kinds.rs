@@ -36,6 +36,9 @@ pub(crate) struct KindStatements {
     /// name's row to the end of the transaction (SQLite: the transaction
     /// holds the file's write lock already).
     pub lock_name: Arc<str>,
+    /// The same read without a lock: a waiter's look whether the line
+    /// moved (see `kinds/name.rs`).
+    pub peek_name: Arc<str>,
     /// `(family, name)`: makes the name's row if it is missing.
     pub ensure_name: Arc<str>,
     /// `(family, name)` → the live holds `(seq, owner, token, writer,
@@ -153,6 +156,7 @@ impl KindStatements {
         let x = KindText::new(dialect, table);
         KindStatements {
             lock_name: x.lock_name(),
+            peek_name: x.peek_name(),
             ensure_name: x.ensure_name(),
             rows: x.rows(),
             served: x.served(),

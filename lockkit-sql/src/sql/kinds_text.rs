@@ -185,7 +185,16 @@ impl<'t> KindText<'t> {
 impl KindText<'_> {
     /// Locks the name's row (see [`KindStatements::lock_name`](super::KindStatements::lock_name)).
     pub(super) fn lock_name(&self) -> Arc<str> {
-        let (k, upd) = (&self.k, self.w.for_update);
+        self.name_row(self.w.for_update)
+    }
+
+    /// Reads the name's row without a lock (see [`KindStatements::peek_name`](super::KindStatements::peek_name)).
+    pub(super) fn peek_name(&self) -> Arc<str> {
+        self.name_row("")
+    }
+
+    fn name_row(&self, upd: &str) -> Arc<str> {
+        let k = &self.k;
         self.p(format!(
             "SELECT permits, last_token, last_write FROM {k} WHERE family = $1 AND name = $2{upd}"
         ))

@@ -7,8 +7,8 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lockkit_core::LockError;
 use lockkit_core::raw::{AcquireRequest, Backoff, Lease, TryAcquire, bounded_delay};
+use lockkit_core::{LockError, LockKind};
 use tokio::time::Instant;
 
 use super::{Queued, line_key};
@@ -23,7 +23,11 @@ const IDLE: Duration = Duration::from_secs(3600);
 /// (at most `max_backoff`): it becomes the head when the waiter before it
 /// takes the name, and nobody tells it. Looking this often costs one read
 /// per process and waited name per look, and keeps a hand-off across
-/// processes close to what a poll by the head would take.
+/// processes close to what a poll by the head would take. A look at a
+/// semaphore or read-write lock reads the name without a lock first and
+/// claims only when it may be granted (see `Inner::kind_look`): their
+/// claim is a transaction that holds the name's row over several round
+/// trips; a mutex's is one statement.
 const LOOK: Duration = Duration::from_millis(10);
 
 /// `future`, unless `deadline` comes first (`None`).
@@ -48,6 +52,9 @@ struct Turns {
     /// Woken only because the waiter before it in this process took the
     /// name: wait on as the first of this process, without a try.
     moved_up: bool,
+    /// The last sleep was a look's ([`LOOK`]) and ran out: the next turn
+    /// reads the name without a lock first.
+    looking: bool,
 }
 
 impl Turns {
@@ -58,15 +65,13 @@ impl Turns {
     /// process looks every [`LOOK`] (at most `max_backoff`) whether the
     /// line moved in another process.
     fn delay(&mut self, head: bool, retry_in: Option<Duration>, now: Instant, max_backoff: Duration) -> Duration {
+        self.looking = false;
         if head {
             return bounded_delay(&mut self.backoff, retry_in, self.deadline, now);
         }
         self.backoff.reset();
-        let idle = if !self.push && self.queued.line.is_first() {
-            LOOK.min(max_backoff)
-        } else {
-            IDLE
-        };
+        self.looking = !self.push && self.queued.line.is_first();
+        let idle = if self.looking { LOOK.min(max_backoff) } else { IDLE };
         self.deadline
             .map_or(idle, |d| d.saturating_duration_since(now).min(idle))
     }
@@ -129,6 +134,7 @@ impl SqlBackend {
             backoff: Backoff::new(Duration::from_millis(2), inner.config.max_backoff),
             last_error: None,
             moved_up,
+            looking: false,
         };
         self.wait_in_line(req, &key, turns).await
     }
@@ -161,8 +167,15 @@ impl SqlBackend {
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            let looked = match std::mem::take(&mut turns.looking) {
+                true if req.kind != LockKind::Mutex => self.inner.kind_look(req).await,
+                _ => None,
+            };
             let (retry_in, head) = if std::mem::take(&mut turns.moved_up) {
                 (None, false)
+            } else if let Some(busy) = looked {
+                turns.last_error = None;
+                busy
             } else {
                 match self.detached_attempt(req, true).await {
                     Ok((TryAcquire::Acquired(lease), room)) => {
@@ -191,7 +204,10 @@ impl SqlBackend {
             }
             let delay = turns.delay(head, retry_in, now, self.inner.config.max_backoff);
             tokio::select! {
-                _ = notified => turns.moved_up = turns.queued.line.take_moved_up(),
+                _ = notified => {
+                    turns.moved_up = turns.queued.line.take_moved_up();
+                    turns.looking = false;
+                }
                 _ = tokio::time::sleep(delay) => {
                     turns.queued.line.take_moved_up();
                 }

@@ -324,24 +324,29 @@ impl Drop for Server {
 pub struct Sentinel {
     pub port: u16,
     child: Child,
-    dir: std::path::PathBuf,
+    dir: PathBuf,
 }
 
 impl Sentinel {
     /// Starts it on a free port.
     pub fn start(master: &Server) -> Sentinel {
+        let settings = "sentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 5000\n";
+        Sentinel::spawn(master.dir().join("sentinel"), master.port, settings)
+    }
+
+    /// Starts one on a free port with its files in `dir`, monitoring the
+    /// master on `master` as `m` (quorum 1), with the `settings` lines
+    /// added to its configuration.
+    pub fn spawn(dir: PathBuf, master: u16, settings: &str) -> Sentinel {
         let port = free_port();
-        let dir = master.dir().join("sentinel");
         std::fs::create_dir_all(&dir).expect("dir");
         let conf = dir.join("sentinel.conf");
         std::fs::write(
             &conf,
             format!(
                 "bind 127.0.0.1\nport {port}\ndir {dir}\nlogfile {dir}/sentinel.log\n\
-                 sentinel monitor m 127.0.0.1 {master} 1\n\
-                 sentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 5000\n",
+                 sentinel monitor m 127.0.0.1 {master} 1\n{settings}",
                 dir = dir.display(),
-                master = master.port
             ),
         )
         .expect("sentinel.conf");
@@ -374,6 +379,13 @@ impl Drop for Sentinel {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failed run shows what the sentinel decided, and why.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("the sentinel's log, last lines:");
+            tail.iter().rev().for_each(|l| eprintln!("  {l}"));
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -509,4 +521,40 @@ fn cli_on(port: u16, args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("redis-cli")
+}
+
+/// One line of `CLUSTER NODES`.
+pub struct ClusterNode {
+    pub id: String,
+    pub port: u16,
+    pub flags: String,
+    /// The master's id (`-` for a master).
+    pub master: String,
+    /// The slot ranges it serves, inclusive.
+    pub slots: Vec<(u16, u16)>,
+}
+
+/// The nodes of a `CLUSTER NODES` answer.
+pub fn parse_cluster_nodes(text: &str) -> Vec<ClusterNode> {
+    text.lines().filter_map(parse_cluster_node).collect()
+}
+
+fn parse_cluster_node(line: &str) -> Option<ClusterNode> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let addr = f.get(1)?.split(['@', ',']).next()?;
+    let slots = f
+        .get(8..)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|s| match s.split_once('-') {
+            Some((lo, hi)) => Some((lo.parse().ok()?, hi.parse().ok()?)),
+            None => s.parse().ok().map(|s| (s, s)),
+        });
+    Some(ClusterNode {
+        id: f.first()?.to_string(),
+        port: addr.rsplit(':').next()?.parse().ok()?,
+        flags: f.get(2)?.to_string(),
+        master: f.get(3)?.to_string(),
+        slots: slots.collect(),
+    })
 }

@@ -11,7 +11,7 @@ use crate::common::redis;
 use std::time::{Duration, Instant};
 
 use lockkit::{LockError, LockOptions};
-use redis::{Sentinel, Server, eventually, lock_key, stored_hold};
+use redis::{ClusterNode, Sentinel, Server, eventually, lock_key, parse_cluster_nodes, stored_hold};
 
 /// Parameters of every URL here: a bound well above a healthy replica's
 /// acknowledgement, even on a busy machine.
@@ -301,39 +301,8 @@ async fn cluster_waits_for_the_replica_of_the_keys_master() {
     assert!(g.unlock().await.expect("unlock").is_free());
 }
 
-/// One line of `CLUSTER NODES`.
-struct ClusterNode {
-    id: String,
-    port: u16,
-    flags: String,
-    master: String,
-    slots: Vec<(u16, u16)>,
-}
-
 fn cluster_nodes(node: &Server) -> Vec<ClusterNode> {
-    node.cli(&["CLUSTER", "NODES"])
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let port = f.get(1)?.split('@').next()?.rsplit(':').next()?.parse().ok()?;
-            let slots = f
-                .get(8..)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|s| match s.split_once('-') {
-                    Some((lo, hi)) => Some((lo.parse().ok()?, hi.parse().ok()?)),
-                    None => s.parse().ok().map(|s| (s, s)),
-                })
-                .collect();
-            Some(ClusterNode {
-                id: f.first()?.to_string(),
-                port,
-                flags: f.get(2)?.to_string(),
-                master: f.get(3)?.to_string(),
-                slots,
-            })
-        })
-        .collect()
+    parse_cluster_nodes(&node.cli(&["CLUSTER", "NODES"]))
 }
 
 /// Redlock has no replicas to wait for: the URL is refused before any

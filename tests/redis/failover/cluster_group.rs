@@ -6,7 +6,7 @@
 
 use super::probe::{cli, replication_has, within};
 use super::sentinel_group::SYNC_AT_ONCE;
-use crate::common::redis::{Server, lock_key};
+use crate::common::redis::{ClusterNode, Server, lock_key, parse_cluster_nodes};
 
 /// A master is failed after this long unreachable; small, so that a
 /// failover takes seconds, and still far above a loaded machine's pauses.
@@ -20,36 +20,8 @@ pub struct ClusterGroup {
     crashed: Option<usize>,
 }
 
-/// One line of `CLUSTER NODES`.
-struct Node {
-    port: u16,
-    flags: String,
-    slots: Vec<(u16, u16)>,
-}
-
-fn nodes_seen_by(port: u16) -> Vec<Node> {
-    cli(port, &["CLUSTER", "NODES"])
-        .lines()
-        .filter_map(parse_node)
-        .collect()
-}
-
-fn parse_node(line: &str) -> Option<Node> {
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let addr = f.get(1)?.split(['@', ',']).next()?;
-    let slots = f
-        .get(8..)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|s| match s.split_once('-') {
-            Some((lo, hi)) => Some((lo.parse().ok()?, hi.parse().ok()?)),
-            None => s.parse().ok().map(|s| (s, s)),
-        });
-    Some(Node {
-        port: addr.rsplit(':').next()?.parse().ok()?,
-        flags: f.get(2)?.to_string(),
-        slots: slots.collect(),
-    })
+fn nodes_seen_by(port: u16) -> Vec<ClusterNode> {
+    parse_cluster_nodes(&cli(port, &["CLUSTER", "NODES"]))
 }
 
 fn slot_of(port: u16, name: &str) -> Option<u16> {
@@ -179,7 +151,7 @@ impl ClusterGroup {
             let masters = view
                 .iter()
                 .filter(|s| s.flags.contains("master") && !s.slots.is_empty());
-            let replicas: Vec<&Node> = view.iter().filter(|s| s.flags.contains("slave")).collect();
+            let replicas: Vec<&ClusterNode> = view.iter().filter(|s| s.flags.contains("slave")).collect();
             let synced = replicas.len() == 3
                 && replicas
                     .iter()

@@ -10,7 +10,9 @@ use lockkit::{LockClient, LockError, LockGuard, LockOptions, LostReason};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::rng::Rng;
+use rand::RngExt;
+
+use super::rng::{Rng, seeded};
 use super::store::FencedStore;
 
 /// A holder writes this often while it holds.
@@ -105,7 +107,7 @@ impl Load {
             let client = lockkit::connect(url).await.expect("connect");
             for t in 0..shape.tasks_per_client {
                 let owner = c * shape.tasks_per_client + t;
-                let rng = Rng::new(seed ^ (owner as u64 + 1).wrapping_mul(0x9e37_79b9));
+                let rng = seeded(seed ^ (owner as u64 + 1).wrapping_mul(0x9e37_79b9));
                 tasks.spawn(self.clone().task(client.with_new_owner(), owner, shape.ttl, rng));
             }
         }
@@ -125,7 +127,7 @@ impl Load {
         let opts = LockOptions::new().ttl(ttl).wait(Duration::from_secs(60));
         let mut stop = self.stop.subscribe();
         while !*stop.borrow() {
-            let name = rng.between(0, self.names.len() as u64 - 1) as usize;
+            let name = rng.random_range(0..self.names.len());
             let locked = tokio::select! {
                 r = client.lock_with(&self.names[name], &opts) => r,
                 _ = stop.wait_for(|s| *s) => return,
@@ -153,10 +155,10 @@ impl Load {
     /// Half the holds are short (up to 20 ms: a counter update), half long
     /// (1 to 4 s: a job), so a hold often outlasts a failover.
     fn hold_length(rng: &mut Rng) -> Duration {
-        if rng.between(0, 1) == 0 {
-            Duration::from_millis(rng.between(0, 20))
+        if rng.random_range(0..=1) == 0 {
+            Duration::from_millis(rng.random_range(0..=20))
         } else {
-            Duration::from_millis(rng.between(1000, 4000))
+            Duration::from_millis(rng.random_range(1000..=4000))
         }
     }
 

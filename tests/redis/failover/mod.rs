@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crate::common::redis;
 use cluster_group::ClusterGroup;
 use load::{Load, SHAPE};
-use rng::Rng;
+use rand::RngExt;
 use sentinel_group::SentinelGroup;
 use tally::Tally;
 
@@ -113,13 +113,13 @@ async fn measure(mut group: Group, params: &str, config: &str) -> Tally {
     let load = Load::new(group.names());
     let started = Instant::now();
     let tasks = load.start(&group.url(params), SHAPE, seed).await;
-    let mut rng = Rng::new(seed);
+    let mut rng = rng::seeded(seed);
     let mut outages = Vec::new();
     for _ in 0..runs() {
         load_running(&load).await;
         // Not a wait for a state: the kill lands at a random point of the
         // holds' cycle, not right after the load resumed.
-        tokio::time::sleep(Duration::from_millis(rng.between(0, 1000))).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..=1000))).await;
         load.epoch.fetch_add(1, Ordering::SeqCst);
         let killed = Instant::now();
         group.crash_primary();

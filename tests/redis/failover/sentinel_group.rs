@@ -5,14 +5,12 @@
 //! still on the way never arrives — the master's host failed, not just its
 //! process (a killed process's socket buffers still reach the replica).
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use lockkit_core::testkit::{Fault, FaultProxy};
 
 use super::probe::{cli, replication_has, within};
-use crate::common::redis::{Server, free_port};
+use crate::common::redis::{Sentinel, Server};
 
 /// A master sends a new replica its data at once, not after the default
 /// 5 s wait for more replicas to share one transfer.
@@ -49,7 +47,7 @@ impl SentinelGroup {
 
     /// The URL of the group, with `params` (`""` or `?…`).
     pub fn url(&self, params: &str) -> String {
-        format!("redis+sentinel://127.0.0.1:{}/m{params}", self.sentinel.port)
+        format!("redis+sentinel://127.0.0.1:{}/m{params}", self.sentinel.port())
     }
 
     async fn link_to(port: u16, lag: Duration) -> FaultProxy {
@@ -90,7 +88,7 @@ impl SentinelGroup {
         let replica = 1 - self.master;
         let port = self.ports[replica];
         within("the sentinel promotes the replica", || {
-            let master = fields(&cli(self.sentinel.port, &["SENTINEL", "MASTER", "m"]));
+            let master = fields(&cli(self.sentinel.port(), &["SENTINEL", "MASTER", "m"]));
             let done = field(&master, "port") == Some(&port.to_string()) && field(&master, "flags") == Some("master");
             (done && cli(port, &["ROLE"]).starts_with("master")).then_some(())
         })
@@ -152,72 +150,36 @@ fn field<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
 /// sentinel waits before "fixing" a replica that replicates from another
 /// address than the master's, as ours do through the lag proxy — so
 /// [`SentinelGroup::rejoin`] puts a fixed replica back on the proxy.
-struct PrivateSentinel {
-    port: u16,
-    child: Child,
-    dir: PathBuf,
-}
+struct PrivateSentinel(Sentinel);
 
 impl PrivateSentinel {
     /// Starts it monitoring `master`, told of `replica` (otherwise it
     /// would learn of it only at its next look at the master, in up to
     /// 10 s).
     fn start(master: u16, replica: u16) -> PrivateSentinel {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("lockkit-failover-sentinel-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("sentinel dir");
-        let conf = dir.join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "bind 127.0.0.1\nport {port}\ndir {dir}\nlogfile {dir}/sentinel.log\n\
-                 sentinel monitor m 127.0.0.1 {master} 1\n\
-                 sentinel known-replica m 127.0.0.1 {replica}\n\
-                 sentinel down-after-milliseconds m 2000\nsentinel failover-timeout m 20000\n",
-                dir = dir.display(),
-            ),
-        )
-        .expect("sentinel.conf");
-        let child = Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn sentinel");
-        PrivateSentinel { port, child, dir }
+        let dir = std::env::temp_dir().join(format!("lockkit-failover-sentinel-{}-{master}", std::process::id()));
+        let settings = format!(
+            "sentinel known-replica m 127.0.0.1 {replica}\n\
+             sentinel down-after-milliseconds m 2000\nsentinel failover-timeout m 20000\n"
+        );
+        PrivateSentinel(Sentinel::spawn(dir, master, &settings))
+    }
+
+    fn port(&self) -> u16 {
+        self.0.port
     }
 
     fn master_port(&self) -> Option<u16> {
-        cli(self.port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"])
-            .lines()
-            .nth(1)
-            .and_then(|p| p.trim().parse().ok())
+        self.0.master_port()
     }
 
     /// Whether the sentinel lists `port` as a replica it can reach.
     fn sees_replica(&self, port: u16) -> bool {
-        let out = cli(self.port, &["SENTINEL", "REPLICAS", "m"]);
+        let out = cli(self.port(), &["SENTINEL", "REPLICAS", "m"]);
         let lines: Vec<&str> = out.lines().collect();
         lines
             .split(|l| *l == "name")
             .map(|block| fields(&block[1.min(block.len())..].join("\n")))
             .any(|f| field(&f, "port") == Some(&port.to_string()) && field(&f, "flags") == Some("slave"))
-    }
-}
-
-impl Drop for PrivateSentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        // A failed run shows what the sentinel decided, and why.
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(60).collect();
-            eprintln!("the sentinel's log, last lines:");
-            tail.iter().rev().for_each(|l| eprintln!("  {l}"));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

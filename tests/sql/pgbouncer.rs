@@ -31,8 +31,8 @@ async fn a_transaction_pooler_grants_one_session_lock_twice() {
     let key = i64::from_str_radix(&lockkit_core::raw::random_owner()[..15], 16).expect("a key");
     // The simple protocol: one message, one pooled transaction each.
     let take = format!("SELECT pg_try_advisory_lock({key})");
-    let got_a = simple_bool(&mut a, &take).await;
-    let got_b = simple_bool(&mut b, &take).await;
+    let got_a = first_value::<bool>(&mut a, &take).await;
+    let got_b = first_value::<bool>(&mut b, &take).await;
     assert!(got_a, "the first client gets the lock");
     assert!(
         got_b,
@@ -40,17 +40,20 @@ async fn a_transaction_pooler_grants_one_session_lock_twice() {
     );
     // Both took it on one server session: it counts two holds.
     let free = format!("SELECT pg_advisory_unlock({key})");
-    assert!(simple_bool(&mut a, &free).await && simple_bool(&mut b, &free).await);
+    assert!(first_value::<bool>(&mut a, &free).await && first_value::<bool>(&mut b, &free).await);
 }
 
-/// Runs `text` in the simple protocol; its one boolean.
-async fn simple_bool(conn: &mut sqlx::PgConnection, text: &str) -> bool {
+/// Runs `text` in the simple protocol; its first row's first value.
+async fn first_value<T>(conn: &mut sqlx::PgConnection, text: &str) -> T
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
     use sqlx::Row;
     let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(text.to_owned()))
         .fetch_all(&mut *conn)
         .await
         .unwrap_or_else(|e| panic!("{text}: {e}"));
-    rows[0].try_get::<bool, _>(0).expect("a boolean")
+    rows[0].try_get::<T, _>(0).unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
 /// Session mode through the transaction pooler: refused at connect, a
@@ -144,13 +147,13 @@ async fn only_the_head_of_the_line_waits_for_the_names_row() {
     // The head's backoff (at most `max_backoff`) brings its attempt to
     // the row; the child's writer looks every 10 ms meanwhile.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while count(&mut watch, &blocked).await == 0 {
+    while first_value::<i64>(&mut watch, &blocked).await == 0 {
         assert!(Instant::now() < deadline, "the head's attempt never came to the row");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut most = 0;
     for _ in 0..100 {
-        most = most.max(count(&mut watch, &blocked).await);
+        most = most.max(first_value::<i64>(&mut watch, &blocked).await);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     simple(&mut row, "ROLLBACK").await;
@@ -168,14 +171,4 @@ async fn simple(conn: &mut sqlx::PgConnection, text: &str) {
         .execute(&mut *conn)
         .await
         .unwrap_or_else(|e| panic!("{text}: {e}"));
-}
-
-/// The one count `text` reads.
-async fn count(conn: &mut sqlx::PgConnection, text: &str) -> i64 {
-    use sqlx::Row;
-    let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(text.to_owned()))
-        .fetch_all(&mut *conn)
-        .await
-        .unwrap_or_else(|e| panic!("{text}: {e}"));
-    rows[0].try_get::<i64, _>(0).expect("a count")
 }

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod clock_step;
 mod crowd;
 mod dead_waiter;
 mod extend;
@@ -19,6 +20,7 @@ mod pgbouncer;
 mod pgbouncer_kit;
 mod postgres_kit;
 mod postgres_session_kit;
+mod private_server;
 mod privileges;
 mod processes;
 mod race;

@@ -11,99 +11,14 @@
 
 #![cfg(any(feature = "mysql", feature = "postgres"))]
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use lockkit::{LockClient, LockError};
-use lockkit_core::testkit::services_required;
 
 // Names take a `tag()`, a suffix no earlier run used: the private servers
 // keep their data.
 use crate::common::tag;
-
-/// A server of `scripts/services` (`mysql` or `postgres`) in a private
-/// state directory, on a private port.
-struct PrivateServer {
-    service: &'static str,
-    dir: PathBuf,
-    port: String,
-}
-
-impl PrivateServer {
-    fn new(service: &'static str, default_port: &str) -> Self {
-        let upper = service.to_ascii_uppercase();
-        PrivateServer {
-            service,
-            dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/services-restart"),
-            port: std::env::var(format!("LOCKKIT_RESTART_{upper}_PORT")).unwrap_or_else(|_| default_port.to_owned()),
-        }
-    }
-
-    fn services(&self, action: &str) -> (bool, String, String) {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let upper = self.service.to_ascii_uppercase();
-        let out = Command::new(root.join("scripts/services"))
-            .args([action, self.service])
-            .env("LOCKKIT_SERVICES_DIR", &self.dir)
-            .env(format!("LOCKKIT_{upper}_PORT"), &self.port)
-            .output()
-            .expect("run scripts/services");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// Starts it; the URL. Refuses to reuse a server it did not start.
-    fn up(&self) -> String {
-        let (ok, stdout, stderr) = self.services("up");
-        assert!(ok, "starting the private {} failed:\n{stderr}", self.service);
-        assert!(
-            !stderr.contains("reusing the server"),
-            "port {} is taken by another server; set LOCKKIT_RESTART_{}_PORT",
-            self.port,
-            self.service.to_ascii_uppercase()
-        );
-        let prefix = format!("export LOCKKIT_{}_URL=", self.service.to_ascii_uppercase());
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .expect("scripts/services prints the URL")
-            .to_owned()
-    }
-
-    /// A clean shutdown.
-    fn down(&self) {
-        let (ok, _, stderr) = self.services("down");
-        assert!(ok, "stopping the private {} failed:\n{stderr}", self.service);
-    }
-
-    /// A crash: no clean shutdown, the database recovers from its log at the
-    /// next start. MariaDB gets SIGKILL; Postgres SIGQUIT ("immediate"
-    /// shutdown: no checkpoint, crash recovery at restart), because after a
-    /// SIGKILL its lock file would name a PID that lingers as a zombie where
-    /// nothing reaps it, and a new postmaster refuses to start.
-    fn crash(&self) {
-        let pid = std::fs::read_to_string(self.dir.join(self.service).join("ours.pid"))
-            .expect("pid file of the private server");
-        let pid = pid.trim();
-        let signal = if self.service == "postgres" { "-QUIT" } else { "-KILL" };
-        let status = Command::new("kill").args([signal, pid]).status().unwrap();
-        assert!(status.success(), "kill {signal} {pid}");
-        let stat = format!("/proc/{pid}/stat");
-        while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z ")) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        let _ = self.services("down");
-    }
-}
+use crate::private_server::{PrivateServer, available};
 
 async fn cycle(client: &LockClient, name: &str, last: &mut u64) {
     let guard = client
@@ -121,14 +36,6 @@ async fn cycle(client: &LockClient, name: &str, last: &mut u64) {
         client.inspect(name).await.unwrap().is_none(),
         "released rows are deleted"
     );
-}
-
-fn available(var: &str) -> bool {
-    if std::env::var(var).is_err() && !services_required() {
-        eprintln!("skipped: {var} is unset, so this database is not set up here");
-        return false;
-    }
-    true
 }
 
 async fn tokens_grow_across_restarts(server: &PrivateServer) {

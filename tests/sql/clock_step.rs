@@ -1,0 +1,101 @@
+//! Steps of the database server's wall clock, on a private Postgres with
+//! `scripts/clock_shift.c` preloaded (see [`PrivateServer::with_clock`]).
+//! The table mode keeps a hold's lease as a time of the server's clock
+//! (`expires_at`, compared with `now()`), so a step forward ends leases
+//! early — another owner takes a held name while its holder still counts
+//! on its lease — and a step back makes them last longer. The table mode
+//! does not guard against it today (docs/clocks.md); these tests show what
+//! happens. (The session mode's locks have no lease: unaffected.)
+//!
+//! Both tests step the one private server's clock, so they run one at a
+//! time.
+#![cfg(feature = "postgres")]
+
+use std::time::{Duration, Instant};
+
+use lockkit::LockOptions;
+use tokio::sync::Mutex;
+
+use crate::common::tag;
+use crate::private_server::{PrivateServer, available};
+
+/// The private server's clock is one for both tests.
+static CLOCK: Mutex<()> = Mutex::const_new(());
+
+/// The stepped server, started; its clock is set right again when the
+/// test ends.
+struct Stepped(PrivateServer);
+
+impl Stepped {
+    fn start() -> (Stepped, String) {
+        let server = PrivateServer::with_clock("postgres", "15443");
+        server.shift_clock(0);
+        let url = server.up();
+        (Stepped(server), url)
+    }
+}
+
+impl Drop for Stepped {
+    fn drop(&mut self) {
+        self.0.shift_clock(0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_forward_lets_another_owner_take_a_held_name() {
+    if !available("LOCKKIT_POSTGRES_URL") {
+        return;
+    }
+    let _one = CLOCK.lock().await;
+    let (server, url) = Stepped::start();
+    let (a, b) = (
+        lockkit::connect(&url).await.expect("connect"),
+        lockkit::connect(&url).await.expect("connect"),
+    );
+    let name = format!("clock/forward/{}", tag());
+    let opts = LockOptions::new().ttl(Duration::from_secs(20));
+    let ga = a.lock_with(&name, &opts).await.expect("A locks");
+    assert!(b.try_lock(&name).await.expect("B's try").is_none(), "held by A");
+    // 30 s later on the server's clock: A's lease (20 s, extended every
+    // third of it) ended there, while A counts on it for 20 s more.
+    server.0.shift_clock(30_000);
+    let gb = b
+        .try_lock_with(&name, &opts)
+        .await
+        .expect("B's try")
+        .expect("the step ended A's lease: B is granted the name at once");
+    assert!(!ga.is_lost(), "A has not been told: its own lease stands");
+    assert!(
+        gb.fencing_token() > ga.fencing_token(),
+        "the second owner's token is larger"
+    );
+    // A hears of it at its next extension, which finds B's hold.
+    tokio::time::timeout(Duration::from_secs(30), ga.lost())
+        .await
+        .expect("A's lost signal at its next extension");
+    gb.unlock().await.expect("B unlocks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_back_makes_a_lease_last_longer() {
+    if !available("LOCKKIT_POSTGRES_URL") {
+        return;
+    }
+    let _one = CLOCK.lock().await;
+    let (server, url) = Stepped::start();
+    let a = lockkit::connect(&url).await.expect("connect");
+    let name = format!("clock/back/{}", tag());
+    let fixed = LockOptions::new().ttl(Duration::from_secs(4)).auto_extend(false);
+    let ga = a.lock_with(&name, &fixed).await.expect("A locks");
+    server.0.shift_clock(-30_000);
+    let info = a.inspect(&name).await.expect("inspect").expect("held");
+    let left = info.remaining.expect("a ttl lease");
+    assert!(
+        left > Duration::from_secs(30),
+        "the server's lease outlasts the 4 s asked by the step: {left:?}"
+    );
+    // The holder's own deadline does not move: it is measured here.
+    let until = ga.valid_until().expect("a ttl lease");
+    assert!(until <= Instant::now() + Duration::from_secs(4), "{until:?}");
+    ga.unlock().await.expect("A unlocks");
+}

@@ -78,3 +78,43 @@ impl Drop for Reaper {
         let _ = self.0.wait();
     }
 }
+
+/// What a step forward of the server's clock past holder A's lease gives
+/// `b_try`, another owner's `try_lock` after it, on a backend that does not
+/// guard against it: the name at once, with a larger token, while A has not
+/// been told; A's lost signal fires at its next extension (within 30 s),
+/// which finds B's hold.
+pub async fn assert_a_second_owner_after_a_step(
+    ga: &lockkit::LockGuard,
+    b_try: Result<Option<lockkit::LockGuard>, lockkit::LockError>,
+) {
+    let gb = b_try
+        .expect("B's try")
+        .expect("the step ended A's lease: B is granted the name at once");
+    assert!(!ga.is_lost(), "A has not been told: its own lease stands");
+    assert!(
+        gb.fencing_token() > ga.fencing_token(),
+        "the second owner's token is larger"
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(30), ga.lost())
+        .await
+        .expect("A's lost signal at its next extension");
+    gb.unlock().await.expect("B unlocks");
+}
+
+/// What a step back of 30 s of the server's clock does to A's hold `ga`
+/// of `name` (a 4 s lease, not extended), as `a` inspects it: the server
+/// keeps it for more than 30 s, while the holder's own deadline, measured
+/// by its monotonic clock, does not move. Unlocks it.
+pub async fn assert_a_longer_lease_after_a_step_back(a: &lockkit::LockClient, name: &str, ga: lockkit::LockGuard) {
+    use std::time::{Duration, Instant};
+    let info = a.inspect(name).await.expect("inspect").expect("held");
+    let left = info.remaining.expect("a ttl lease");
+    assert!(
+        left > Duration::from_secs(30),
+        "the server's lease outlasts the 4 s asked by the step: {left:?}"
+    );
+    let until = ga.valid_until().expect("a ttl lease");
+    assert!(until <= Instant::now() + Duration::from_secs(4), "{until:?}");
+    ga.unlock().await.expect("A unlocks");
+}

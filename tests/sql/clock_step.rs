@@ -11,12 +11,12 @@
 //! time.
 #![cfg(feature = "postgres")]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockkit::LockOptions;
 use tokio::sync::Mutex;
 
-use crate::common::tag;
+use crate::common::{assert_a_longer_lease_after_a_step_back, assert_a_second_owner_after_a_step, tag};
 use crate::private_server::{PrivateServer, available};
 
 /// The private server's clock is one for both tests.
@@ -59,21 +59,7 @@ async fn a_step_forward_lets_another_owner_take_a_held_name() {
     // 30 s later on the server's clock: A's lease (20 s, extended every
     // third of it) ended there, while A counts on it for 20 s more.
     server.0.shift_clock(30_000);
-    let gb = b
-        .try_lock_with(&name, &opts)
-        .await
-        .expect("B's try")
-        .expect("the step ended A's lease: B is granted the name at once");
-    assert!(!ga.is_lost(), "A has not been told: its own lease stands");
-    assert!(
-        gb.fencing_token() > ga.fencing_token(),
-        "the second owner's token is larger"
-    );
-    // A hears of it at its next extension, which finds B's hold.
-    tokio::time::timeout(Duration::from_secs(30), ga.lost())
-        .await
-        .expect("A's lost signal at its next extension");
-    gb.unlock().await.expect("B unlocks");
+    assert_a_second_owner_after_a_step(&ga, b.try_lock_with(&name, &opts).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,14 +74,5 @@ async fn a_step_back_makes_a_lease_last_longer() {
     let fixed = LockOptions::new().ttl(Duration::from_secs(4)).auto_extend(false);
     let ga = a.lock_with(&name, &fixed).await.expect("A locks");
     server.0.shift_clock(-30_000);
-    let info = a.inspect(&name).await.expect("inspect").expect("held");
-    let left = info.remaining.expect("a ttl lease");
-    assert!(
-        left > Duration::from_secs(30),
-        "the server's lease outlasts the 4 s asked by the step: {left:?}"
-    );
-    // The holder's own deadline does not move: it is measured here.
-    let until = ga.valid_until().expect("a ttl lease");
-    assert!(until <= Instant::now() + Duration::from_secs(4), "{until:?}");
-    ga.unlock().await.expect("A unlocks");
+    assert_a_longer_lease_after_a_step_back(&a, &name, ga).await;
 }

@@ -36,8 +36,7 @@ end
 -- A waiter's place in the queue: the caller's (ARGV[9]) or the server's time.
 local function place()
   if ARGV[9] ~= '' then return ARGV[9] end
-  local now = redis.call('TIME')
-  return string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  return string.format('%.0f', now_us())
 end
 if not h then
   -- Whether clients queue for this name (nil: not looked at yet).

@@ -1,5 +1,5 @@
--- Prepended to the scripts that grant or extend leases when the restart
--- guard is on. The marker hash (`P` + `node`) lives as long as the server's
+-- Prepended (after `clock.lua`) to the scripts that grant or extend leases
+-- when the restart guard is on. The marker hash (`P` + `node`) lives as long as the server's
 -- data: a server without it lost its keys (restarted without persistence,
 -- flushed, evicted) and with them holds whose holders still count on them.
 -- Fields: `q`, the end of the quarantine set when the marker was written
@@ -19,8 +19,7 @@ end
 local function guard(marker, ttl)
   local m = redis.call('HMGET', marker, 'q', 'e')
   if not m[1] then return {-3, -1} end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   local q = tonumber(m[1])
   if now < q then return {-3, q - now} end
   raise_bound(marker, now, ttl, m[2])

@@ -43,8 +43,7 @@ if repeated and redis.call('ZSCORE', Z, repeated) then return held(repeated, 'p'
 -- their turn that did not come.
 local function place()
   if ARGV[9] ~= '' then return ARGV[9] end
-  local t = redis.call('TIME')
-  return fmt(tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  return fmt(now_us())
 end
 local was_told = false
 if joins then
@@ -212,10 +211,7 @@ elseif joins then
   redis.call('HDEL', T, me)
   if string.find(ARGV[6], 'k', 1, true) then
     local back = ARGV[15]
-    if not back or back == '' then
-      local t = redis.call('TIME')
-      back = fmt(tonumber(t[1]) * 1000000 + tonumber(t[2]))
-    end
+    if not back or back == '' then back = fmt(now_us()) end
     redis.call('ZADD', Q, 'XX', back, me)
   else
     redis.call('ZREM', Q, me)

@@ -7,8 +7,7 @@
 -- bound, read on the stepped clock, plus the step).
 -- Returns {1, quarantine left, lease bound left} (ms, never negative), or
 -- {0} without a marker.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if ARGV[1] ~= '' and redis.call('EXISTS', KEYS[1]) == 0 then
   local q = string.format('%.0f', now + tonumber(ARGV[1]))
   redis.call('HSET', KEYS[1], 'q', q, 'e', q)

@@ -36,6 +36,7 @@ use crate::layout::Keys;
 /// or `{0}`: no marker.
 pub(super) static MARKER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/clock.lua"),
         include_str!("../lua/guard.lua"),
         include_str!("../lua/marker.lua")
     ))

@@ -118,3 +118,12 @@ pub async fn assert_a_longer_lease_after_a_step_back(a: &lockkit::LockClient, na
     assert!(until <= Instant::now() + Duration::from_secs(4), "{until:?}");
     ga.unlock().await.expect("A unlocks");
 }
+
+/// Sets the clock shift a server preloading `scripts/clock_shift.c` reads
+/// from `file` to `ms` (a new file renamed over the old one: the server
+/// never reads half a number).
+pub fn write_clock_shift(file: &std::path::Path, ms: i64) {
+    let tmp = file.with_extension("new");
+    std::fs::write(&tmp, ms.to_string()).expect("write the shift");
+    std::fs::rename(&tmp, file).expect("set the shift");
+}

@@ -218,9 +218,7 @@ impl Server {
 
     /// The server's clock (`TIME`) in ms.
     pub fn time_ms(&self) -> u64 {
-        let time = self.cli(&["TIME"]);
-        let mut parts = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
-        parts.next().expect("s") * 1000 + parts.next().expect("µs") / 1000
+        time_ms_of(&self.cli(&["TIME"]))
     }
 
     /// Runs the commands in `input` (one a line) on one `redis-cli`
@@ -482,9 +480,7 @@ impl SteppedClock {
 
     /// Sets the server's clock `ms` away from the real time.
     pub fn shift(&self, ms: i64) {
-        let tmp = self.shift_file.with_extension("new");
-        std::fs::write(&tmp, ms.to_string()).expect("write the shift");
-        std::fs::rename(&tmp, &self.shift_file).expect("set the shift");
+        super::write_clock_shift(&self.shift_file, ms);
     }
 
     /// `127.0.0.1:PORT`.
@@ -557,4 +553,10 @@ fn parse_cluster_node(line: &str) -> Option<ClusterNode> {
         master: f.get(3)?.to_string(),
         slots: slots.collect(),
     })
+}
+
+/// The time in ms of a `TIME` answer as `redis-cli` prints it.
+pub fn time_ms_of(time: &str) -> u64 {
+    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
+    parts.next().expect("s") * 1000 + parts.next().expect("µs") / 1000
 }

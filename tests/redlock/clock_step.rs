@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use lockkit::{LockClient, LockGuard, LockOptions};
 
 use crate::common::redis::{self, Server, SteppedClock};
+use crate::common::tag;
 
 /// A lease of 6 s that is not extended: its end is known.
 fn fixed() -> LockOptions {
@@ -82,10 +83,7 @@ impl Nodes {
 
 /// A unique name per run: the service is shared by every run.
 fn name(case: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("clock-{case}-{}-{nanos}", std::process::id())
+    format!("clock-{case}-{}", tag())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,18 +108,12 @@ async fn with_the_guard_nodes_whose_clocks_step_forward_make_no_quorum() {
         other => panic!("B is granted while A's lease stands: {other:?}"),
     }
     for i in [0, 1] {
-        let q: i64 = nodes
+        let q: u64 = nodes
             .cli(i, &["HGET", "lockkit:node", "q"])
             .trim()
             .parse()
             .expect("a quarantine");
-        let t = nodes.cli(i, &["TIME"]);
-        let now_ms = t
-            .lines()
-            .next()
-            .and_then(|s| s.trim().parse::<i64>().ok())
-            .expect("TIME")
-            * 1000;
+        let now_ms = redis::time_ms_of(&nodes.cli(i, &["TIME"]));
         assert!(q > now_ms, "stepped node {i} is quarantined (q {q}, now {now_ms})");
     }
     // B's shares there are undone in the background.

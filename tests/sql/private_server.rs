@@ -16,6 +16,8 @@ pub(crate) struct PrivateServer {
     service: &'static str,
     dir: PathBuf,
     port: String,
+    /// The variable that sets `port`.
+    port_var: String,
     /// The file whose number of ms the server's wall clock is shifted by
     /// (`None`: a server whose clock keeps time).
     shift_file: Option<PathBuf>,
@@ -25,12 +27,24 @@ impl PrivateServer {
     /// The restart tests' server: its state under `target/services-restart`,
     /// on `LOCKKIT_RESTART_<SERVICE>_PORT` or `default_port`.
     pub(crate) fn new(service: &'static str, default_port: &str) -> Self {
-        let upper = service.to_ascii_uppercase();
+        Self::in_dir(service, "restart", default_port, None)
+    }
+
+    /// A server with its state under `target/services-<purpose>`, on
+    /// `LOCKKIT_<PURPOSE>_<SERVICE>_PORT` or `default_port`.
+    fn in_dir(service: &'static str, purpose: &str, default_port: &str, shift: Option<&str>) -> Self {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/services-{purpose}"));
+        let port_var = format!(
+            "LOCKKIT_{}_{}_PORT",
+            purpose.to_ascii_uppercase(),
+            service.to_ascii_uppercase()
+        );
         PrivateServer {
             service,
-            dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/services-restart"),
-            port: std::env::var(format!("LOCKKIT_RESTART_{upper}_PORT")).unwrap_or_else(|_| default_port.to_owned()),
-            shift_file: None,
+            port: std::env::var(&port_var).unwrap_or_else(|_| default_port.to_owned()),
+            port_var,
+            shift_file: shift.map(|file| dir.join(file)),
+            dir,
         }
     }
 
@@ -39,24 +53,14 @@ impl PrivateServer {
     /// `default_port`, with `scripts/clock_shift.c` preloaded reading the
     /// shift from [`PrivateServer::shift_clock`]'s file.
     pub(crate) fn with_clock(service: &'static str, default_port: &str) -> Self {
-        let upper = service.to_ascii_uppercase();
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/services-clock");
-        PrivateServer {
-            service,
-            shift_file: Some(dir.join(format!("{service}-shift_ms"))),
-            dir,
-            port: std::env::var(format!("LOCKKIT_CLOCK_{upper}_PORT")).unwrap_or_else(|_| default_port.to_owned()),
-        }
+        Self::in_dir(service, "clock", default_port, Some(&format!("{service}-shift_ms")))
     }
 
-    /// Steps the server's wall clock to `ms` from true time (a new file
-    /// renamed over the old one: the server never reads half a number).
+    /// Steps the server's wall clock to `ms` from true time.
     pub(crate) fn shift_clock(&self, ms: i64) {
         let file = self.shift_file.as_ref().expect("a server started with_clock");
-        let tmp = file.with_extension("tmp");
         std::fs::create_dir_all(&self.dir).expect("the server's state directory");
-        std::fs::write(&tmp, ms.to_string()).expect("write the shift");
-        std::fs::rename(&tmp, file).expect("rename the shift");
+        crate::common::write_clock_shift(file, ms);
     }
 
     fn services(&self, action: &str) -> (bool, String, String) {
@@ -84,9 +88,9 @@ impl PrivateServer {
         assert!(ok, "starting the private {} failed:\n{stderr}", self.service);
         assert!(
             !stderr.contains("reusing the server"),
-            "port {} is taken by another server; set LOCKKIT_RESTART_{}_PORT",
+            "port {} is taken by another server; set {}",
             self.port,
-            self.service.to_ascii_uppercase()
+            self.port_var
         );
         let prefix = format!("export LOCKKIT_{}_URL=", self.service.to_ascii_uppercase());
         stdout

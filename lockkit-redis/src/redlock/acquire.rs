@@ -28,18 +28,20 @@ impl RedlockBackend {
     /// ms in all), or none of them would get a free name.
     pub(super) async fn try_acquire_once(&self, req: &AcquireRequest<'_>) -> Result<TryAcquire, LockError> {
         let mut splits = 0;
-        loop {
-            return match self.attempt(req, self.queueing(None, req.fair)).await? {
+        let outcome = loop {
+            match self.attempt(req, self.queueing(None, req.fair)).await? {
                 Outcome::Busy { split: true, .. } if splits < TRY_SPLITS => {
                     splits += 1;
                     tokio::time::sleep(self.backoff(splits)).await;
-                    continue;
                 }
-                Outcome::Acquired(lease) => Ok(TryAcquire::Acquired(lease)),
-                Outcome::Busy { retry_in, .. } => Ok(TryAcquire::Busy { retry_in }),
-                Outcome::Failed(e) => Err(self.failed("acquire", req.name, e)),
-                Outcome::Conflict(reason) => Err(self.conflict(req.name, reason)),
-            };
+                outcome => break outcome,
+            }
+        };
+        match outcome {
+            Outcome::Acquired(lease) => Ok(TryAcquire::Acquired(lease)),
+            Outcome::Busy { retry_in, .. } => Ok(TryAcquire::Busy { retry_in }),
+            Outcome::Failed(e) => Err(self.failed("acquire", req.name, e)),
+            Outcome::Conflict(reason) => Err(self.conflict(req.name, reason)),
         }
     }
 

@@ -167,13 +167,10 @@ impl SqlBackend {
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let looked = match std::mem::take(&mut turns.looking) {
-                true if req.kind != LockKind::Mutex => self.inner.kind_look(req).await,
-                _ => None,
-            };
+            let looking = std::mem::take(&mut turns.looking) && req.kind != LockKind::Mutex;
             let (retry_in, head) = if std::mem::take(&mut turns.moved_up) {
                 (None, false)
-            } else if let Some(busy) = looked {
+            } else if let Some(busy) = self.look(looking, req).await {
                 turns.last_error = None;
                 busy
             } else {
@@ -213,6 +210,13 @@ impl SqlBackend {
                 }
             }
         }
+    }
+
+    /// A look without a lock (see [`LOOK`]) when `looking`: the name busy
+    /// for `req` (`(retry_in, head)`), as its claim would find it; `None`
+    /// when not looking, or when a claim is to decide.
+    async fn look(&self, looking: bool, req: &AcquireRequest<'_>) -> Option<(Option<Duration>, bool)> {
+        if looking { self.inner.kind_look(req).await } else { None }
     }
 
     /// The place's row went (its lease ran out while this task stalled):
